@@ -1,0 +1,1 @@
+"""The kpack archive format, GPU target IDs and device-code detection."""

@@ -1,0 +1,122 @@
+"""Plain data passed between the stages (config -> catalog -> plan -> render -> write -> index -> verify).
+
+The writers (deb.py, rpm.py) and the indexers know only these types: nothing of ROCm,
+artifacts or kpack. Everything here is immutable-by-convention plain data.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+FILE = "file"
+DIR = "dir"
+SYMLINK = "symlink"
+
+# Package kinds (PackageSpec.kind)
+KIND_FILES = "files"      # a non-per-target definition's versioned package N{abi}
+KIND_HOST = "host"        # N-host{abi}: generic artifacts of a per-target library
+KIND_DEVICE = "device"    # N{abi}-{t}: kpack archives and per-arch databases for one target
+KIND_META = "meta"        # no files: N{abi}, N, N{abi}-{t}, N{abi}-{family}
+KIND_ALIAS = "alias"      # rocm-{family}
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    """One path a package installs.
+
+    path:   absolute install path without trailing slash, e.g. /opt/rocm/core-7.1/lib/librocfft.so.0
+    type:   FILE, DIR or SYMLINK
+    mode:   permission bits only (0o644, 0o755, 0o4755 where setuid is declared); no type bits
+    source: absolute path of the bytes in the artifacts dir (FILE only; "" otherwise)
+    size:   planned size in bytes (FILE only); writers fail if the source no longer has it
+    link_target: SYMLINK only, written verbatim
+    """
+
+    path: str
+    type: str
+    mode: int
+    source: str = ""
+    size: int = 0
+    link_target: str = ""
+
+
+@dataclass
+class PackageSpec:
+    """One output package of one format, fully resolved: names and relations are already
+    in the format's own syntax (DEB: `a (= 7.1.0-1) | b`; RPM: `a = 7.1.0-1`, `(a or b)`).
+
+    files are sorted by path; directories listed are the ones the package owns
+    (the install prefix and below, never /opt or /usr); a DEB writer adds the missing
+    ancestors itself.
+    """
+
+    format: str                 # "deb" | "rpm"
+    name: str
+    version: str                # upstream version, e.g. "7.1.0"
+    release: str                # e.g. "1"
+    arch: str                   # deb: "amd64" | "all"; rpm: "x86_64" | "noarch"
+    kind: str                   # KIND_*
+    definition: str = ""        # the package.json `Package` this came from
+    target: str = ""            # bare lower-case target for device / per-target metas ("gfx942")
+    family: str = ""            # family name for family metas and aliases ("gfx110X")
+    epoch: int = 0
+    summary: str = ""
+    description: str = ""       # long text, plain paragraphs separated by blank lines
+    maintainer: str = ""
+    vendor: str = ""
+    license: str = ""
+    homepage: str = ""
+    section: str = "devel"
+    priority: str = "optional"
+    group: str = ""
+    depends: list[str] = field(default_factory=list)
+    pre_depends: list[str] = field(default_factory=list)
+    recommends: list[str] = field(default_factory=list)
+    suggests: list[str] = field(default_factory=list)
+    conflicts: list[str] = field(default_factory=list)
+    breaks: list[str] = field(default_factory=list)
+    replaces: list[str] = field(default_factory=list)
+    provides: list[str] = field(default_factory=list)
+    obsoletes: list[str] = field(default_factory=list)
+    # Maintainer scripts: Debian script name ("postinst", "prerm", "postrm", "preinst") ->
+    # template name under templates/scripts/ (e.g. "ldconfig.j2"); render.py turns them
+    # into text, rpm maps postinst->%post, prerm->%preun, postrm->%postun, preinst->%pre.
+    scripts: dict[str, str] = field(default_factory=dict)
+    files: list[FileEntry] = field(default_factory=list)
+
+    @property
+    def evr(self) -> str:
+        """DEB Version field / RPM EVR string: [epoch:]version-release."""
+        base = f"{self.version}-{self.release}"
+        return f"{self.epoch}:{base}" if self.epoch else base
+
+    @property
+    def filename(self) -> str:
+        """Conventional file name (epoch never appears in file names)."""
+        if self.format == "deb":
+            return f"{self.name}_{self.version}-{self.release}_{self.arch}.deb"
+        return f"{self.name}-{self.version}-{self.release}.{self.arch}.rpm"
+
+    @property
+    def payload_size(self) -> int:
+        return sum(f.size for f in self.files if f.type == FILE)
+
+
+@dataclass
+class BuildOptions:
+    """How writers encode (not what): shared by deb.py and rpm.py."""
+
+    source_date_epoch: int = 0          # mtimes are clamped to this; changelog dated from it
+    compression: str = "zstd"           # "zstd" | "xz" | "gzip"
+    compression_level: int = 3          # zstd 1-19; xz 0-9; gzip 1-9
+    threads: int = 0                    # compressor threads; 0 = all cores
+
+
+@dataclass
+class BuiltPackage:
+    """What a writer returns: enough for manifest.json and the repository indexers."""
+
+    spec: PackageSpec
+    path: str                   # final path of the written file
+    size: int
+    sha256: str
+    installed_size: int = 0     # bytes of payload

@@ -1,0 +1,91 @@
+"""One hashing and counting stream wrapper for every writer and indexer (createrepo_c's
+model: count and hash while writing, never read a file twice)."""
+from __future__ import annotations
+
+import hashlib
+import os
+from typing import BinaryIO, Iterable
+
+CHUNK = 1 << 20
+
+
+class HashingWriter:
+    """File-like sink that forwards writes and keeps running digests and a byte count."""
+
+    def __init__(self, sink: BinaryIO | None, algorithms: Iterable[str] = ("sha256",)):
+        self.sink = sink
+        self.hashes = {name: hashlib.new(name) for name in algorithms}
+        self.count = 0
+
+    def write(self, data) -> int:
+        if self.sink is not None:
+            self.sink.write(data)
+        for h in self.hashes.values():
+            h.update(data)
+        n = len(data)
+        self.count += n
+        return n
+
+    def flush(self) -> None:
+        if self.sink is not None and hasattr(self.sink, "flush"):
+            self.sink.flush()
+
+    def hexdigest(self, name: str = "sha256") -> str:
+        return self.hashes[name].hexdigest()
+
+    def digest(self, name: str = "sha256") -> bytes:
+        return self.hashes[name].digest()
+
+
+def hash_file(path: str | os.PathLike, algorithms: Iterable[str] = ("sha256",)) -> HashingWriter:
+    """Digest a file in chunks; returns the HashingWriter (count + hexdigest)."""
+    hw = HashingWriter(None, algorithms)
+    with open(path, "rb") as f:
+        while chunk := f.read(CHUNK):
+            hw.write(chunk)
+    return hw
+
+
+def copy_stream(src: BinaryIO, dst, size: int | None = None) -> int:
+    """Copy src to dst in bounded chunks; with size, copy exactly that many bytes or raise
+    EOFError (a file that shrank while being packed)."""
+    copied = 0
+    while size is None or copied < size:
+        want = CHUNK if size is None else min(CHUNK, size - copied)
+        chunk = src.read(want)
+        if not chunk:
+            if size is not None:
+                raise EOFError(f"expected {size} bytes, got {copied}")
+            break
+        dst.write(chunk)
+        copied += len(chunk)
+    return copied
+
+
+class AtomicOutput:
+    """Write to `<path>.tmp-<pid>` and rename into place on success; remove on failure,
+    so that no half-written package or index is ever visible under its final name."""
+
+    def __init__(self, path: str | os.PathLike, mode: str = "wb"):
+        self.path = os.fspath(path)
+        self.tmp = f"{self.path}.tmp-{os.getpid()}"
+        self.mode = mode
+        self.file = None
+
+    def __enter__(self):
+        os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
+        self.file = open(self.tmp, self.mode)
+        return self.file
+
+    def __exit__(self, exc_type, exc, tb):
+        try:
+            self.file.close()
+        finally:
+            if exc_type is None:
+                os.replace(self.tmp, self.path)
+            else:
+                try:
+                    os.unlink(self.tmp)
+                except FileNotFoundError:
+                    pass
+        return False
