@@ -1,0 +1,131 @@
+"""Shared by the repository and signing tests: a throwaway signing key, a small package
+chain (meta -> host + device), and apt / dnf clients isolated in a temporary root."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+import textwrap
+from pathlib import Path
+
+from rocpkg.sign import Signer
+
+VERSION, RELEASE = "7.1.0", "1"
+KEY_UID = "rocpkg test <t@example.org>"
+
+
+def make_signer(signature_time: int | None = None) -> tuple[Signer, str]:
+    """A fresh unprotected RSA key in a short GNUPGHOME (gpg-agent's socket path must
+    stay under ~100 bytes). Returns the signer and its home; call kill_gpg_agent(home)."""
+    home = tempfile.mkdtemp(prefix="g", dir="/tmp")
+    subprocess.run(["gpg", "--homedir", home, "--batch", "--passphrase", "",
+                    "--quick-gen-key", KEY_UID, "rsa3072", "sign", "never"],
+                   check=True, capture_output=True)
+    return Signer(home, "t@example.org", signature_time=signature_time), home
+
+
+def kill_gpg_agent(home: str) -> None:
+    subprocess.run(["gpgconf", "--homedir", home, "--kill", "all"], capture_output=True)
+    shutil.rmtree(home, ignore_errors=True)
+
+
+# -- the package chain ------------------------------------------------------------------
+# rocm-gfx110x (meta, all) -> rocm-host + rocm-device-gfx1100 -> rocm-host
+# rocm-docs (all) and rocm-device-gfx942 are published but outside that closure.
+
+CHAIN = [
+    # name, arch, depends, payload files {relative path: bytes}
+    ("rocm-host", "amd64", [], {"opt/rocm/lib/librocm.so.7": b"\x7fELF host library\n"}),
+    ("rocm-device-gfx1100", "amd64", ["rocm-host"],
+     {"opt/rocm/lib/.kpack/rocm_gfx1100.kpack": b"KPAK device code gfx1100\n"}),
+    ("rocm-device-gfx942", "amd64", ["rocm-host"],
+     {"opt/rocm/lib/.kpack/rocm_gfx942.kpack": b"KPAK device code gfx942\n"}),
+    ("rocm-gfx110x", "all", ["rocm-host", "rocm-device-gfx1100"], {}),
+    ("rocm-docs", "all", [], {"opt/rocm/share/doc/rocm/README": b"docs\n"}),
+]
+META = "rocm-gfx110x"
+META_CLOSURE = {"rocm-gfx110x", "rocm-host", "rocm-device-gfx1100"}
+
+
+def build_deb(pool: Path, name: str, arch: str, depends: list[str], files: dict[str, bytes],
+              version: str = VERSION, release: str = RELEASE) -> Path:
+    """A real .deb built by dpkg-deb into pool/."""
+    work = Path(tempfile.mkdtemp(prefix="debroot"))
+    try:
+        (work / "DEBIAN").mkdir()
+        for rel, data in files.items():
+            (work / rel).parent.mkdir(parents=True, exist_ok=True)
+            (work / rel).write_bytes(data)
+        control = {"Package": name, "Version": f"{version}-{release}", "Architecture": arch,
+                   "Maintainer": "rocpkg test <t@example.org>", "Section": "devel",
+                   "Priority": "optional"}
+        if depends:
+            control["Depends"] = ", ".join(f"{d} (= {version}-{release})" for d in depends)
+        control["Description"] = f"{name} test package\n Part of the rocpkg repository tests."
+        (work / "DEBIAN" / "control").write_text(
+            "".join(f"{k}: {v}\n" for k, v in control.items()))
+        pool.mkdir(parents=True, exist_ok=True)
+        out = pool / f"{name}_{version}-{release}_{arch}.deb"
+        subprocess.run(["dpkg-deb", "--root-owner-group", "-Zgzip", "--build", str(work), str(out)],
+                       check=True, capture_output=True,
+                       env={**os.environ, "SOURCE_DATE_EPOCH": "1700000000"})
+        return out
+    finally:
+        shutil.rmtree(work)
+
+
+def build_debs(out_dir: Path, chain=CHAIN, **kw) -> list[Path]:
+    return [build_deb(out_dir / "deb" / "pool" / "main", *entry, **kw) for entry in chain]
+
+
+# -- an isolated apt ----------------------------------------------------------------------
+
+class AptClient:
+    """apt-get confined to root/: its own sources, lists, cache and an empty dpkg status.
+    Signatures are enforced: the only trusted key is the one in the source's signed-by."""
+
+    def __init__(self, root: Path, source_line: str):
+        self.root = root
+        for d in ("etc/apt/apt.conf.d", "etc/apt/preferences.d", "etc/apt/sources.list.d",
+                  "etc/apt/trusted.gpg.d", "var/lib/apt/lists/partial",
+                  "var/cache/apt/archives/partial", "var/lib/dpkg", "downloads"):
+            (root / d).mkdir(parents=True, exist_ok=True)
+        (root / "var/lib/dpkg/status").write_text("")
+        (root / "etc/apt/sources.list").write_text(source_line)
+        self.options = {
+            "Dir": str(root), "Dir::Etc": str(root / "etc/apt"),
+            "Dir::Etc::sourcelist": str(root / "etc/apt/sources.list"),
+            "Dir::Etc::sourceparts": str(root / "etc/apt/sources.list.d"),
+            "Dir::Etc::trusted": str(root / "etc/apt/trusted.gpg"),
+            "Dir::Etc::trustedparts": str(root / "etc/apt/trusted.gpg.d"),
+            "Dir::Etc::preferencesparts": str(root / "etc/apt/preferences.d"),
+            "Dir::State": str(root / "var/lib/apt"),
+            "Dir::State::status": str(root / "var/lib/dpkg/status"),
+            "Dir::Cache": str(root / "var/cache/apt"),
+            "Dir::Log": str(root / "var/log/apt"),
+            "APT::Architecture": "amd64", "APT::Architectures": "amd64",
+            "APT::Sandbox::User": "root", "Debug::NoLocking": "1",
+            "Acquire::Languages": "none", "APT::Get::List-Cleanup": "0",
+        }
+
+    def run(self, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+        cmd = ["apt-get", "-q"]
+        for key, value in self.options.items():
+            cmd += ["-o", f"{key}={value}"]
+        return subprocess.run(cmd + list(args), capture_output=True, text=True,
+                              cwd=cwd or self.root / "downloads",
+                              env={**os.environ, "LC_ALL": "C"})
+
+
+def apt_source_line(out_dir: Path, keyring: Path, suite: str = "stable") -> str:
+    return f"deb [signed-by={keyring}] file://{out_dir / 'deb'} {suite} main\n"
+
+
+def planned_installs(simulation_stdout: str) -> set[str]:
+    """Package names from `apt-get -s install` 'Inst <name> (...)' lines."""
+    return {line.split()[1] for line in simulation_stdout.splitlines() if line.startswith("Inst ")}
+
+
+def dedent(text: str) -> str:
+    return textwrap.dedent(text).lstrip()
