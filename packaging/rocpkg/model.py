@@ -82,6 +82,9 @@ class PackageSpec:
     # into text, rpm maps postinst->%post, prerm->%preun, postrm->%postun, preinst->%pre.
     scripts: dict[str, str] = field(default_factory=dict)
     files: list[FileEntry] = field(default_factory=list)
+    # Install prefix of the release (/opt/rocm/core-7.1), for maintainer scripts; a package
+    # without files (meta) has no other way to know it. "" = longest common dir of files.
+    prefix: str = ""
 
     @property
     def evr(self) -> str:
