@@ -1,0 +1,553 @@
+"""The package set and its relations (DESIGN §3), per format, before a byte is written.
+
+Input: a validated Config and a Catalog. Output: a Plan holding, per format, every
+PackageSpec with its names, pins, relations in that format's syntax and its sorted file
+list. Writers pack what the plan says and nothing else.
+"""
+from __future__ import annotations
+
+import posixpath
+import re
+from dataclasses import dataclass, field
+
+from kpack import targets as kt
+from rocpkg import model as m
+from rocpkg.catalog import Catalog, StageEntry, sort_targets
+from rocpkg.config import Config, Definition, relation_names, validate_settings
+from rocpkg.errors import RocpkgInputError
+
+FORMATS = ("deb", "rpm")
+SCRIPT_TEMPLATES = {"postinst": "postinst.j2", "prerm": "prerm.j2"}
+
+# Definition classes
+LIBRARY = "library"            # files, not per target -> N{abi}, N
+PER_TARGET = "per-target"      # host + device per target -> N-host{abi}, N{abi}-{t}, N{abi}, N
+META = "meta"                  # meta, not per target -> N{abi}, N
+PER_TARGET_META = "per-target-meta"  # N{abi}-{t}, N{abi}-{family}, N{abi}, N
+
+
+@dataclass
+class Plan:
+    settings: dict
+    abi: str
+    targets: list[str]                       # bare targets of the release
+    families: dict[str, list[str]]           # family -> its targets in this release
+    top_metapackage: str
+    classes: dict[str, str]                  # definition -> class
+    packages: dict[str, list[m.PackageSpec]] = field(default_factory=dict)
+    info: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    def by_name(self, fmt: str) -> dict[str, m.PackageSpec]:
+        return {p.name: p for p in self.packages.get(fmt, [])}
+
+
+def abi_of(version: str) -> str:
+    return ".".join(version.split(".")[:2])
+
+
+def _lower_devel(name: str) -> str:
+    """DEB spelling of a definition name: `-devel` becomes `-dev` (Debian convention)."""
+    return re.sub(r"-devel(?=$|-)", "-dev", name)
+
+
+class _Namer:
+    """Package names per format from the settings' patterns."""
+
+    def __init__(self, settings: dict, abi: str, fmt: str):
+        self.naming = settings["naming"]
+        self.abi = abi
+        self.fmt = fmt
+
+    def _fix(self, name: str) -> str:
+        # dpkg folds case and apt does not: DEB names are lower-case. RPM names are too,
+        # so that one spelling works everywhere; mixed-case family names become Provides.
+        return name.lower()
+
+    def _base(self, definition: str) -> str:
+        return _lower_devel(definition) if self.fmt == "deb" else definition
+
+    def unversioned(self, d: str) -> str:
+        return self._fix(self._base(d))
+
+    def versioned(self, d: str) -> str:
+        return self._fix(self.naming["versioned"].format(name=self._base(d), abi=self.abi))
+
+    def host(self, d: str) -> str:
+        return self._fix(self.naming["host"].format(name=self._base(d), abi=self.abi))
+
+    def device(self, d: str, target: str) -> str:
+        return self._fix(self.naming["device"].format(name=self._base(d), abi=self.abi, target=target))
+
+    def family(self, d: str, family: str) -> str:
+        return self._fix(self.naming["family"].format(name=self._base(d), abi=self.abi, family=family))
+
+    def alias(self, family: str) -> str:
+        return self._fix(self.naming["alias"].format(family=family, abi=self.abi))
+
+    def alias_provides(self, family: str) -> str:
+        return self.naming["alias"].format(family=family, abi=self.abi)
+
+
+def make_plan(config: Config, catalog: Catalog, *, version: str | None = None, release: str | None = None,
+              targets: list[str] | None = None, formats=FORMATS) -> Plan:
+    """Compute the whole package set or raise RocpkgInputError with every problem."""
+    settings = dict(config.settings)
+    if version is not None:
+        settings["version"] = version
+    if release is not None:
+        settings["release"] = release
+    problems = [(f"--{w.split('.')[-1]}", msg) for w, msg in validate_settings(settings)]
+    if problems:
+        raise RocpkgInputError(problems)
+    builder = _PlanBuilder(config, catalog, settings, targets or settings.get("targets"))
+    return builder.build(formats)
+
+
+class _PlanBuilder:
+    def __init__(self, config: Config, catalog: Catalog, settings: dict, targets: list[str] | None):
+        self.config = config
+        self.catalog = catalog
+        self.settings = settings
+        self.version = settings["version"]
+        self.release = settings["release"]
+        self.epoch = settings["epoch"]
+        self.abi = abi_of(self.version)
+        self.prefix = settings["prefix"].format(abi=self.abi, version=self.version).rstrip("/")
+        self.families_table = settings["families"] or kt.FAMILIES
+        self.defs = {d.name: d for d in config.enabled}
+        self.problems: list[tuple[str, str]] = []
+        self.warnings: list[str] = []
+        found = catalog.targets
+        if targets:
+            wanted = [kt.parse_target(t).processor.lower() for t in targets]
+            for t in wanted:
+                if t not in found:
+                    self.problems.append(("--targets", f"no artifact carries device code for {t}"))
+            self.targets = sort_targets(t for t in wanted if t in found)
+        else:
+            self.targets = found
+        self.families = {}
+        for fam, members in self.families_table.items():
+            present = [t for t in members if t in self.targets]
+            if present:
+                self.families[fam] = present
+        self.classes = {name: self._classify(d) for name, d in self.defs.items()}
+
+    # ---- classification and files -------------------------------------------------
+    def _device_refs(self, d: Definition):
+        return [r for r in d.artifacts if r.gfxarch and self.catalog.has_device_dirs(r.artifact, r.component)]
+
+    def _classify(self, d: Definition) -> str:
+        if d.metapackage:
+            return PER_TARGET_META if d.gfxarch else META
+        if d.gfxarch and self._device_refs(d) and self.targets:
+            return PER_TARGET
+        return LIBRARY
+
+    def _where(self, d: Definition) -> str:
+        return f"{self.config.path}: [{d.index}]({d.name})"
+
+    def _entries_to_files(self, pkg_label: str, chosen: list[tuple[str, StageEntry]]) -> list[m.FileEntry]:
+        by_path: dict[str, m.FileEntry] = {}
+        origin: dict[str, str] = {}
+        for label, e in chosen:
+            path = f"{self.prefix}/{e.rel}"
+            if e.type == "file":
+                fe = m.FileEntry(path, m.FILE, e.mode & 0o755, e.source, e.size)
+            elif e.type == "symlink":
+                fe = m.FileEntry(path, m.SYMLINK, 0o777, "", 0, e.link_target)
+            else:
+                fe = m.FileEntry(path, m.DIR, 0o755)
+            old = by_path.get(path)
+            if old is not None:
+                if old.type == m.DIR and fe.type == m.DIR:
+                    continue
+                self.warnings.append(f"{pkg_label}: {path} comes from both {origin[path]} and {label}; keeping the first")
+                continue
+            by_path[path] = fe
+            origin[path] = label
+        # every directory from the prefix down to each path is owned by the package
+        for path in list(by_path):
+            parent = posixpath.dirname(path)
+            while len(parent) >= len(self.prefix) and parent.startswith(self.prefix):
+                if parent not in by_path:
+                    by_path[parent] = m.FileEntry(parent, m.DIR, 0o755)
+                elif by_path[parent].type != m.DIR:
+                    self.problems.append((pkg_label, f"{parent} is both a directory and a {by_path[parent].type}"))
+                    break
+                parent = posixpath.dirname(parent)
+        return [by_path[p] for p in sorted(by_path)]
+
+    def _collect(self, d: Definition, target: str | None, pkg_label: str) -> list[m.FileEntry]:
+        chosen: list[tuple[str, StageEntry]] = []
+        for ref in d.artifacts:
+            if target is not None and not (ref.gfxarch and self.catalog.has_device_dirs(ref.artifact, ref.component)):
+                continue
+            for adir, stage, entries in self.catalog.stages(ref.artifact, ref.component, ref.subdir, target):
+                label = f"{adir.dirname}/{stage.line}"
+                chosen.extend((label, e) for e in entries)
+        return self._entries_to_files(pkg_label, chosen)
+
+    def _check_artifacts(self, d: Definition, namer: _Namer) -> None:
+        cls = self.classes[d.name]
+        for ref in d.artifacts:
+            dirs = self.catalog.artifact_dirs(ref.artifact, ref.component)
+            pattern = f"{ref.artifact}_{ref.component}_*"
+            if not dirs:
+                self.problems.append((f"{self._where(d)}{ref.where[ref.where.index('.Artifactory'):]}",
+                                      f"no artifact matches {pattern} (needed by package {namer.versioned(d.name)})"))
+                continue
+            if not any(s.matches(ref.subdir) for a in dirs for s in a.stages):
+                self.problems.append((f"{self._where(d)}{ref.where[ref.where.index('.Artifactory'):]}",
+                                      f"no stage dir of {pattern} has {ref.subdir}/ in its manifest"))
+            if cls == PER_TARGET and ref.gfxarch and self.catalog.has_device_dirs(ref.artifact, ref.component):
+                have = self.catalog.device_targets(ref.artifact, ref.component)
+                for t in self.targets:
+                    if t not in have:
+                        fam = kt.family_of(t, self.families_table) or t
+                        self.problems.append((f"{self.catalog.root}/{ref.artifact}_{ref.component}_{t}",
+                                              f"artifact missing (nor in {ref.artifact}_{ref.component}_{fam}): "
+                                              f"needed by package {namer.device(d.name, t)}"))
+
+    # ---- relations ---------------------------------------------------------------
+    def _evr(self) -> str:
+        base = f"{self.version}-{self.release}"
+        return f"{self.epoch}:{base}" if self.epoch else base
+
+    def _pin(self, fmt: str, name: str) -> str:
+        return f"{name} (= {self._evr()})" if fmt == "deb" else f"{name} = {self._evr()}"
+
+    def _map_relation(self, fmt: str, relation: str, namer: _Namer, context: str, target: str = "") -> list[str]:
+        """Rewrite one DEBDepends/RPMRequires entry for a package of the given context:
+        in-release names become the right versioned/host/device names, system names stay."""
+        names = relation_names(relation)
+        internal = [n for n in names if n in self.defs]
+        if not internal:
+            if context in ("device",):
+                return []
+            return [_normalise_external(fmt, relation)]
+        if len(names) > 1:  # alternatives mixing in-release names: keep the first mapped name
+            relation = internal[0]
+        dep = self.defs[internal[0]]
+        cls = self.classes[dep.name]
+        if context == "device":
+            return [self._pin(fmt, namer.device(dep.name, target))] if cls == PER_TARGET else []
+        if context in ("host", "files"):
+            if cls == PER_TARGET:
+                return [namer.host(dep.name)]
+            return [namer.versioned(dep.name)]
+        if context == "meta-target":
+            if cls in (PER_TARGET, PER_TARGET_META):  # both are named N{abi}-{t} for a target
+                return [self._pin(fmt, namer.device(dep.name, target))]
+            return [self._pin(fmt, namer.versioned(dep.name))]
+        # plain meta: members at their all-target versioned names
+        return [self._pin(fmt, namer.versioned(dep.name))]
+
+    def _relations(self, fmt: str, d: Definition, namer: _Namer, context: str, target: str = "") -> dict[str, list[str]]:
+        source = d.deb_relations if fmt == "deb" else d.rpm_relations
+        out: dict[str, list[str]] = {}
+        for attr, relations in source.items():
+            mapped: list[str] = []
+            for rel in relations:
+                if attr != "depends" and context == "device":
+                    continue
+                for r in self._map_relation(fmt, rel, namer, context, target):
+                    if r not in mapped:
+                        mapped.append(r)
+            if mapped:
+                out[attr] = mapped
+        return out
+
+    # ---- package set -------------------------------------------------------------
+    def _spec(self, fmt: str, d: Definition, name: str, kind: str, *, files=(), target="", family="",
+              summary_note="", long_note="", arch_independent=False) -> m.PackageSpec:
+        f = d.fields
+        s = self.settings
+        summary = f.get("Description_Short") or d.name
+        if summary_note:
+            summary = f"{summary} ({summary_note})"
+        long = f.get("Description_Long") or summary
+        if long_note:
+            long = f"{long}\n\n{long_note}"
+        if fmt == "deb":
+            arch = "all" if arch_independent else (f.get("Architecture") or s["deb_arch"])
+        else:
+            arch = "noarch" if arch_independent else (f.get("BuildArch") or s["rpm_arch"])
+        return m.PackageSpec(
+            format=fmt, name=name, version=self.version, release=self.release, arch=arch, kind=kind,
+            definition=d.name, target=target, family=family, epoch=self.epoch,
+            summary=summary, description=long,
+            maintainer=f.get("Maintainer") or s["maintainer"], vendor=f.get("Vendor") or s["vendor"],
+            license=f.get("License") or s["license"], homepage=f.get("Homepage") or s["homepage"],
+            section=f.get("Section") or "devel", priority=f.get("Priority") or "optional",
+            group=f.get("Group") or "", files=list(files),
+        )
+
+    def _apply(self, spec: m.PackageSpec, relations: dict[str, list[str]]) -> m.PackageSpec:
+        for attr, values in relations.items():
+            getattr(spec, attr).extend(v for v in values if v not in getattr(spec, attr))
+        return spec
+
+    def build(self, formats) -> Plan:
+        # artifact problems first: they do not depend on the format
+        deb_namer = _Namer(self.settings, self.abi, "deb")
+        for d in self.defs.values():
+            self._check_artifacts(d, deb_namer)
+        if not self.targets and any(c == PER_TARGET_META for c in self.classes.values()):
+            self.warnings.append("no target found in the artifacts: per-target meta-packages have no variants")
+        top = self._top_metapackage()
+        plan = Plan(self.settings, self.abi, self.targets, self.families, top, self.classes)
+        if self.problems:
+            raise RocpkgInputError(self.problems)
+        # files are shared by both formats: collect once
+        files: dict[tuple[str, str], list[m.FileEntry]] = {}
+        for d in self.defs.values():
+            cls = self.classes[d.name]
+            if cls == LIBRARY:
+                files[(d.name, "")] = self._collect(d, None, d.name)
+            elif cls == PER_TARGET:
+                files[(d.name, "")] = self._collect(d, None, d.name)
+                for t in self.targets:
+                    files[(d.name, t)] = self._collect(d, t, f"{d.name}[{t}]")
+        for fmt in formats:
+            plan.packages[fmt] = self._format_packages(fmt, files, top)
+        self._link_archive_providers(plan, files)
+        for fmt in formats:
+            plan.packages[fmt].sort(key=lambda p: p.name)
+        plan.info.extend(self._cycles())
+        plan.warnings.extend(self.warnings)
+        if self.problems:
+            raise RocpkgInputError(self.problems)
+        return plan
+
+    def _top_metapackage(self) -> str:
+        configured = self.settings.get("top_metapackage")
+        if configured:
+            if self.classes.get(configured) != PER_TARGET_META:
+                self.problems.append(("settings.top_metapackage", f"{configured!r} is not a per-target meta-package"))
+            return configured
+        metas = [n for n, c in self.classes.items() if c == PER_TARGET_META]
+        included = {name for n in metas for r in self.defs[n].deb_relations.get("depends", []) for name in relation_names(r)}
+        roots = [n for n in metas if n not in included] or metas
+        return min(roots, key=lambda n: (len(n), n)) if roots else ""
+
+    def _format_packages(self, fmt: str, files, top: str) -> list[m.PackageSpec]:
+        namer = _Namer(self.settings, self.abi, fmt)
+        out: list[m.PackageSpec] = []
+        pin = lambda name: self._pin(fmt, name)  # noqa: E731
+        for d in self.defs.values():
+            cls = self.classes[d.name]
+            scripts = dict(SCRIPT_TEMPLATES) if d.postinstall else {}
+            versioned = namer.versioned(d.name)
+            if cls == LIBRARY:
+                spec = self._spec(fmt, d, versioned, m.KIND_FILES, files=files[(d.name, "")])
+                out.append(self._apply(spec, self._relations(fmt, d, namer, "files")))
+                spec.scripts = scripts
+            elif cls == PER_TARGET:
+                host = self._spec(fmt, d, namer.host(d.name), m.KIND_HOST, files=files[(d.name, "")],
+                                  summary_note="host code",
+                                  long_note="This package holds the host code; the GPU kernels are in one package per target.")
+                out.append(self._apply(host, self._relations(fmt, d, namer, "host")))
+                for t in self.targets:
+                    dev = self._spec(fmt, d, namer.device(d.name, t), m.KIND_DEVICE, files=files[(d.name, t)], target=t,
+                                     summary_note=f"{t} kernels",
+                                     long_note=f"GPU kernels and tuning databases of {d.name} for {t}.")
+                    dev.depends.append(pin(host.name))
+                    out.append(self._apply(dev, self._relations(fmt, d, namer, "device", t)))
+                meta = self._spec(fmt, d, versioned, m.KIND_META, summary_note="all targets", arch_independent=True,
+                                  long_note="Installs the host code and the kernels for every target of the release.")
+                meta.depends.extend([pin(host.name)] + [pin(namer.device(d.name, t)) for t in self.targets])
+                meta.scripts = scripts
+                out.append(meta)
+            elif cls == META:
+                meta = self._spec(fmt, d, versioned, m.KIND_META, arch_independent=True)
+                out.append(self._apply(meta, self._relations(fmt, d, namer, "meta")))
+                meta.scripts = scripts
+            else:  # PER_TARGET_META
+                for t in self.targets:
+                    tm = self._spec(fmt, d, namer.device(d.name, t), m.KIND_META, target=t, arch_independent=True,
+                                    summary_note=f"for {t}", long_note=f"Installs this set with the kernels for {t} only.")
+                    tm.scripts = scripts
+                    out.append(self._apply(tm, self._relations(fmt, d, namer, "meta-target", t)))
+                for fam, members in self.families.items():
+                    fm = self._spec(fmt, d, namer.family(d.name, fam), m.KIND_META, family=fam, arch_independent=True,
+                                    summary_note=f"for {fam}",
+                                    long_note=f"Installs this set with the kernels for the {fam} family: {', '.join(members)}.")
+                    fm.depends.extend(pin(namer.device(d.name, t)) for t in members)
+                    fm.scripts = scripts
+                    if fmt == "rpm" and fam != fam.lower():  # `dnf install ...-gfx110X` works too
+                        fm.provides.append(f"{namer.naming['family'].format(name=d.name, abi=self.abi, family=fam)} = {self._evr()}")
+                    out.append(fm)
+                meta = self._spec(fmt, d, versioned, m.KIND_META, summary_note="all targets", arch_independent=True,
+                                  long_note="Installs this set with the kernels for every target of the release.")
+                meta.depends.extend(pin(namer.device(d.name, t)) for t in self.targets)
+                meta.scripts = scripts
+                out.append(meta)
+            unv = self._spec(fmt, d, namer.unversioned(d.name), m.KIND_META, arch_independent=True,
+                             summary_note="latest release",
+                             long_note=f"Depends on {versioned}, the release this name currently points to.")
+            unv.depends.append(pin(versioned))
+            out.append(unv)
+        if top and self.settings.get("aliases", True):
+            td = self.defs[top]
+            for fam, members in self.families.items():
+                alias = self._spec(fmt, td, namer.alias(fam), m.KIND_ALIAS, family=fam, arch_independent=True,
+                                   summary_note=f"{fam} GPUs",
+                                   long_note=f"Installs {namer.family(top, fam)}: everything for GPUs of the {fam} family "
+                                             f"({', '.join(members)}) and no other target's kernels.")
+                alias.summary = f"ROCm for {fam} GPUs ({', '.join(members)})"
+                alias.depends.append(pin(namer.family(top, fam)))
+                if fmt == "rpm" and namer.alias_provides(fam) != alias.name:
+                    alias.provides.append(f"{namer.alias_provides(fam)} = {self._evr()}")
+                out.append(alias)
+        return out
+
+    def _link_archive_providers(self, plan: Plan, files) -> None:
+        """A device package that ships no kpack archive of its own depends on the device
+        package that ships the archive its host binaries' markers name (the splitter put a
+        shared artifact's archive under its first stage prefix only)."""
+        from kpack.marker import read_marker, resolve_search_paths
+
+        marker_cache: dict[str, object] = {}
+
+        def markers_of(fe: m.FileEntry):
+            if fe.source not in marker_cache:
+                try:
+                    marker_cache[fe.source] = read_marker(fe.source)
+                except Exception as exc:  # a malformed marker is verify's business; note it
+                    self.warnings.append(f"{fe.source}: unreadable .rocm_kpack_ref marker: {exc}")
+                    marker_cache[fe.source] = None
+            return marker_cache[fe.source]
+
+        for fmt, specs in plan.packages.items():
+            shipped: dict[str, str] = {}
+            for p in specs:
+                if p.kind == m.KIND_DEVICE:
+                    for fe in p.files:
+                        if fe.type != m.DIR:
+                            shipped[fe.path] = p.name
+            for p in specs:
+                if p.kind != m.KIND_DEVICE:
+                    continue
+                if any(fe.path.endswith(".kpack") for fe in p.files if fe.type == m.FILE):
+                    continue
+                host = next((h for h in specs if h.kind == m.KIND_HOST and h.definition == p.definition), None)
+                providers: list[str] = []
+                for fe in host.files if host else []:
+                    if fe.type != m.FILE or not _looks_elf(fe.source):
+                        continue
+                    marker = markers_of(fe)
+                    if marker is None:
+                        continue
+                    for path in resolve_search_paths(marker, fe.path, p.target):
+                        owner = shipped.get(path)
+                        if owner and owner != p.name and owner not in providers:
+                            providers.append(owner)
+                for owner in providers:
+                    dep = self._pin(fmt, owner)
+                    if dep not in p.depends:
+                        p.depends.append(dep)
+                if not providers and not any(fe.type != m.DIR for fe in p.files):
+                    what = (f"device package {p.name} would be empty: no file of {p.definition} is for {p.target} "
+                            f"and no host binary's marker names an archive another package ships")
+                    if self.settings.get("allow_unsatisfied"):
+                        self.warnings.append(what)
+                    elif fmt == "deb" or "deb" not in plan.packages:
+                        self.problems.append((p.name, what))
+
+    def _cycles(self) -> list[str]:
+        graph = {n: [x for r in d.deb_relations.get("depends", []) for x in relation_names(r) if x in self.defs]
+                 for n, d in self.defs.items()}
+        return [f"dependency cycle (legal in DEB/RPM): {' -> '.join(c + [c[0]])}" for c in _strongly_connected(graph)
+                if len(c) > 1]
+
+
+def _looks_elf(path: str) -> bool:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(4) == b"\x7fELF"
+    except OSError:
+        return False
+
+
+def _normalise_external(fmt: str, relation: str) -> str:
+    """System relations are kept verbatim, only spaced the way each format writes them."""
+    if fmt == "deb":
+        return " | ".join(p.strip() for p in relation.split("|"))
+    if "|" in relation:
+        return "(" + " or ".join(p.strip() for p in relation.split("|")) + ")"
+    return relation
+
+
+def _strongly_connected(graph: dict[str, list[str]]) -> list[list[str]]:
+    """Tarjan's algorithm, iterative; components in deterministic order."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on_stack: set[str] = set()
+    stack: list[str] = []
+    result: list[list[str]] = []
+    counter = 0
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, it = work[-1]
+            advanced = False
+            for nxt in it:
+                if nxt not in index:
+                    index[nxt] = low[nxt] = counter
+                    counter += 1
+                    stack.append(nxt)
+                    on_stack.add(nxt)
+                    work.append((nxt, iter(sorted(graph.get(nxt, [])))))
+                    advanced = True
+                    break
+                if nxt in on_stack:
+                    low[node] = min(low[node], index[nxt])
+            if advanced:
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                comp = []
+                while True:
+                    w = stack.pop()
+                    on_stack.discard(w)
+                    comp.append(w)
+                    if w == node:
+                        break
+                result.append(sorted(comp))
+    return sorted(result)
+
+
+def closure(specs: dict[str, m.PackageSpec], root: str, fmt: str | None = None) -> tuple[list[str], list[str]]:
+    """Offline install closure of `root` inside one format's package set: the sorted names
+    it pulls in, and the relations nothing in the set satisfies (external or missing).
+    Alternatives take the first name the set has, as apt and dnf would here."""
+    provided: dict[str, str] = {}
+    for spec in specs.values():
+        for prov in spec.provides:
+            provided.setdefault(relation_names(prov)[0], spec.name)
+    seen: set[str] = set()
+    unresolved: list[str] = []
+    todo = [root]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        for rel in specs[name].depends + specs[name].pre_depends:
+            choice = next((n for n in relation_names(rel) if n in specs or n in provided), None)
+            if choice is None:
+                if rel not in unresolved:
+                    unresolved.append(rel)
+                continue
+            todo.append(choice if choice in specs else provided[choice])
+    return sorted(seen), sorted(unresolved)
