@@ -129,3 +129,50 @@ def planned_installs(simulation_stdout: str) -> set[str]:
 
 def dedent(text: str) -> str:
     return textwrap.dedent(text).lstrip()
+
+
+# -- RPMs -------------------------------------------------------------------------------------
+
+RPM_ARCH = {"amd64": "x86_64", "all": "noarch"}
+
+
+def build_rpm(out_dir: Path, name: str, arch: str, depends: list[str], files: dict[str, bytes],
+              version: str = VERSION, release: str = RELEASE, extra_preamble: str = "",
+              post: str = "") -> Path:
+    """A real .rpm built by rpmbuild into OUT/rpm/<arch>/."""
+    rpm_arch = RPM_ARCH.get(arch, arch)
+    top = Path(tempfile.mkdtemp(prefix="rpmtop"))
+    try:
+        src = top / "payload"
+        for rel, data in files.items():
+            (src / rel).parent.mkdir(parents=True, exist_ok=True)
+            (src / rel).write_bytes(data)
+        requires = "".join(f"Requires: {d} = {version}-{release}\n" for d in depends)
+        install = "".join(f"install -D -m 0644 {src / rel} %{{buildroot}}/{rel}\n" for rel in files)
+        file_list = "".join(f"/{rel}\n" for rel in files)
+        spec = top / f"{name}.spec"
+        spec.write_text(
+            f"Name: {name}\nVersion: {version}\nRelease: {release}\nSummary: {name} test package\n"
+            f"License: MIT\nURL: https://example.org/rocm\nBuildArch: {rpm_arch}\n{requires}"
+            f"{extra_preamble}"
+            f"\n%description\n{name} test package.\nPart of the rocpkg repository tests.\n"
+            f"\n%install\n{install}"
+            + (f"\n%post\n{post}\n" if post else "")
+            + f"\n%files\n{file_list}"
+            f"\n%changelog\n* Tue Nov 14 2023 rocpkg test <t@example.org> - {version}-{release}\n"
+            f"- Test build of {name}.\n")
+        subprocess.run(["rpmbuild", "-bb", "--quiet", "--target", rpm_arch,
+                        "--define", f"_topdir {top}", "--define", f"_rpmdir {out_dir / 'rpm'}",
+                        "--define", "_buildhost rocpkg-test",
+                        "--define", "source_date_epoch_from_changelog 1",
+                        "--define", "use_source_date_epoch_as_buildtime 1",
+                        "--define", "__os_install_post %{nil}", "--define", "debug_package %{nil}",
+                        str(spec)], check=True, capture_output=True,
+                       env={**os.environ, "SOURCE_DATE_EPOCH": "1700000000"})
+        return out_dir / "rpm" / rpm_arch / f"{name}-{version}-{release}.{rpm_arch}.rpm"
+    finally:
+        shutil.rmtree(top)
+
+
+def build_rpms(out_dir: Path, chain=CHAIN, **kw) -> list[Path]:
+    return [build_rpm(out_dir, *entry, **kw) for entry in chain]

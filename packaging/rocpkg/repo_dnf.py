@@ -1,0 +1,522 @@
+"""DNF repository metadata: OUT/rpm/<arch>/*.rpm -> OUT/rpm/repodata/ (primary,
+filelists, other as `<sha256>-<kind>.xml.gz`, repomd.xml, repomd.xml.asc).
+
+createrepo_c's model: one dumper per metadata kind, each a streaming XML writer over a
+counting, hashing gzip stream, so every checksum and size in repomd.xml is known the
+moment a file is written and nothing is read back. What goes into each kind follows
+createrepo_c (the tests compare against it). Like the APT side, the whole tree is the
+truth (a publish lists every RPM present), an RPM that replaces a published one with
+other bytes is refused, and new metadata is written beside the old, repomd.xml last.
+"""
+from __future__ import annotations
+
+import gzip
+import os
+import re
+import stat
+import time
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+from xml.sax.saxutils import XMLGenerator
+
+from rocpkg import rpm
+from rocpkg.errors import RocpkgInputError
+from rocpkg.rpm import Tag
+from rocpkg.sign import ARMORED_KEY_NAME, Signer
+from rocpkg.streams import AtomicOutput, HashingWriter, hash_file
+
+NS_COMMON = "http://linux.duke.edu/metadata/common"
+NS_RPM = "http://linux.duke.edu/metadata/rpm"
+NS_FILELISTS = "http://linux.duke.edu/metadata/filelists"
+NS_OTHER = "http://linux.duke.edu/metadata/other"
+NS_REPO = "http://linux.duke.edu/metadata/repo"
+
+CHANGELOG_LIMIT = 10        # createrepo_c's default --changelog-limit
+
+# Tags rocpkg.rpm's table does not name (rpmtag.h).
+SIGTAG_LONGARCHIVESIZE = 271
+TAG_SOURCEPACKAGE = 1106
+TAG_SUPPLEMENTNAME, TAG_SUPPLEMENTVERSION, TAG_SUPPLEMENTFLAGS = 5052, 5053, 5054
+TAG_ENHANCENAME, TAG_ENHANCEVERSION, TAG_ENHANCEFLAGS = 5055, 5056, 5057
+
+RPMFILE_GHOST = 1 << 6
+# Requires that must be satisfied before a scriptlet runs: createrepo_c's pre="1".
+_PRE_FLAGS = (1 << 5) | (1 << 6) | (1 << 7) | (1 << 9) | (1 << 10)  # POSTTRANS PREREQ PRETRANS PRE POST
+_FLAG_NAMES = {rpm.RPMSENSE_LESS: "LT", rpm.RPMSENSE_GREATER: "GT", rpm.RPMSENSE_EQUAL: "EQ",
+               rpm.RPMSENSE_LESS | rpm.RPMSENSE_EQUAL: "LE",
+               rpm.RPMSENSE_GREATER | rpm.RPMSENSE_EQUAL: "GE"}
+_DEPENDENCY_KINDS = (  # primary element, name tag, flags tag, version tag
+    ("provides", Tag.PROVIDENAME, Tag.PROVIDEFLAGS, Tag.PROVIDEVERSION),
+    ("requires", Tag.REQUIRENAME, Tag.REQUIREFLAGS, Tag.REQUIREVERSION),
+    ("conflicts", Tag.CONFLICTNAME, Tag.CONFLICTFLAGS, Tag.CONFLICTVERSION),
+    ("obsoletes", Tag.OBSOLETENAME, Tag.OBSOLETEFLAGS, Tag.OBSOLETEVERSION),
+    ("suggests", Tag.SUGGESTNAME, Tag.SUGGESTFLAGS, Tag.SUGGESTVERSION),
+    ("enhances", TAG_ENHANCENAME, TAG_ENHANCEFLAGS, TAG_ENHANCEVERSION),
+    ("recommends", Tag.RECOMMENDNAME, Tag.RECOMMENDFLAGS, Tag.RECOMMENDVERSION),
+    ("supplements", TAG_SUPPLEMENTNAME, TAG_SUPPLEMENTFLAGS, TAG_SUPPLEMENTVERSION),
+)
+# XML 1.0 cannot carry these at all, escaped or not.
+_XML_INVALID = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
+
+
+def publish_dnf(out_dir: str | os.PathLike, *, signer: Signer | None = None,
+                source_date_epoch: int | None = None, sign_packages: bool = False) -> list[str]:
+    """Index every OUT/rpm/**/*.rpm into OUT/rpm/repodata; with a signer, sign
+    repomd.xml (and, with sign_packages, each RPM's header, in place, before indexing).
+
+    Returns the paths written. Raises RocpkgInputError for unreadable RPMs and for a
+    package already published with different bytes (all such problems at once).
+    """
+    rpm_root = os.path.join(os.fspath(out_dir), "rpm")
+    repodata = os.path.join(rpm_root, "repodata")
+    when = _publish_time(source_date_epoch)
+    previous = _published_metadata(repodata)
+    published = _published_packages(repodata, previous)
+
+    written: list[str] = []
+    packages = []
+    for rel in _rpm_files(rpm_root):
+        path = os.path.join(rpm_root, rel)
+        if sign_packages and signer is not None and _sign_header(path, signer):
+            written.append(path)
+        packages.append(_read_package(rpm_root, rel, source_date_epoch))
+    _refuse_conflicts(packages, published)
+    packages.sort(key=lambda p: (p.name, p.arch, p.epoch, p.version, p.release, p.href))
+
+    records = []
+    for kind, dumper in (("primary", _dump_primary), ("filelists", _dump_filelists),
+                         ("other", _dump_other)):
+        record = _write_metadata(repodata, kind, packages, dumper)
+        record["timestamp"] = when
+        records.append(record)
+        written.append(os.path.join(rpm_root, record["href"]))
+
+    repomd = _repomd_bytes(records, when)
+    outputs = [("repomd.xml", repomd)]
+    if signer is not None:
+        outputs.insert(0, ("repomd.xml.asc", signer.detached_armored(repomd)))
+    for name, data in outputs:
+        with AtomicOutput(os.path.join(repodata, name)) as f:
+            f.write(data)
+        written.append(os.path.join(repodata, name))
+    if signer is None:
+        _unlink(os.path.join(repodata, "repomd.xml.asc"))
+    _remove_unreferenced(repodata, keep={r["href"] for r in records} | set(previous.values()))
+    if signer is not None:
+        written += signer.export_public_keys(out_dir)
+    return written
+
+
+def write_client_snippet(out_dir: str | os.PathLike, base_url: str | None = None,
+                         gpgkey_url: str | None = None, repo_id: str = "rocm",
+                         name: str = "ROCm packages built by rocpkg") -> str:
+    """Write OUT/rocm.repo for /etc/yum.repos.d with package and metadata signature
+    checks on. base_url is a URL or a local path of the rpm/ directory (default
+    file://<absolute OUT>/rpm); gpgkey_url defaults to the exported OUT/rocm.asc."""
+    out_dir = os.path.abspath(os.fspath(out_dir))
+    url = _as_url(base_url or os.path.join(out_dir, "rpm"))
+    key = _as_url(gpgkey_url or os.path.join(out_dir, ARMORED_KEY_NAME))
+    text = (f"[{repo_id}]\nname={name}\nbaseurl={url}\nenabled=1\n"
+            f"gpgcheck=1\nrepo_gpgcheck=1\ngpgkey={key}\n")
+    path = os.path.join(out_dir, f"{repo_id}.repo")
+    with AtomicOutput(path) as f:
+        f.write(text.encode("utf-8"))
+    return path
+
+
+# -- reading packages ---------------------------------------------------------------------
+
+@dataclass
+class _Package:
+    """What the metadata needs from one RPM: its header, file facts and location."""
+
+    info: rpm.RpmInfo
+    href: str
+    checksum: str
+    size: int
+    file_time: int
+    name: str
+    arch: str
+    epoch: int
+    version: str
+    release: str
+
+    @property
+    def nevra(self) -> str:
+        return f"{self.name}-{self.epoch}:{self.version}-{self.release}.{self.arch}"
+
+
+def _rpm_files(rpm_root: str) -> list[str]:
+    found = []
+    for dirpath, dirnames, filenames in os.walk(rpm_root):
+        dirnames[:] = sorted(d for d in dirnames if d != "repodata")
+        for name in filenames:
+            if name.endswith(".rpm") and not name.endswith(".src.rpm"):
+                found.append(os.path.relpath(os.path.join(dirpath, name), rpm_root))
+    return sorted(found)
+
+
+def _read_package(rpm_root: str, rel: str, source_date_epoch: int | None) -> _Package:
+    path = os.path.join(rpm_root, rel)
+    info = rpm.read_rpm(path)
+    header = info.header
+    for tag in (Tag.NAME, Tag.VERSION, Tag.RELEASE, Tag.ARCH):
+        if not header.get(tag):
+            raise RocpkgInputError(path, f"RPM header has no {tag.name} tag")
+    digest = hash_file(path, ("sha256",))
+    mtime = int(os.stat(path).st_mtime)
+    if source_date_epoch is not None:
+        mtime = min(mtime, int(source_date_epoch))
+    return _Package(info=info, href=rel.replace(os.sep, "/"), checksum=digest.hexdigest(),
+                    size=digest.count, file_time=mtime, name=header[Tag.NAME],
+                    arch="src" if header.get(TAG_SOURCEPACKAGE) else header[Tag.ARCH],
+                    epoch=_int(header.get(Tag.EPOCH)), version=header[Tag.VERSION],
+                    release=header[Tag.RELEASE])
+
+
+def _sign_header(path: str, signer: Signer) -> bool:
+    """Add an OpenPGP signature over the main header (what `rpmsign --addsign` does for
+    v4 packages) unless the RPM already has one. Returns whether it signed."""
+    info = rpm.read_rpm(path)
+    if rpm.SigTag.RSA in info.signature or rpm.SigTag.DSA in info.signature:
+        return False
+    with open(path, "rb") as f:
+        f.seek(info.header_start)
+        header_bytes = f.read(info.header_end - info.header_start)
+    signature = signer.detached_binary(header_bytes)
+    rpm.replace_signature(path, {signer.rpm_header_signature_tag: (rpm.TYPE_BIN, signature)})
+    return True
+
+
+def _files(header: dict) -> list[tuple[str, str]]:
+    """(path, type) for every file in header order; type "", "dir" or "ghost"."""
+    if Tag.BASENAMES in header:
+        dirnames = header[Tag.DIRNAMES]
+        paths = [dirnames[i] + base for i, base in zip(header[Tag.DIRINDEXES], header[Tag.BASENAMES])]
+    else:
+        paths = list(header.get(Tag.OLDFILENAMES, []))
+    modes = header.get(Tag.FILEMODES, [])
+    flags = header.get(Tag.FILEFLAGS, [])
+    result = []
+    for i, path in enumerate(paths):
+        if i < len(modes) and stat.S_ISDIR(modes[i]):
+            kind = "dir"
+        elif i < len(flags) and flags[i] & RPMFILE_GHOST:
+            kind = "ghost"
+        else:
+            kind = ""
+        result.append((path, kind))
+    return result
+
+
+def _is_primary_file(path: str) -> bool:
+    """createrepo_c's cr_is_primary(): the files dnf may resolve path requires against
+    without downloading filelists."""
+    return path.startswith("/etc/") or path == "/usr/lib/sendmail" or "bin/" in path
+
+
+def _dependencies(header: dict, name_tag: int, flags_tag: int, version_tag: int):
+    names = header.get(name_tag, [])
+    flags = header.get(flags_tag, [0] * len(names))
+    versions = header.get(version_tag, [""] * len(names))
+    return list(zip(names, flags, versions))
+
+
+def _split_evr(evr: str) -> tuple[str | None, str | None, str | None]:
+    """'[epoch:]version[-release]' -> (epoch or "0", version, release or None)."""
+    if not evr:
+        return None, None, None
+    epoch, _, rest = evr.rpartition(":") if ":" in evr else ("0", "", evr)
+    version, _, release = rest.partition("-")
+    return epoch or "0", version, release or None
+
+
+# -- what is already published ------------------------------------------------------------
+
+def _published_metadata(repodata: str) -> dict[str, str]:
+    """kind -> href (relative to rpm/) of the current repomd.xml, empty without one."""
+    path = os.path.join(repodata, "repomd.xml")
+    if not os.path.isfile(path):
+        return {}
+    hrefs = {}
+    for data in ET.parse(path).getroot().iter(f"{{{NS_REPO}}}data"):
+        location = data.find(f"{{{NS_REPO}}}location")
+        if location is not None:
+            hrefs[data.get("type")] = location.get("href")
+    return hrefs
+
+
+def _published_packages(repodata: str, hrefs: dict[str, str]) -> dict[tuple, tuple[str, str]]:
+    """(name, epoch, version, release, arch) -> (href, sha256) from the current primary."""
+    published: dict[tuple, tuple[str, str]] = {}
+    if "primary" not in hrefs:
+        return published
+    path = os.path.join(os.path.dirname(repodata), hrefs["primary"])
+    if not os.path.isfile(path):
+        return published
+    with gzip.open(path, "rb") as f:
+        for _event, elem in ET.iterparse(f):
+            if elem.tag != f"{{{NS_COMMON}}}package":
+                continue
+            version = elem.find(f"{{{NS_COMMON}}}version")
+            key = (elem.findtext(f"{{{NS_COMMON}}}name"), int(version.get("epoch") or 0),
+                   version.get("ver"), version.get("rel"), elem.findtext(f"{{{NS_COMMON}}}arch"))
+            published[key] = (elem.find(f"{{{NS_COMMON}}}location").get("href"),
+                              elem.findtext(f"{{{NS_COMMON}}}checksum"))
+            elem.clear()
+    return published
+
+
+def _refuse_conflicts(packages: list[_Package], published: dict[tuple, tuple[str, str]]) -> None:
+    problems = []
+    seen: dict[tuple, _Package] = {}
+    for pkg in packages:
+        key = (pkg.name, pkg.epoch, pkg.version, pkg.release, pkg.arch)
+        if key in seen:
+            problems.append((pkg.href, f"{pkg.nevra} is also in {seen[key].href} "
+                                       f"(sha256 {seen[key].checksum}); one build per NEVRA"))
+            continue
+        seen[key] = pkg
+        old = published.get(key)
+        if old and old[1] != pkg.checksum:
+            problems.append((pkg.href, f"{pkg.nevra} has sha256 {pkg.checksum} but the published "
+                                       f"{old[0]} has sha256 {old[1]}; refusing to replace a "
+                                       f"published package (bump the version or release)"))
+    if problems:
+        raise RocpkgInputError(problems)
+
+
+# -- metadata writers ---------------------------------------------------------------------
+
+class _Xml:
+    """Thin streaming XML writer: proper escaping (XMLGenerator), readable indentation,
+    characters XML cannot carry dropped."""
+
+    def __init__(self, sink):
+        self.out = XMLGenerator(sink, encoding="UTF-8", short_empty_elements=True)
+        self.out.startDocument()
+
+    def newline(self, depth: int) -> None:
+        self.out.ignorableWhitespace("\n" + "  " * depth)
+
+    def start(self, name: str, attrs: dict | None = None) -> None:
+        self.out.startElement(name, {k: _clean(str(v)) for k, v in (attrs or {}).items()
+                                     if v is not None})
+
+    def end(self, name: str) -> None:
+        self.out.endElement(name)
+
+    def element(self, name: str, text: str | None = None, attrs: dict | None = None) -> None:
+        self.start(name, attrs)
+        if text:
+            self.out.characters(_clean(text))
+        self.end(name)
+
+
+def _clean(text: str) -> str:
+    return _XML_INVALID.sub("", text)
+
+
+def _write_metadata(repodata: str, kind: str, packages: list[_Package], dumper) -> dict:
+    """Stream one metadata kind through gzip (mtime 0) into a temporary file, counting
+    and hashing both sides, then rename it to `<sha256>-<kind>.xml.gz`."""
+    os.makedirs(repodata, exist_ok=True)
+    tmp = os.path.join(repodata, f".{kind}.xml.gz.tmp-{os.getpid()}")
+    try:
+        with open(tmp, "wb") as raw:
+            packed = HashingWriter(raw)
+            with gzip.GzipFile(filename="", mode="wb", fileobj=packed, mtime=0) as gz:
+                opened = HashingWriter(gz)
+                dumper(_Xml(opened), packages)
+        name = f"{packed.hexdigest()}-{kind}.xml.gz"
+        os.replace(tmp, os.path.join(repodata, name))
+    except BaseException:
+        _unlink(tmp)
+        raise
+    return {"type": kind, "href": f"repodata/{name}", "checksum": packed.hexdigest(),
+            "size": packed.count, "open-checksum": opened.hexdigest(), "open-size": opened.count}
+
+
+def _version_attrs(pkg: _Package) -> dict:
+    return {"epoch": str(pkg.epoch), "ver": pkg.version, "rel": pkg.release}
+
+
+def _dump_primary(xml: _Xml, packages: list[_Package]) -> None:
+    xml.start("metadata", {"xmlns": NS_COMMON, "xmlns:rpm": NS_RPM, "packages": str(len(packages))})
+    for pkg in packages:
+        h = pkg.info.header
+        xml.newline(0)
+        xml.start("package", {"type": "rpm"})
+        for name, text, attrs in (
+                ("name", pkg.name, None), ("arch", pkg.arch, None),
+                ("version", None, _version_attrs(pkg)),
+                ("checksum", pkg.checksum, {"type": "sha256", "pkgid": "YES"}),
+                ("summary", _text(h, Tag.SUMMARY), None),
+                ("description", _text(h, Tag.DESCRIPTION), None),
+                ("packager", _text(h, Tag.PACKAGER), None), ("url", _text(h, Tag.URL), None),
+                ("time", None, {"file": pkg.file_time, "build": _int(h.get(Tag.BUILDTIME))}),
+                ("size", None, {"package": pkg.size, "installed": _installed_size(h),
+                                "archive": _archive_size(pkg.info)}),
+                ("location", None, {"href": pkg.href})):
+            xml.newline(1)
+            xml.element(name, text, attrs)
+        xml.newline(1)
+        xml.start("format")
+        for name, text in (("rpm:license", _text(h, Tag.LICENSE)), ("rpm:vendor", _text(h, Tag.VENDOR)),
+                           ("rpm:group", _text(h, Tag.GROUP)), ("rpm:buildhost", _text(h, Tag.BUILDHOST)),
+                           ("rpm:sourcerpm", _text(h, Tag.SOURCERPM))):
+            xml.newline(2)
+            xml.element(name, text)
+        xml.newline(2)
+        xml.element("rpm:header-range", None, {"start": pkg.info.header_start, "end": pkg.info.header_end})
+        files = _files(h)
+        for kind, entries in _primary_dependencies(h, {p for p, _ in files}):
+            xml.newline(2)
+            xml.start(f"rpm:{kind}")
+            for attrs in entries:
+                xml.newline(3)
+                xml.element("rpm:entry", None, attrs)
+            xml.newline(2)
+            xml.end(f"rpm:{kind}")
+        for path, kind in files:
+            if _is_primary_file(path):
+                xml.newline(2)
+                xml.element("file", path, {"type": kind or None})
+        xml.newline(1)
+        xml.end("format")
+        xml.newline(0)
+        xml.end("package")
+    xml.newline(0)
+    xml.end("metadata")
+    xml.out.ignorableWhitespace("\n")
+
+
+def _primary_dependencies(header: dict, files: set[str]):
+    """(kind, [entry attrs]) per non-empty dependency kind, filtered as createrepo_c does:
+    no rpmlib() requires, no requires on the package's own primary files, no repeats."""
+    for kind, name_tag, flags_tag, version_tag in _DEPENDENCY_KINDS:
+        entries, seen = [], set()
+        for name, flags, evr in _dependencies(header, name_tag, flags_tag, version_tag):
+            pre = None
+            if kind == "requires":
+                if name.startswith("rpmlib("):
+                    continue
+                if name.startswith("/") and name in files and _is_primary_file(name):
+                    continue
+                if flags & _PRE_FLAGS:
+                    pre = "1"
+            epoch, version, release = _split_evr(evr)
+            attrs = {"name": name, "flags": _FLAG_NAMES.get(flags & 0xF) if evr else None,
+                     "epoch": epoch, "ver": version, "rel": release, "pre": pre}
+            key = tuple(attrs.values())
+            if key in seen:
+                continue
+            seen.add(key)
+            entries.append(attrs)
+        if entries:
+            yield kind, entries
+
+
+def _dump_filelists(xml: _Xml, packages: list[_Package]) -> None:
+    xml.start("filelists", {"xmlns": NS_FILELISTS, "packages": str(len(packages))})
+    for pkg in packages:
+        xml.newline(0)
+        xml.start("package", {"pkgid": pkg.checksum, "name": pkg.name, "arch": pkg.arch})
+        xml.newline(1)
+        xml.element("version", None, _version_attrs(pkg))
+        for path, kind in _files(pkg.info.header):
+            xml.newline(1)
+            xml.element("file", path, {"type": kind or None})
+        xml.newline(0)
+        xml.end("package")
+    xml.newline(0)
+    xml.end("filelists")
+    xml.out.ignorableWhitespace("\n")
+
+
+def _dump_other(xml: _Xml, packages: list[_Package]) -> None:
+    xml.start("otherdata", {"xmlns": NS_OTHER, "packages": str(len(packages))})
+    for pkg in packages:
+        h = pkg.info.header
+        xml.newline(0)
+        xml.start("package", {"pkgid": pkg.checksum, "name": pkg.name, "arch": pkg.arch})
+        xml.newline(1)
+        xml.element("version", None, _version_attrs(pkg))
+        entries = list(zip(h.get(Tag.CHANGELOGTIME, []), h.get(Tag.CHANGELOGNAME, []),
+                           h.get(Tag.CHANGELOGTEXT, [])))[:CHANGELOG_LIMIT]
+        for when, author, text in reversed(entries):     # oldest first, as createrepo_c
+            xml.newline(1)
+            xml.element("changelog", text, {"author": author, "date": when})
+        xml.newline(0)
+        xml.end("package")
+    xml.newline(0)
+    xml.end("otherdata")
+    xml.out.ignorableWhitespace("\n")
+
+
+def _repomd_bytes(records: list[dict], revision: int) -> bytes:
+    root = ET.Element("repomd", {"xmlns": NS_REPO, "xmlns:rpm": NS_RPM})
+    ET.SubElement(root, "revision").text = str(revision)
+    for record in records:
+        data = ET.SubElement(root, "data", {"type": record["type"]})
+        ET.SubElement(data, "checksum", {"type": "sha256"}).text = record["checksum"]
+        ET.SubElement(data, "open-checksum", {"type": "sha256"}).text = record["open-checksum"]
+        ET.SubElement(data, "location", {"href": record["href"]})
+        ET.SubElement(data, "timestamp").text = str(record["timestamp"])
+        ET.SubElement(data, "size").text = str(record["size"])
+        ET.SubElement(data, "open-size").text = str(record["open-size"])
+    ET.indent(root)
+    return ET.tostring(root, encoding="UTF-8", xml_declaration=True) + b"\n"
+
+
+# -- small helpers ------------------------------------------------------------------------
+
+def _text(header: dict, tag: int) -> str:
+    value = header.get(tag, "")
+    if isinstance(value, list):   # I18NSTRING: the C locale's text comes first
+        value = value[0] if value else ""
+    return value
+
+
+def _int(value) -> int:
+    if isinstance(value, list):
+        return value[0] if value else 0
+    return value or 0
+
+
+def _installed_size(header: dict) -> int:
+    return _int(header.get(Tag.LONGSIZE)) or _int(header.get(Tag.SIZE))
+
+
+def _archive_size(info: rpm.RpmInfo) -> int:
+    return (_int(info.signature.get(SIGTAG_LONGARCHIVESIZE))
+            or _int(info.signature.get(rpm.SigTag.PAYLOADSIZE))
+            or _int(info.header.get(Tag.ARCHIVESIZE)))
+
+
+def _publish_time(source_date_epoch: int | None) -> int:
+    if source_date_epoch is not None:
+        return int(source_date_epoch)
+    if os.environ.get("SOURCE_DATE_EPOCH"):
+        return int(os.environ["SOURCE_DATE_EPOCH"])
+    return int(time.time())
+
+
+def _as_url(location: str) -> str:
+    return location if "://" in location else "file://" + os.path.abspath(location)
+
+
+def _remove_unreferenced(repodata: str, keep: set[str]) -> None:
+    """Drop metadata files neither the new nor the previous repomd.xml names: readers
+    that fetched the previous repomd.xml can still fetch what it lists."""
+    keep_names = {os.path.basename(href) for href in keep if href}
+    for name in os.listdir(repodata):
+        if name.endswith(".xml.gz") and name not in keep_names:
+            _unlink(os.path.join(repodata, name))
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
