@@ -460,3 +460,589 @@ def replace_signature(path: str | os.PathLike, extra_tags: dict[int, tuple[int, 
     with open(path, "r+b") as f:
         f.seek(LEAD_SIZE)
         f.write(blob)
+
+
+# ---------------------------------------------------------------------------
+# 3. cpio
+# ---------------------------------------------------------------------------
+
+CPIO_NEWC_MAGIC = b"070701"
+CPIO_STRIPPED_MAGIC = b"07070X"
+CPIO_TRAILER = b"TRAILER!!!\0"
+CPIO_FILESIZE_MAX = 0xFFFFFFFF
+
+
+class CpioWriter:
+    """rpm's cpio payload. newc entries carry "./path" and stat fields; in the stripped
+    form (07070X, rpm >= 4.12, used whenever the header has LONGFILESIZES) an entry is
+    just the file's index in the header, which holds all the metadata. Both forms pad
+    each header and each file's data to 4 bytes and end with a newc TRAILER!!!."""
+
+    def __init__(self, sink, stripped: bool):
+        self.sink = sink
+        self.stripped = stripped
+        self.offset = 0
+        self.data_left = 0
+
+    def _write(self, data: bytes) -> None:
+        self.sink.write(data)
+        self.offset += len(data)
+
+    def _pad(self) -> None:
+        if self.offset % 4:
+            self._write(b"\0" * (-self.offset % 4))
+
+    def add(self, index: int, path: str, mode: int, size: int, mtime: int, inode: int) -> None:
+        """Start entry `index` (position in the header's file list); exactly `size`
+        data bytes must follow through write_data()."""
+        if self.data_left:
+            raise ValueError(f"previous cpio entry is {self.data_left} bytes short")
+        self._pad()
+        if self.stripped:
+            self._write(CPIO_STRIPPED_MAGIC + b"%08x" % index)
+        else:
+            if size >= CPIO_FILESIZE_MAX:
+                raise ValueError(f"{path}: too large for a newc cpio entry")
+            name = b"." + path.encode("utf-8", "surrogateescape") + b"\0"
+            fields = (inode, mode, 0, 0, 1, mtime, size, 0, 0, 0, 0, len(name), 0)
+            self._write(CPIO_NEWC_MAGIC + b"".join(b"%08x" % v for v in fields) + name)
+        self._pad()
+        self.data_left = size
+
+    def write_data(self, data) -> int:
+        if len(data) > self.data_left:
+            raise ValueError("cpio entry data longer than declared")
+        self.sink.write(data)
+        self.offset += len(data)
+        self.data_left -= len(data)
+        return len(data)
+
+    # file-like face for streams.copy_stream
+    write = write_data
+
+    def finish(self) -> None:
+        if self.data_left:
+            raise ValueError(f"last cpio entry is {self.data_left} bytes short")
+        self._pad()
+        fields = (0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, len(CPIO_TRAILER), 0)
+        self._write(CPIO_NEWC_MAGIC + b"".join(b"%08x" % v for v in fields) + CPIO_TRAILER)
+        self._pad()
+
+
+# ---------------------------------------------------------------------------
+# 6. writer: rendered spec text -> header tags; files -> cpio
+# ---------------------------------------------------------------------------
+
+@dataclass
+class ParsedSpec:
+    """What the writer takes from the rendered spec (templates/rpm/spec.j2)."""
+
+    preamble: dict[str, str]
+    relations: dict[str, list[tuple[str, int, str]]]    # Requires/... -> (name, flags, version)
+    description: str
+    scripts: dict[str, tuple[str, str]]                 # "post" -> (program, body)
+    changelog: list[tuple[int, str, str]]               # (time, name line, text)
+
+
+SCRIPT_SECTIONS = ("pre", "post", "preun", "postun")
+_SECTIONS = ("description", "files", "changelog") + SCRIPT_SECTIONS
+_RELATION_KEYS = ("requires", "recommends", "suggests", "provides", "conflicts", "obsoletes")
+_SCRIPT_SENSE = {"pre": RPMSENSE_SCRIPT_PRE, "post": RPMSENSE_SCRIPT_POST,
+                 "preun": RPMSENSE_SCRIPT_PREUN, "postun": RPMSENSE_SCRIPT_POSTUN}
+_OPERATORS = {"<": RPMSENSE_LESS, ">": RPMSENSE_GREATER, "=": RPMSENSE_EQUAL,
+              "==": RPMSENSE_EQUAL, "<=": RPMSENSE_LESS | RPMSENSE_EQUAL,
+              ">=": RPMSENSE_GREATER | RPMSENSE_EQUAL}
+
+
+def parse_relation(text: str) -> tuple[str, int, str]:
+    """`name`, `name >= 1.0`, `name = 7.1.0-1`, rich `(a or b)` -> (name, flags, version).
+    A rich dependency stays one name string with flags 0, as rpmbuild stores it."""
+    text = text.strip()
+    if not text:
+        raise ValueError("empty relation")
+    if text.startswith("("):
+        if text.count("(") != text.count(")") or not text.endswith(")"):
+            raise ValueError(f"unbalanced rich dependency: {text}")
+        return text, RPMSENSE_ANY, ""
+    parts = text.split()
+    if len(parts) == 1:
+        return parts[0], RPMSENSE_ANY, ""
+    if len(parts) == 3 and parts[1] in _OPERATORS:
+        return parts[0], _OPERATORS[parts[1]], parts[2]
+    raise ValueError(f"cannot parse relation: {text}")
+
+
+def _split_relations(value: str) -> list[str]:
+    """Split a relation line on commas outside parentheses."""
+    items, depth, current = [], 0, ""
+    for ch in value:
+        depth += (ch == "(") - (ch == ")")
+        if ch == "," and depth == 0:
+            items.append(current)
+            current = ""
+        else:
+            current += ch
+    items.append(current)
+    return [i.strip() for i in items if i.strip()]
+
+
+def _changelog_time(header_line: str) -> int:
+    """`* Thu Jan 01 1970 ...` -> noon UTC of that day (rpm keeps day resolution)."""
+    import calendar
+    import time
+
+    fields = header_line.lstrip("*").split()
+    stamp = time.strptime(" ".join(fields[:4]), "%a %b %d %Y")
+    return calendar.timegm(stamp) + 12 * 3600
+
+
+def parse_spec(text: str) -> ParsedSpec:
+    """Parse the subset of spec syntax that spec.j2 renders: `Key: value` preamble,
+    %description, %pre/%post/%preun/%postun (optionally `-p <prog>`), %files (ignored:
+    the file list comes from the plan) and %changelog."""
+    preamble: dict[str, str] = {}
+    relations: dict[str, list] = {k: [] for k in _RELATION_KEYS}
+    sections: dict[str, list[str]] = {}
+    programs: dict[str, str] = {}
+    current = None
+    for lineno, line in enumerate(text.splitlines(), 1):
+        word = line.split()[0] if line.split() else ""
+        if word.startswith("%") and word[1:] in _SECTIONS:
+            current = word[1:]
+            if current in sections:
+                raise ValueError(f"spec line {lineno}: section %{current} repeated")
+            sections[current] = []
+            args = line.split()[1:]
+            programs[current] = args[1] if args[:1] == ["-p"] and len(args) > 1 else "/bin/sh"
+            continue
+        if current is not None:
+            sections[current].append(line)
+            continue
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        key, sep, value = line.partition(":")
+        if not sep:
+            raise ValueError(f"spec line {lineno}: expected `Key: value`: {line!r}")
+        key, value = key.strip(), value.strip()
+        base, _, qualifier = key.partition("(")
+        if base.lower() in _RELATION_KEYS:
+            sense = _SCRIPT_SENSE.get(qualifier.rstrip(")").strip(), 0) if qualifier else 0
+            for item in _split_relations(value):
+                name, flags, version = parse_relation(item)
+                relations[base.lower()].append((name, flags | sense, version))
+        else:
+            preamble[key.lower()] = value
+    scripts = {}
+    for name in SCRIPT_SECTIONS:
+        if name in sections:
+            body = "\n".join(sections[name]).strip("\n")
+            if body.strip() or programs[name] != "/bin/sh":
+                scripts[name] = (programs[name], body + "\n" if body else "")
+    changelog = []
+    entry = None
+    for line in sections.get("changelog", []):
+        if line.startswith("*"):
+            entry = [_changelog_time(line), " ".join(line.lstrip("*").split()[4:]), []]
+            changelog.append(entry)
+        elif entry is not None and line.strip():
+            entry[2].append(line)
+    description = "\n".join(sections.get("description", [])).strip("\n")
+    return ParsedSpec(preamble, relations, description, scripts,
+                      [(t, n, "\n".join(body)) for t, n, body in changelog])
+
+
+# Directories that belong to the base system (filesystem package): never owned here.
+SYSTEM_DIRS = frozenset({
+    "/", "/bin", "/boot", "/etc", "/home", "/lib", "/lib64", "/media", "/mnt", "/opt",
+    "/root", "/run", "/sbin", "/srv", "/tmp", "/usr", "/usr/bin", "/usr/include",
+    "/usr/lib", "/usr/lib64", "/usr/libexec", "/usr/local", "/usr/sbin", "/usr/share",
+    "/usr/share/doc", "/usr/share/man", "/usr/src", "/var", "/etc/ld.so.conf.d",
+})
+BUILDHOST = "localhost"
+RPMVERSION = "4.18.0"       # the rpm feature level this writer follows
+LARGE_FILE = 1 << 32        # rpm: sizes >= UINT32_MAX need LONGFILESIZES
+_LARGE = 0xFFFFFFFF
+_S_IFDIR, _S_IFREG, _S_IFLNK = 0o040000, 0o100000, 0o120000
+
+
+def _rpmlib(feature: str, version: str) -> tuple[str, int, str]:
+    return (f"rpmlib({feature})", RPMSENSE_RPMLIB | RPMSENSE_LESS | RPMSENSE_EQUAL, version)
+
+
+def _relation_tags(relations, name_tag, flags_tag, version_tag) -> dict:
+    if not relations:
+        return {}
+    return {name_tag: (TYPE_STRING_ARRAY, [r[0] for r in relations]),
+            flags_tag: (TYPE_INT32, [r[1] for r in relations]),
+            version_tag: (TYPE_STRING_ARRAY, [r[2] for r in relations])}
+
+
+def _sorted_unique(relations) -> list[tuple[str, int, str]]:
+    """rpm keeps dependency sets sorted and without duplicates."""
+    return sorted(set(relations), key=lambda r: (r[0].encode(), r[2], r[1]))
+
+
+def checked_files(spec) -> list:
+    """The spec's files sorted as rpm sorts them (bytewise by path), after refusing what
+    rpm would mis-install: relative or unnormalised paths, duplicates, system dirs."""
+    from rocpkg.model import DIR, FILE, SYMLINK
+
+    problems = []
+    seen = set()
+    for entry in spec.files:
+        where = f"{spec.name}: {entry.path}"
+        parts = entry.path.split("/")
+        if not entry.path.startswith("/") or entry.path.endswith("/") or \
+                any(p in ("", ".", "..") for p in parts[1:]):
+            problems.append((where, "path must be absolute and normalised"))
+        elif entry.path in seen:
+            problems.append((where, "listed twice"))
+        elif entry.type == DIR and entry.path in SYSTEM_DIRS:
+            problems.append((where, "system directory must not be owned by a package"))
+        elif entry.type not in (FILE, DIR, SYMLINK):
+            problems.append((where, f"unknown file type {entry.type!r}"))
+        elif entry.type == SYMLINK and not entry.link_target:
+            problems.append((where, "symlink without a target"))
+        elif entry.type == FILE and not entry.source:
+            problems.append((where, "file without a source"))
+        seen.add(entry.path)
+    if problems:
+        raise RocpkgInputError(problems)
+    return sorted(spec.files, key=lambda e: e.path.encode("utf-8", "surrogateescape"))
+
+
+def digest_sources(spec, files) -> dict[str, str]:
+    """Pass 1: SHA-256 of every regular file (the header needs them before the payload),
+    checking that each source still has its planned size."""
+    from rocpkg.model import FILE
+    from rocpkg.streams import hash_file
+
+    digests = {}
+    for entry in files:
+        if entry.type != FILE:
+            continue
+        try:
+            hashed = hash_file(entry.source)
+        except OSError as exc:
+            raise RocpkgInputError(f"{spec.name}: {entry.path}",
+                                   f"cannot read {entry.source}: {exc.strerror}") from None
+        if hashed.count != entry.size:
+            raise RocpkgInputError(f"{spec.name}: {entry.path}",
+                                   f"{entry.source} has {hashed.count} bytes, planned {entry.size}")
+        digests[entry.path] = hashed.hexdigest()
+    return digests
+
+
+def _entry_size(entry) -> int:
+    from rocpkg.model import FILE, SYMLINK
+
+    if entry.type == FILE:
+        return entry.size
+    if entry.type == SYMLINK:
+        return len(entry.link_target.encode("utf-8", "surrogateescape"))
+    return 0
+
+
+def _entry_mode(entry) -> int:
+    from rocpkg.model import DIR, FILE
+
+    kind = _S_IFREG if entry.type == FILE else _S_IFDIR if entry.type == DIR else _S_IFLNK
+    perms = 0o777 if kind == _S_IFLNK else entry.mode & 0o7777
+    return kind | perms
+
+
+def file_tags(files, digests: dict[str, str], mtime: int, large: bool) -> dict:
+    """DIRNAMES/BASENAMES/DIRINDEXES and the per-file arrays rpm, dnf and rpmlint read."""
+    from rocpkg.model import DIR, FILE, SYMLINK
+
+    if not files:
+        return {}
+    dirnames: list[str] = []
+    dir_index: dict[str, int] = {}
+    basenames, dirindexes = [], []
+    for entry in files:
+        parent, _, base = entry.path.rpartition("/")
+        parent += "/"
+        if parent not in dir_index:
+            dir_index[parent] = len(dirnames)
+            dirnames.append(parent)
+        basenames.append(base)
+        dirindexes.append(dir_index[parent])
+    n = len(files)
+    classes = ["", "directory"]
+    sizes = [_entry_size(e) for e in files]
+    tags = {
+        Tag.FILEMODES: (TYPE_INT16, [_entry_mode(e) for e in files]),
+        Tag.FILERDEVS: (TYPE_INT16, [0] * n),
+        Tag.FILEMTIMES: (TYPE_INT32, [mtime] * n),
+        Tag.FILEDIGESTS: (TYPE_STRING_ARRAY, [digests.get(e.path, "") if e.type == FILE else ""
+                                              for e in files]),
+        Tag.FILELINKTOS: (TYPE_STRING_ARRAY, [e.link_target if e.type == SYMLINK else ""
+                                              for e in files]),
+        Tag.FILEFLAGS: (TYPE_INT32, [RPMFILE_NONE] * n),
+        Tag.FILEUSERNAME: (TYPE_STRING_ARRAY, ["root"] * n),
+        Tag.FILEGROUPNAME: (TYPE_STRING_ARRAY, ["root"] * n),
+        Tag.FILEVERIFYFLAGS: (TYPE_INT32, [RPMVERIFY_ALL] * n),
+        Tag.FILEDEVICES: (TYPE_INT32, [1] * n),
+        Tag.FILEINODES: (TYPE_INT32, list(range(1, n + 1))),
+        Tag.FILELANGS: (TYPE_STRING_ARRAY, [""] * n),
+        Tag.FILECOLORS: (TYPE_INT32, [0] * n),
+        Tag.FILECLASS: (TYPE_INT32, [1 if e.type == DIR else 0 for e in files]),
+        Tag.CLASSDICT: (TYPE_STRING_ARRAY, classes),
+        Tag.DIRINDEXES: (TYPE_INT32, dirindexes),
+        Tag.BASENAMES: (TYPE_STRING_ARRAY, basenames),
+        Tag.DIRNAMES: (TYPE_STRING_ARRAY, dirnames),
+        Tag.FILEDIGESTALGO: (TYPE_INT32, [PGPHASHALGO_SHA256]),
+    }
+    if large:
+        tags[Tag.LONGFILESIZES] = (TYPE_INT64, sizes)
+    else:
+        tags[Tag.FILESIZES] = (TYPE_INT32, sizes)
+    return tags
+
+
+def _i18n(text: str) -> tuple[int, list[str]]:
+    return (TYPE_I18NSTRING, [text])
+
+
+def build_header(spec, parsed: ParsedSpec, options, files, digests: dict[str, str],
+                 payload_digest: str, payload_digest_alt: str) -> dict:
+    """Every main-header tag, from the parsed spec text (metadata) and the plan (files).
+    Digests are fixed-length hex, so a placeholder header has the final header's size."""
+    pre = parsed.preamble
+    for key in ("name", "version", "release", "summary", "license"):
+        if not pre.get(key):
+            raise RocpkgInputError(spec.name, f"rendered spec has no {key.capitalize()}")
+    name, version, release = pre["name"], pre["version"], pre["release"]
+    epoch = int(pre.get("epoch", "0") or 0)
+    evr = f"{epoch}:{version}-{release}" if epoch else f"{version}-{release}"
+    sizes = [_entry_size(e) for e in files]
+    large = any(s >= _LARGE for s in sizes)
+    total = sum(sizes)
+
+    provides = list(parsed.relations["provides"]) + [(name, RPMSENSE_EQUAL, evr)]
+    if spec.arch == "x86_64":
+        provides.append((f"{name}(x86-64)", RPMSENSE_EQUAL, evr))
+    requires = list(parsed.relations["requires"])
+    for script, (program, _body) in parsed.scripts.items():
+        if program.startswith("/"):
+            requires.append((program, RPMSENSE_INTERP | _SCRIPT_SENSE[script], ""))
+    requires += [_rpmlib("CompressedFileNames", "3.0.4-1"), _rpmlib("FileDigests", "4.6.0-1"),
+                 _rpmlib("PayloadFilesHavePrefix", "4.0-1")]
+    if options.compression == "zstd":
+        requires.append(_rpmlib("PayloadIsZstd", "5.4.18-1"))
+    elif options.compression == "xz":
+        requires.append(_rpmlib("PayloadIsXz", "5.2-1"))
+    all_relations = [r for key in _RELATION_KEYS for r in parsed.relations[key]]
+    if any(r[0].startswith("(") for r in all_relations):
+        requires.append(_rpmlib("RichDependencies", "4.12.0-1"))
+    if large:
+        requires.append(_rpmlib("LargeFiles", "4.12.0-1"))
+
+    tags = {
+        Tag.HEADERI18NTABLE: (TYPE_STRING_ARRAY, ["C"]),
+        Tag.NAME: (TYPE_STRING, name),
+        Tag.VERSION: (TYPE_STRING, version),
+        Tag.RELEASE: (TYPE_STRING, release),
+        Tag.SUMMARY: _i18n(pre["summary"]),
+        Tag.DESCRIPTION: _i18n(parsed.description or pre["summary"]),
+        Tag.BUILDTIME: (TYPE_INT32, [options.source_date_epoch]),
+        Tag.BUILDHOST: (TYPE_STRING, BUILDHOST),
+        Tag.LICENSE: (TYPE_STRING, pre["license"]),
+        Tag.GROUP: _i18n(pre.get("group") or "Unspecified"),
+        Tag.OS: (TYPE_STRING, "linux"),
+        Tag.ARCH: (TYPE_STRING, spec.arch),
+        Tag.SOURCERPM: (TYPE_STRING, f"{name}-{version}-{release}.src.rpm"),
+        Tag.RPMVERSION: (TYPE_STRING, RPMVERSION),
+        Tag.PAYLOADFORMAT: (TYPE_STRING, "cpio"),
+        Tag.PAYLOADCOMPRESSOR: (TYPE_STRING, options.compression),
+        Tag.PAYLOADFLAGS: (TYPE_STRING, str(options.compression_level)),
+        Tag.PLATFORM: (TYPE_STRING, f"{spec.arch}-pc-linux-gnu"),
+        Tag.ENCODING: (TYPE_STRING, "utf-8"),
+        Tag.PAYLOADDIGEST: (TYPE_STRING_ARRAY, [payload_digest]),
+        Tag.PAYLOADDIGESTALGO: (TYPE_INT32, [PGPHASHALGO_SHA256]),
+        Tag.PAYLOADDIGESTALT: (TYPE_STRING_ARRAY, [payload_digest_alt]),
+    }
+    if epoch:
+        tags[Tag.EPOCH] = (TYPE_INT32, [epoch])
+    if total >= _LARGE:
+        tags[Tag.LONGSIZE] = (TYPE_INT64, [total])
+    else:
+        tags[Tag.SIZE] = (TYPE_INT32, [total])
+    for key, tag in (("vendor", Tag.VENDOR), ("url", Tag.URL), ("packager", Tag.PACKAGER)):
+        if pre.get(key):
+            tags[tag] = (TYPE_STRING, pre[key])
+    script_tags = {"pre": (Tag.PREIN, Tag.PREINPROG), "post": (Tag.POSTIN, Tag.POSTINPROG),
+                   "preun": (Tag.PREUN, Tag.PREUNPROG), "postun": (Tag.POSTUN, Tag.POSTUNPROG)}
+    for script, (program, body) in parsed.scripts.items():
+        body_tag, prog_tag = script_tags[script]
+        if body:
+            tags[body_tag] = (TYPE_STRING, body)
+        tags[prog_tag] = (TYPE_STRING, program)
+    if parsed.changelog:
+        tags[Tag.CHANGELOGTIME] = (TYPE_INT32, [c[0] for c in parsed.changelog])
+        tags[Tag.CHANGELOGNAME] = (TYPE_STRING_ARRAY, [c[1] for c in parsed.changelog])
+        tags[Tag.CHANGELOGTEXT] = (TYPE_STRING_ARRAY, [c[2] for c in parsed.changelog])
+    tags.update(_relation_tags(_sorted_unique(provides), Tag.PROVIDENAME, Tag.PROVIDEFLAGS,
+                               Tag.PROVIDEVERSION))
+    tags.update(_relation_tags(_sorted_unique(requires), Tag.REQUIRENAME, Tag.REQUIREFLAGS,
+                               Tag.REQUIREVERSION))
+    for key, (n_tag, f_tag, v_tag) in {
+        "conflicts": (Tag.CONFLICTNAME, Tag.CONFLICTFLAGS, Tag.CONFLICTVERSION),
+        "obsoletes": (Tag.OBSOLETENAME, Tag.OBSOLETEFLAGS, Tag.OBSOLETEVERSION),
+        "recommends": (Tag.RECOMMENDNAME, Tag.RECOMMENDFLAGS, Tag.RECOMMENDVERSION),
+        "suggests": (Tag.SUGGESTNAME, Tag.SUGGESTFLAGS, Tag.SUGGESTVERSION),
+    }.items():
+        tags.update(_relation_tags(_sorted_unique(parsed.relations[key]), n_tag, f_tag, v_tag))
+    tags.update(file_tags(files, digests, options.source_date_epoch, large))
+    return tags
+
+
+class _Compressor:
+    """One face (write/finish) over zstd, xz and gzip streams into a sink."""
+
+    def __init__(self, sink, options):
+        self.sink = sink
+        self.kind = options.compression
+        level = options.compression_level
+        if self.kind == "zstd":
+            import zstandard
+
+            threads = options.threads if options.threads > 0 else -1
+            self.stream = zstandard.ZstdCompressor(level=level, threads=threads).stream_writer(
+                sink, closefd=False, write_return_read=True)
+        elif self.kind == "xz":
+            import lzma
+
+            self.obj = lzma.LZMACompressor(format=lzma.FORMAT_XZ, check=lzma.CHECK_CRC32,
+                                           preset=level)
+        elif self.kind == "gzip":
+            import zlib
+
+            self.obj = zlib.compressobj(level, zlib.DEFLATED, 31)
+        else:
+            raise RocpkgInputError("compression", f"unsupported: {self.kind!r} (zstd, xz, gzip)")
+
+    def write(self, data) -> int:
+        if self.kind == "zstd":
+            self.stream.write(data)
+        else:
+            out = self.obj.compress(data)
+            if out:
+                self.sink.write(out)
+        return len(data)
+
+    def finish(self) -> None:
+        if self.kind == "zstd":
+            import zstandard
+
+            self.stream.flush(zstandard.FLUSH_FRAME)
+        else:
+            self.sink.write(self.obj.flush())
+
+
+def _stream_payload(spec, files, payload_sink, large: bool, mtime: int) -> None:
+    """Pass 2: the cpio archive of every entry, file bytes streamed from the sources."""
+    from rocpkg.model import FILE, SYMLINK
+    from rocpkg.streams import copy_stream
+
+    cpio = CpioWriter(payload_sink, stripped=large)
+    for index, entry in enumerate(files):
+        size = _entry_size(entry)
+        cpio.add(index, entry.path, _entry_mode(entry), size, mtime, index + 1)
+        if entry.type == SYMLINK:
+            cpio.write_data(entry.link_target.encode("utf-8", "surrogateescape"))
+        elif entry.type == FILE:
+            where = f"{spec.name}: {entry.path}"
+            try:
+                with open(entry.source, "rb") as src:
+                    copy_stream(src, cpio, size)
+                    if src.read(1):
+                        raise RocpkgInputError(where, f"{entry.source} grew while being packed")
+            except EOFError:
+                raise RocpkgInputError(where, f"{entry.source} shrank while being packed") from None
+            except OSError as exc:
+                raise RocpkgInputError(where, f"{entry.source} vanished or unreadable: "
+                                       f"{exc.strerror}") from None
+    cpio.finish()
+
+
+def _signature_tags(header: bytes, md5: bytes, size: int, payload_size: int) -> dict:
+    import hashlib
+
+    tags = {SigTag.SHA1: (TYPE_STRING, hashlib.sha1(header).hexdigest()),
+            SigTag.SHA256: (TYPE_STRING, hashlib.sha256(header).hexdigest()),
+            SigTag.MD5: (TYPE_BIN, md5)}
+    if size >= _LARGE:
+        tags[SigTag.LONGSIZE] = (TYPE_INT64, [size])
+    else:
+        tags[SigTag.SIZE] = (TYPE_INT32, [size])
+    if payload_size >= _LARGE:
+        tags[SigTag.LONGARCHIVESIZE] = (TYPE_INT64, [payload_size])
+    else:
+        tags[SigTag.PAYLOADSIZE] = (TYPE_INT32, [payload_size])
+    return tags
+
+
+def write_rpm(spec, out_dir: str, options) -> "BuiltPackage":
+    """Write out_dir/<spec.filename>, streaming: (1) hash the sources; (2) lead,
+    placeholder signature, placeholder header, then the compressed cpio while hashing
+    both streams; (3) rewrite the header with the payload digests (same length); (4)
+    compute the signature (reading the payload back for MD5) and rewrite it in its
+    fixed-size slot. Written through AtomicOutput: a failure leaves no partial file."""
+    import hashlib
+
+    from rocpkg.model import BuiltPackage
+    from rocpkg.render import render_spec
+    from rocpkg.streams import AtomicOutput, HashingWriter, hash_file
+
+    if spec.format != "rpm":
+        raise RocpkgInputError(spec.name, f"not an rpm spec (format {spec.format!r})")
+    try:
+        parsed = parse_spec(render_spec(spec, options))
+    except ValueError as exc:
+        raise RocpkgInputError(f"{spec.name}: spec", str(exc)) from None
+    files = checked_files(spec)
+    digests = digest_sources(spec, files)
+    large = any(_entry_size(e) >= _LARGE for e in files)
+    placeholder = "0" * 64
+    header_tags = build_header(spec, parsed, options, files, digests, placeholder, placeholder)
+    header = encode_header(header_tags, Tag.HEADERIMMUTABLE)
+    # The largest signature this package can need fixes the size of its slot.
+    sig_area = len(encode_signature(_signature_tags(header, bytes(16), _LARGE + 1, _LARGE + 1),
+                                    None))
+    nevr = f"{parsed.preamble['name']}-{spec.evr}"
+    path = os.path.join(out_dir, spec.filename)
+    with AtomicOutput(path, "w+b") as out:
+        out.write(encode_lead(nevr))
+        out.write(bytes(sig_area))
+        header_start = out.tell()
+        out.write(header)
+        payload_start = out.tell()
+        compressed = HashingWriter(out, ("sha256",))
+        compressor = _Compressor(compressed, options)
+        uncompressed = HashingWriter(compressor, ("sha256",))
+        _stream_payload(spec, files, uncompressed, large, options.source_date_epoch)
+        compressor.finish()
+        header_tags = build_header(spec, parsed, options, files, digests,
+                                   compressed.hexdigest(), uncompressed.hexdigest())
+        final_header = encode_header(header_tags, Tag.HEADERIMMUTABLE)
+        if len(final_header) != len(header):
+            raise AssertionError("rpm header changed length when digests were filled in")
+        out.seek(header_start)
+        out.write(final_header)
+        md5 = hashlib.md5(final_header)
+        out.seek(payload_start)
+        while chunk := out.read(1 << 20):
+            md5.update(chunk)
+        sig = encode_signature(_signature_tags(final_header, md5.digest(),
+                                               len(final_header) + compressed.count,
+                                               uncompressed.count), sig_area)
+        if len(sig) != sig_area:
+            raise AssertionError("rpm signature changed length")
+        out.seek(LEAD_SIZE)
+        out.write(sig)
+        out.flush()
+    whole = hash_file(path)
+    return BuiltPackage(spec=spec, path=path, size=whole.count, sha256=whole.hexdigest(),
+                        installed_size=sum(_entry_size(e) for e in files))
