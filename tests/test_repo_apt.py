@@ -1,0 +1,213 @@
+"""A maintainer publishes an APT repository with rocpkg; end users' apt trusts it,
+installs a meta package's exact closure, and refuses tampered packages."""
+from __future__ import annotations
+
+import gzip
+import hashlib
+import lzma
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from debian import deb822
+
+from repo_helpers import (CHAIN, META, META_CLOSURE, AptClient, apt_source_line, build_deb,
+                          build_debs, kill_gpg_agent, make_signer, planned_installs)
+from rocpkg import repo_apt
+from rocpkg.errors import RocpkgInputError
+
+SDE = 1700000000
+
+
+@pytest.fixture(scope="module")
+def signer():
+    signer, home = make_signer(signature_time=SDE)
+    yield signer
+    kill_gpg_agent(home)
+
+
+@pytest.fixture
+def repo(tmp_path, signer) -> Path:
+    """OUT with the test chain built and published, signed."""
+    out = tmp_path / "out"
+    build_debs(out)
+    repo_apt.publish_apt(out, signer=signer, source_date_epoch=SDE)
+    return out
+
+
+def client(out: Path, root: Path, suite: str = "stable") -> AptClient:
+    return AptClient(root, apt_source_line(out, out / "rocm.gpg", suite))
+
+
+def packages_index(out: Path, arch: str = "amd64") -> list[deb822.Packages]:
+    with open(out / f"deb/dists/stable/main/binary-{arch}/Packages", encoding="utf-8") as f:
+        return list(deb822.Packages.iter_paragraphs(f, use_apt_pkg=False))
+
+
+def test_apt_update_from_the_signed_repository_is_clean(repo, tmp_path):
+    apt = client(repo, tmp_path / "client")
+    update = apt.run("update")
+    assert update.returncode == 0, update.stderr
+    assert "W:" not in update.stderr and "E:" not in update.stderr, update.stderr
+    assert "stable/main amd64 Packages" in update.stdout
+
+
+def test_apt_refuses_the_repository_when_published_without_a_key(tmp_path, signer):
+    out = tmp_path / "out"
+    build_debs(out)
+    repo_apt.publish_apt(out, signer=signer, source_date_epoch=SDE)
+    repo_apt.publish_apt(out, signer=None, source_date_epoch=SDE)   # drops the signatures
+    update = client(out, tmp_path / "client").run("update")
+    assert update.returncode != 0
+    assert "is not signed" in update.stderr
+
+
+def test_meta_package_resolves_to_exactly_its_planned_closure(repo, tmp_path):
+    apt = client(repo, tmp_path / "client")
+    assert apt.run("update").returncode == 0
+    simulation = apt.run("-s", "install", META)
+    assert simulation.returncode == 0, simulation.stderr
+    assert planned_installs(simulation.stdout) == META_CLOSURE
+
+
+def test_downloaded_closure_installs_into_a_throwaway_root(repo, tmp_path):
+    apt = client(repo, tmp_path / "client")
+    assert apt.run("update").returncode == 0
+    closure = planned_installs(apt.run("-s", "install", META).stdout)
+    download = apt.run("download", *sorted(closure))         # checked against the index hashes
+    assert download.returncode == 0, download.stderr
+    debs = sorted((tmp_path / "client/downloads").glob("*.deb"))
+    assert len(debs) == len(META_CLOSURE)
+    target = tmp_path / "target"
+    for d in ("var/lib/dpkg/info", "var/lib/dpkg/updates"):
+        (target / d).mkdir(parents=True)
+    (target / "var/lib/dpkg/status").write_text("")
+    install = subprocess.run(["dpkg", f"--root={target}", "--force-script-chrootless", "-i", *map(str, debs)],
+                             capture_output=True, text=True)
+    assert install.returncode == 0, install.stderr
+    assert (target / "opt/rocm/lib/.kpack/rocm_gfx1100.kpack").is_file()
+    assert not (target / "opt/rocm/lib/.kpack/rocm_gfx942.kpack").exists()
+
+
+def test_a_deb_altered_after_publishing_is_refused_with_a_hash_mismatch(repo, tmp_path):
+    apt = client(repo, tmp_path / "client")
+    assert apt.run("update").returncode == 0
+    deb = repo / "deb/pool/main/rocm-host_7.1.0-1_amd64.deb"
+    data = bytearray(deb.read_bytes())
+    data[-5] ^= 0xFF                        # same size, other bytes
+    deb.write_bytes(bytes(data))
+    download = apt.run("download", "rocm-host")
+    assert download.returncode != 0
+    assert "Hash Sum mismatch" in download.stderr
+
+
+def test_packages_stanza_is_the_control_stanza_plus_where_and_what_hash(repo):
+    deb = repo / "deb/pool/main/rocm-gfx110x_7.1.0-1_all.deb"
+    control = deb822.Deb822(subprocess.run(["dpkg-deb", "--field", str(deb)], check=True,
+                                           capture_output=True, text=True).stdout)
+    stanza = next(s for s in packages_index(repo) if s["Package"] == META)
+    assert {k: stanza[k] for k in control} == dict(control)
+    assert stanza["Filename"] == "pool/main/rocm-gfx110x_7.1.0-1_all.deb"
+    assert int(stanza["Size"]) == deb.stat().st_size
+    assert stanza["SHA256"] == hashlib.sha256(deb.read_bytes()).hexdigest()
+
+
+def test_release_lists_every_index_under_sha256_and_sha512_with_by_hash_copies(repo):
+    suite = repo / "deb/dists/stable"
+    release = deb822.Release((suite / "Release").read_text())
+    assert release["Suite"] == "stable" and release["Components"] == "main"
+    assert release["Architectures"] == "amd64"
+    assert release["Acquire-By-Hash"] == "yes"
+    assert release["Date"] == "Tue, 14 Nov 2023 22:13:20 GMT"
+    names = {"main/binary-amd64/Packages", "main/binary-amd64/Packages.gz", "main/binary-amd64/Packages.xz"}
+    for field, algorithm in (("SHA256", "sha256"), ("SHA512", "sha512")):
+        assert {e["name"] for e in release[field]} == names
+        for entry in release[field]:
+            data = (suite / entry["name"]).read_bytes()
+            assert hashlib.new(algorithm, data).hexdigest() == entry[algorithm]
+            assert len(data) == int(entry["size"])
+            by_hash = suite / Path(entry["name"]).parent / "by-hash" / field / entry[algorithm]
+            assert by_hash.read_bytes() == data
+    plain = (suite / "main/binary-amd64/Packages").read_bytes()
+    assert gzip.decompress((suite / "main/binary-amd64/Packages.gz").read_bytes()) == plain
+    assert lzma.decompress((suite / "main/binary-amd64/Packages.xz").read_bytes()) == plain
+
+
+def test_inrelease_and_release_gpg_verify_against_the_exported_keyring(repo, tmp_path):
+    suite = repo / "deb/dists/stable"
+    keyring = repo / "rocm.gpg"
+    inrelease = subprocess.run(["gpgv", "--keyring", str(keyring), str(suite / "InRelease")],
+                               capture_output=True)
+    detached = subprocess.run(["gpgv", "--keyring", str(keyring), str(suite / "Release.gpg"),
+                               str(suite / "Release")], capture_output=True)
+    assert inrelease.returncode == 0, inrelease.stderr
+    assert detached.returncode == 0, detached.stderr
+
+
+def test_architecture_all_packages_are_listed_in_every_architecture_index(tmp_path, signer):
+    out = tmp_path / "out"
+    build_debs(out)
+    build_deb(out / "deb/pool/main", "rocm-host", "arm64", [], {"opt/rocm/lib/librocm.so.7": b"arm\n"})
+    repo_apt.publish_apt(out, signer=signer, source_date_epoch=SDE)
+    release = deb822.Release((out / "deb/dists/stable/Release").read_text())
+    assert release["Architectures"] == "amd64 arm64"
+    arm64 = {(s["Package"], s["Architecture"]) for s in packages_index(out, "arm64")}
+    amd64 = {(s["Package"], s["Architecture"]) for s in packages_index(out, "amd64")}
+    assert arm64 == {("rocm-host", "arm64"), ("rocm-gfx110x", "all"), ("rocm-docs", "all")}
+    assert ("rocm-docs", "all") in amd64 and ("rocm-host", "arm64") not in amd64
+
+
+def test_publishing_again_after_adding_a_package_keeps_the_published_ones(tmp_path, signer):
+    out = tmp_path / "out"
+    build_debs(out, chain=CHAIN[:4])
+    repo_apt.publish_apt(out, signer=signer, source_date_epoch=SDE)
+    first_release = (out / "deb/dists/stable/Release").read_bytes()
+    build_debs(out, chain=CHAIN[4:])
+    repo_apt.publish_apt(out, signer=signer, source_date_epoch=SDE + 60)
+    listed = {s["Package"] for s in packages_index(out)}
+    assert listed == {name for name, *_ in CHAIN}
+    apt = client(out, tmp_path / "client")
+    assert apt.run("update").returncode == 0
+    assert apt.run("-s", "install", "rocm-docs", META).returncode == 0
+    # readers holding the first Release can still fetch what it names, by hash
+    for entry in deb822.Release(first_release.decode())["SHA256"]:
+        index_dir = out / "deb/dists/stable" / Path(entry["name"]).parent
+        assert (index_dir / "by-hash/SHA256" / entry["sha256"]).is_file()
+
+
+def test_same_name_version_and_arch_with_other_bytes_is_refused(repo, signer):
+    suite = repo / "deb/dists/stable"
+    before = {p.name: p.read_bytes() for p in suite.iterdir() if p.is_file()}
+    build_deb(repo / "deb/pool/main", "rocm-host", "amd64", [],
+              {"opt/rocm/lib/librocm.so.7": b"rebuilt with other bytes\n"})
+    with pytest.raises(RocpkgInputError) as refused:
+        repo_apt.publish_apt(repo, signer=signer, source_date_epoch=SDE)
+    [(where, what)] = refused.value.problems
+    assert where == "pool/main/rocm-host_7.1.0-1_amd64.deb"
+    assert "rocm-host 7.1.0-1 amd64" in what and "published pool/main/rocm-host_7.1.0-1_amd64.deb" in what
+    assert {p.name: p.read_bytes() for p in suite.iterdir() if p.is_file()} == before
+
+
+def test_two_pool_files_with_one_name_version_and_arch_are_refused(repo, signer):
+    shutil.copy(repo / "deb/pool/main/rocm-host_7.1.0-1_amd64.deb", repo / "deb/pool/main/copy-of-host.deb")
+    with pytest.raises(RocpkgInputError, match="rocm-host 7.1.0-1 amd64 is also in"):
+        repo_apt.publish_apt(repo, signer=signer, source_date_epoch=SDE)
+
+
+def test_publishing_the_same_pool_twice_gives_identical_bytes(repo, tmp_path, signer):
+    again = tmp_path / "again"
+    shutil.copytree(repo / "deb/pool", again / "deb/pool")
+    repo_apt.publish_apt(again, signer=signer, source_date_epoch=SDE)
+    for name in ("Release", "InRelease", "Release.gpg", "main/binary-amd64/Packages.gz",
+                 "main/binary-amd64/Packages.xz"):
+        assert (again / "deb/dists/stable" / name).read_bytes() == \
+            (repo / "deb/dists/stable" / name).read_bytes(), name
+
+
+def test_client_snippet_points_apt_at_the_repository_with_its_keyring(repo, tmp_path):
+    path = repo_apt.write_client_snippet(repo, suite="stable")
+    assert Path(path).read_text() == \
+        f"deb [signed-by=/usr/share/keyrings/rocm.gpg] file://{repo}/deb stable main\n"
+    url = repo_apt.write_client_snippet(repo, base_url="https://repo.example.org/rocm/deb")
+    assert Path(url).read_text().split()[2] == "https://repo.example.org/rocm/deb"
