@@ -1,0 +1,327 @@
+"""Jinja2 over templates/: the package metadata text (DEB control, changelog, copyright,
+maintainer scripts). Templates are the single source of that text; the writers parse what
+is rendered here and never spell a field themselves.
+"""
+from __future__ import annotations
+
+import gzip
+import importlib.resources
+import posixpath
+import re
+import shlex
+import textwrap
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from email.utils import format_datetime
+from pathlib import Path
+
+import jinja2
+
+from rocpkg.errors import RocpkgInputError
+from rocpkg.model import DIR, FILE, BuildOptions, PackageSpec
+
+SYNOPSIS_MAX = 79           # lintian: synopsis must be shorter than 80 characters
+DESCRIPTION_WIDTH = 79      # extended description lines, leading space included
+SCRIPT_NAMES = ("preinst", "postinst", "prerm", "postrm")
+
+# RPM-style license names (TheRock's package.json) -> DEP-5 short names.
+_DEP5_LICENSE_NAMES = {
+    "asl 2.0": "Apache-2.0",
+    "apache 2.0": "Apache-2.0",
+    "apache-2.0": "Apache-2.0",
+    "mit": "Expat",
+    "expat": "Expat",
+    "ncsa": "NCSA",
+    "gpl": "GPL",
+    "gplv2": "GPL-2",
+    "gplv2+": "GPL-2+",
+    "gplv3": "GPL-3",
+    "gplv3+": "GPL-3+",
+    "lgpl": "LGPL",
+    "lgplv2+": "LGPL-2+",
+    "bsd": "BSD",
+}
+
+
+@dataclass
+class RenderedDeb:
+    """Everything textual a .deb carries. doc_files are the generated data.tar members
+    (install path -> bytes: changelog.Debian.gz and copyright), installed_size is the
+    control's Installed-Size in KiB."""
+
+    control: str
+    changelog: str
+    copyright: str
+    scripts: dict[str, str] = field(default_factory=dict)
+    doc_files: dict[str, bytes] = field(default_factory=dict)
+    installed_size: int = 0
+
+
+class _TemplatesLoader(jinja2.BaseLoader):
+    """Loads templates from the `rocpkg.templates` resource package; when rocpkg runs
+    from a source checkout (PYTHONPATH=packaging) that package does not exist, so fall
+    back to the repository's templates/ directory."""
+
+    def __init__(self) -> None:
+        try:
+            self.root = importlib.resources.files("rocpkg.templates")
+        except ModuleNotFoundError:
+            self.root = Path(__file__).resolve().parents[2] / "templates"
+
+    def get_source(self, environment, template):
+        node = self.root
+        for part in template.split("/"):
+            if part in ("", ".", ".."):
+                raise jinja2.TemplateNotFound(template)
+            node = node / part
+        if not node.is_file():
+            raise jinja2.TemplateNotFound(template)
+        return node.read_text(encoding="utf-8"), str(node), lambda: True
+
+
+def make_environment() -> jinja2.Environment:
+    """The one Jinja2 environment for every template: StrictUndefined (a missing variable
+    is an error, not an empty string), trailing newlines kept, block tags trimmed
+    (trim_blocks + lstrip_blocks) so that `{% if %}` lines leave no blank lines."""
+    env = jinja2.Environment(
+        loader=_TemplatesLoader(),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        autoescape=False,
+    )
+    env.filters["deb_description"] = deb_description
+    env.filters["deb_relations"] = deb_relations
+    env.filters["shquote"] = shlex.quote
+    return env
+
+
+# -- filters ---------------------------------------------------------------------------
+
+
+def deb_synopsis(summary: str) -> str:
+    """First line of the summary, shortened at a word boundary below 80 characters."""
+    line = " ".join(summary.strip().splitlines()[0].split()) if summary.strip() else ""
+    if len(line) <= SYNOPSIS_MAX:
+        return line
+    return textwrap.shorten(line, width=SYNOPSIS_MAX, placeholder="...")
+
+
+def deb_description(spec: PackageSpec) -> str:
+    """The Description field value: synopsis, then the long text folded as Debian policy
+    wants (paragraphs wrapped at 79 columns, each line starting with a space, blank lines
+    between paragraphs written as ' .')."""
+    synopsis = deb_synopsis(spec.summary or spec.name)
+    paragraphs = [p for p in re.split(r"\n\s*\n", spec.description.strip()) if p.strip()]
+    lines = [synopsis]
+    for index, paragraph in enumerate(paragraphs):
+        if index:
+            lines.append(" .")
+        lines.extend(
+            textwrap.wrap(
+                " ".join(paragraph.split()),
+                width=DESCRIPTION_WIDTH,
+                initial_indent=" ",
+                subsequent_indent=" ",
+                break_on_hyphens=False,
+            )
+        )
+    return "\n".join(lines)
+
+
+def deb_relations(relations: list[str]) -> str:
+    """A relation field value: the plan already wrote each relation in DEB syntax."""
+    return ", ".join(r.strip() for r in relations if r.strip())
+
+
+def changelog_date(source_date_epoch: int) -> str:
+    """RFC 2822 date in UTC, as Debian changelogs want it."""
+    return format_datetime(datetime.fromtimestamp(source_date_epoch, tz=timezone.utc))
+
+
+def dep5_licenses(license_expression: str) -> tuple[str, list[str]]:
+    """(DEP-5 License expression, license names needing a stand-alone paragraph) from a
+    package.json `License` such as 'MIT AND GPL AND NCSA' or 'ASL 2.0 with exceptions'."""
+    expression = license_expression.strip() or "UNKNOWN"
+    parts = re.split(r"\s+(and|or|AND|OR)\s+", expression)
+    out, names = [], []
+    for i, part in enumerate(parts):
+        if i % 2:
+            out.append(part.lower())
+            continue
+        with_exception = re.match(r"(.*?)\s+with\s+(.*)$", part, re.I)
+        base, exception = with_exception.groups() if with_exception else (part, "")
+        name = _DEP5_LICENSE_NAMES.get(base.strip().lower(), base.strip().replace(" ", "-"))
+        if name not in names:
+            names.append(name)
+        if exception:
+            words = exception.strip().split()
+            if words and words[-1].lower() in ("exception", "exceptions"):
+                words = words[:-1]
+            out.append(f"{name} with {'-'.join(words) or 'upstream'} exception")
+        else:
+            out.append(name)
+    return " ".join(out), names
+
+
+# -- context ---------------------------------------------------------------------------
+
+
+def install_prefix(spec: PackageSpec) -> str:
+    """spec.prefix, else the longest common directory of the package's paths."""
+    if spec.prefix:
+        return spec.prefix.rstrip("/") or "/"
+    paths = [f.path for f in spec.files]
+    if not paths:
+        return ""
+    common = posixpath.commonpath(paths)
+    if any(f.path == common and f.type != DIR for f in spec.files):
+        common = posixpath.dirname(common)
+    return common
+
+
+def convenience_link(prefix: str) -> tuple[str, str]:
+    """(link path, link target) of the release's unversioned convenience symlink:
+    /opt/rocm-7.1.0 -> (/opt/rocm, rocm-7.1.0), /opt/rocm/core-7.1 -> (/opt/rocm/core,
+    core-7.1). ("", "") when the prefix carries no version to drop."""
+    if not prefix or prefix == "/":
+        return "", ""
+    base = posixpath.basename(prefix)
+    unversioned = re.sub(r"[-_]?\d+(\.\d+)*$", "", base)
+    if not unversioned or unversioned == base:
+        return "", ""
+    return posixpath.join(posixpath.dirname(prefix), unversioned), base
+
+
+def script_context(spec: PackageSpec, options: BuildOptions, fmt: str) -> dict:
+    prefix = install_prefix(spec)
+    link, link_target = convenience_link(prefix)
+    return {
+        "spec": spec,
+        "options": options,
+        "format": fmt,
+        "prefix": prefix,
+        "link": link,
+        "link_target": link_target,
+    }
+
+
+# -- rendering -------------------------------------------------------------------------
+
+
+def render_script(name: str, spec: PackageSpec, options: BuildOptions) -> str:
+    """The shared POSIX sh body of spec.scripts[name] (templates/scripts/...), rendered for
+    spec.format; the DEB and RPM writers wrap it in their own calling convention."""
+    template_name = spec.scripts[name]
+    if "/" not in template_name:
+        template_name = f"scripts/{template_name}"
+    env = make_environment()
+    try:
+        return env.get_template(template_name).render(
+            script=name, **script_context(spec, options, spec.format)
+        )
+    except jinja2.TemplateNotFound:
+        raise RocpkgInputError([(f"{spec.name}: {name}", f"no script template {template_name}")]) from None
+
+
+def _doc_dir(spec: PackageSpec) -> str:
+    return f"/usr/share/doc/{spec.name}"
+
+
+def gzip_n(data: bytes) -> bytes:
+    """`gzip -9n`: maximum compression, no file name, mtime 0 (reproducible)."""
+    return gzip.compress(data, compresslevel=9, mtime=0)
+
+
+def installed_size_kib(spec: PackageSpec, doc_files: dict[str, bytes]) -> int:
+    """Installed-Size the way dpkg-gencontrol counts it: size // 1024 + 1 per regular file,
+    1 per directory and symlink (a file-system block each); shared ancestors such as /opt
+    and /usr are not counted."""
+    total = 0
+    for entry in spec.files:
+        total += entry.size // 1024 + 1 if entry.type == FILE else 1
+    total += 1  # /usr/share/doc/<name>
+    total += sum(len(data) // 1024 + 1 for data in doc_files.values())
+    return total
+
+
+def render_deb(spec: PackageSpec, options: BuildOptions) -> RenderedDeb:
+    """Render control, changelog, copyright and maintainer scripts of one .deb."""
+    if not spec.maintainer.strip():
+        raise RocpkgInputError([(spec.name, "no Maintainer: Debian packages need one")])
+    unknown = sorted(set(spec.scripts) - set(SCRIPT_NAMES))
+    if unknown:
+        raise RocpkgInputError([(spec.name, f"unknown maintainer script {unknown[0]!r}")])
+    env = make_environment()
+    date = changelog_date(options.source_date_epoch)
+    year = datetime.fromtimestamp(options.source_date_epoch, tz=timezone.utc).year
+    changelog = env.get_template("deb/changelog.j2").render(spec=spec, options=options, date=date)
+    license_expression, license_names = dep5_licenses(spec.license)
+    copyright_text = env.get_template("deb/copyright.j2").render(
+        spec=spec, options=options, year=year,
+        license_expression=license_expression, license_names=license_names,
+    )
+    doc_dir = _doc_dir(spec)
+    doc_files = {
+        f"{doc_dir}/changelog.Debian.gz": gzip_n(changelog.encode("utf-8")),
+        f"{doc_dir}/copyright": copyright_text.encode("utf-8"),
+    }
+    installed_size = installed_size_kib(spec, doc_files)
+    control = env.get_template("deb/control.j2").render(
+        spec=spec, options=options, installed_size=installed_size
+    )
+    scripts = {}
+    wrapper = env.get_template("deb/maintscript.j2")
+    for name in SCRIPT_NAMES:
+        if name in spec.scripts:
+            body = render_script(name, spec, options)
+            scripts[name] = wrapper.render(spec=spec, script=name, body=body.strip("\n"))
+    return RenderedDeb(
+        control=control,
+        changelog=changelog,
+        copyright=copyright_text,
+        scripts=scripts,
+        doc_files=doc_files,
+        installed_size=installed_size,
+    )
+
+
+# -- RPM ---------------------------------------------------------------------------------
+
+RPM_SCRIPTLETS = {"preinst": "pre", "postinst": "post", "prerm": "preun", "postrm": "postun"}
+
+
+def rpm_description(spec: PackageSpec) -> str:
+    """%description text: paragraphs wrapped at 79 columns (rpmlint's line limit)."""
+    paragraphs = [p for p in re.split(r"\n\s*\n", spec.description.strip()) if p.strip()]
+    if not paragraphs:
+        paragraphs = [spec.summary or spec.name]
+    return "\n\n".join(
+        textwrap.fill(" ".join(p.split()), width=DESCRIPTION_WIDTH, break_on_hyphens=False)
+        for p in paragraphs
+    )
+
+
+def render_spec(spec: PackageSpec, options: BuildOptions) -> str:
+    """The RPM spec text of one package (templates/rpm/spec.j2): preamble, %description,
+    scriptlets (shared templates/scripts bodies, Debian names mapped to %pre/%post/%preun/
+    %postun), %files for review and %changelog dated from SOURCE_DATE_EPOCH."""
+    unknown = sorted(set(spec.scripts) - set(RPM_SCRIPTLETS))
+    if unknown:
+        raise RocpkgInputError([(spec.name, f"unknown maintainer script {unknown[0]!r}")])
+    scriptlets = [
+        (RPM_SCRIPTLETS[name], render_script(name, spec, options).strip("\n"))
+        for name in SCRIPT_NAMES
+        if name in spec.scripts
+    ]
+    date = datetime.fromtimestamp(options.source_date_epoch, tz=timezone.utc)
+    return make_environment().get_template("rpm/spec.j2").render(
+        spec=spec,
+        options=options,
+        summary=deb_synopsis(spec.summary or spec.name),
+        description=rpm_description(spec),
+        scriptlets=scriptlets,
+        changelog_date=date.strftime("%a %b %d %Y"),
+        packager=spec.maintainer or spec.vendor or "rocpkg",
+    )
