@@ -6,12 +6,15 @@ import os
 import shutil
 import subprocess
 import tempfile
-import textwrap
 from pathlib import Path
 
+from rocpkg.deb import write_deb
+from rocpkg.model import DIR, FILE, KIND_FILES, KIND_META, BuildOptions, FileEntry, PackageSpec
+from rocpkg.rpm import write_rpm
 from rocpkg.sign import Signer
 
 VERSION, RELEASE = "7.1.0", "1"
+SOURCE_DATE_EPOCH = 1700000000
 KEY_UID = "rocpkg test <t@example.org>"
 
 
@@ -36,7 +39,8 @@ def kill_gpg_agent(home: str) -> None:
 
 CHAIN = [
     # name, arch, depends, payload files {relative path: bytes}
-    ("rocm-host", "amd64", [], {"opt/rocm/lib/librocm.so.7": b"\x7fELF host library\n"}),
+    ("rocm-host", "amd64", [], {"opt/rocm/lib/librocm.so.7": b"\x7fELF host library\n",
+                                "opt/rocm/bin/rocminfo": b"#!/bin/sh\necho rocm\n"}),
     ("rocm-device-gfx1100", "amd64", ["rocm-host"],
      {"opt/rocm/lib/.kpack/rocm_gfx1100.kpack": b"KPAK device code gfx1100\n"}),
     ("rocm-device-gfx942", "amd64", ["rocm-host"],
@@ -48,35 +52,52 @@ META = "rocm-gfx110x"
 META_CLOSURE = {"rocm-gfx110x", "rocm-host", "rocm-device-gfx1100"}
 
 
-def build_deb(pool: Path, name: str, arch: str, depends: list[str], files: dict[str, bytes],
-              version: str = VERSION, release: str = RELEASE) -> Path:
-    """A real .deb built by dpkg-deb into pool/."""
-    work = Path(tempfile.mkdtemp(prefix="debroot"))
-    try:
-        (work / "DEBIAN").mkdir()
-        for rel, data in files.items():
-            (work / rel).parent.mkdir(parents=True, exist_ok=True)
-            (work / rel).write_bytes(data)
-        control = {"Package": name, "Version": f"{version}-{release}", "Architecture": arch,
-                   "Maintainer": "rocpkg test <t@example.org>", "Section": "devel",
-                   "Priority": "optional"}
-        if depends:
-            control["Depends"] = ", ".join(f"{d} (= {version}-{release})" for d in depends)
-        control["Description"] = f"{name} test package\n Part of the rocpkg repository tests."
-        (work / "DEBIAN" / "control").write_text(
-            "".join(f"{k}: {v}\n" for k, v in control.items()))
-        pool.mkdir(parents=True, exist_ok=True)
-        out = pool / f"{name}_{version}-{release}_{arch}.deb"
-        subprocess.run(["dpkg-deb", "--root-owner-group", "-Zgzip", "--build", str(work), str(out)],
-                       check=True, capture_output=True,
-                       env={**os.environ, "SOURCE_DATE_EPOCH": "1700000000"})
-        return out
-    finally:
-        shutil.rmtree(work)
+FORMAT_ARCH = {"deb": {"amd64": "amd64", "all": "all", "arm64": "arm64"},
+               "rpm": {"amd64": "x86_64", "all": "noarch", "arm64": "aarch64"}}
 
 
-def build_debs(out_dir: Path, chain=CHAIN, **kw) -> list[Path]:
-    return [build_deb(out_dir / "deb" / "pool" / "main", *entry, **kw) for entry in chain]
+def package_spec(fmt: str, sources: Path, name: str, arch: str, depends: list[str],
+                 files: dict[str, bytes], version: str = VERSION, release: str = RELEASE) -> PackageSpec:
+    """A PackageSpec as the planner would hand it to the writers: relations in the
+    format's syntax, owned directories from the install prefix down, payload files
+    written under sources/."""
+    evr = f"{version}-{release}"
+    relation = "{} (= %s)" % evr if fmt == "deb" else "{} = %s" % evr
+    entries: dict[str, FileEntry] = {}
+    for rel, data in files.items():
+        source = sources / name / rel
+        source.parent.mkdir(parents=True, exist_ok=True)
+        source.write_bytes(data)
+        parts = Path(rel).parts
+        for depth in range(2, len(parts)):                 # /opt/rocm and below, never /opt
+            path = "/" + "/".join(parts[:depth])
+            entries[path] = FileEntry(path, DIR, 0o755)
+        mode = 0o755 if "/bin/" in f"/{rel}" else 0o644
+        entries[f"/{rel}"] = FileEntry(f"/{rel}", FILE, mode, str(source), len(data))
+    provides = [f"rocm-gfx110X = {evr}"] if fmt == "rpm" and name == META else []
+    return PackageSpec(
+        format=fmt, name=name, version=version, release=release, arch=FORMAT_ARCH[fmt][arch],
+        kind=KIND_META if not files else KIND_FILES, summary=f"{name} test package",
+        description="Part of the rocpkg repository tests.", maintainer="rocpkg test <t@example.org>",
+        vendor="rocpkg", license="MIT", homepage="https://example.org/rocm",
+        depends=[relation.format(d) for d in depends], provides=provides,
+        files=[entries[p] for p in sorted(entries)])
+
+
+def write_package(out_dir: Path, fmt: str, *entry, **kw) -> Path:
+    """Write one package with rocpkg's own writer where the DESIGN puts it
+    (OUT/deb/pool/main/, OUT/rpm/<arch>/)."""
+    spec = package_spec(fmt, out_dir.parent / "artifacts", *entry, **kw)
+    if fmt == "deb":
+        target, writer = out_dir / "deb" / "pool" / "main", write_deb
+    else:
+        target, writer = out_dir / "rpm" / spec.arch, write_rpm
+    target.mkdir(parents=True, exist_ok=True)
+    return Path(writer(spec, str(target), BuildOptions(source_date_epoch=SOURCE_DATE_EPOCH)).path)
+
+
+def write_chain(out_dir: Path, fmt: str, chain=CHAIN, **kw) -> list[Path]:
+    return [write_package(out_dir, fmt, *entry, **kw) for entry in chain]
 
 
 # -- an isolated apt ----------------------------------------------------------------------
@@ -127,20 +148,14 @@ def planned_installs(simulation_stdout: str) -> set[str]:
     return {line.split()[1] for line in simulation_stdout.splitlines() if line.startswith("Inst ")}
 
 
-def dedent(text: str) -> str:
-    return textwrap.dedent(text).lstrip()
-
-
 # -- RPMs -------------------------------------------------------------------------------------
 
-RPM_ARCH = {"amd64": "x86_64", "all": "noarch"}
-
-
-def build_rpm(out_dir: Path, name: str, arch: str, depends: list[str], files: dict[str, bytes],
+def rpmbuild_package(out_dir: Path, name: str, arch: str, depends: list[str], files: dict[str, bytes],
               version: str = VERSION, release: str = RELEASE, extra_preamble: str = "",
               post: str = "") -> Path:
-    """A real .rpm built by rpmbuild into OUT/rpm/<arch>/."""
-    rpm_arch = RPM_ARCH.get(arch, arch)
+    """An .rpm built by rpmbuild into OUT/rpm/<arch>/: the reference the indexer is held
+    to, with what rpmbuild adds on its own (rpmlib() and scriptlet requires)."""
+    rpm_arch = FORMAT_ARCH["rpm"][arch]
     top = Path(tempfile.mkdtemp(prefix="rpmtop"))
     try:
         src = top / "payload"
@@ -174,5 +189,3 @@ def build_rpm(out_dir: Path, name: str, arch: str, depends: list[str], files: di
         shutil.rmtree(top)
 
 
-def build_rpms(out_dir: Path, chain=CHAIN, **kw) -> list[Path]:
-    return [build_rpm(out_dir, *entry, **kw) for entry in chain]

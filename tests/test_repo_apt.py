@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from debian import deb822
 
-from repo_helpers import (CHAIN, META, META_CLOSURE, AptClient, apt_source_line, build_deb,
-                          build_debs, kill_gpg_agent, make_signer, planned_installs)
+from repo_helpers import (CHAIN, META, META_CLOSURE, AptClient, apt_source_line, kill_gpg_agent,
+                          make_signer, planned_installs, write_chain, write_package)
 from rocpkg import repo_apt
 from rocpkg.errors import RocpkgInputError
 
@@ -31,7 +31,7 @@ def signer():
 def repo(tmp_path, signer) -> Path:
     """OUT with the test chain built and published, signed."""
     out = tmp_path / "out"
-    build_debs(out)
+    write_chain(out, "deb")
     repo_apt.publish_apt(out, signer=signer, source_date_epoch=SDE)
     return out
 
@@ -55,7 +55,7 @@ def test_apt_update_from_the_signed_repository_is_clean(repo, tmp_path):
 
 def test_apt_refuses_the_repository_when_published_without_a_key(tmp_path, signer):
     out = tmp_path / "out"
-    build_debs(out)
+    write_chain(out, "deb")
     repo_apt.publish_apt(out, signer=signer, source_date_epoch=SDE)
     repo_apt.publish_apt(out, signer=None, source_date_epoch=SDE)   # drops the signatures
     update = client(out, tmp_path / "client").run("update")
@@ -147,8 +147,8 @@ def test_inrelease_and_release_gpg_verify_against_the_exported_keyring(repo, tmp
 
 def test_architecture_all_packages_are_listed_in_every_architecture_index(tmp_path, signer):
     out = tmp_path / "out"
-    build_debs(out)
-    build_deb(out / "deb/pool/main", "rocm-host", "arm64", [], {"opt/rocm/lib/librocm.so.7": b"arm\n"})
+    write_chain(out, "deb")
+    write_package(out, "deb", "rocm-host", "arm64", [], {"opt/rocm/lib/librocm.so.7": b"arm\n"})
     repo_apt.publish_apt(out, signer=signer, source_date_epoch=SDE)
     release = deb822.Release((out / "deb/dists/stable/Release").read_text())
     assert release["Architectures"] == "amd64 arm64"
@@ -160,10 +160,10 @@ def test_architecture_all_packages_are_listed_in_every_architecture_index(tmp_pa
 
 def test_publishing_again_after_adding_a_package_keeps_the_published_ones(tmp_path, signer):
     out = tmp_path / "out"
-    build_debs(out, chain=CHAIN[:4])
+    write_chain(out, "deb", chain=CHAIN[:4])
     repo_apt.publish_apt(out, signer=signer, source_date_epoch=SDE)
     first_release = (out / "deb/dists/stable/Release").read_bytes()
-    build_debs(out, chain=CHAIN[4:])
+    write_chain(out, "deb", chain=CHAIN[4:])
     repo_apt.publish_apt(out, signer=signer, source_date_epoch=SDE + 60)
     listed = {s["Package"] for s in packages_index(out)}
     assert listed == {name for name, *_ in CHAIN}
@@ -179,8 +179,8 @@ def test_publishing_again_after_adding_a_package_keeps_the_published_ones(tmp_pa
 def test_same_name_version_and_arch_with_other_bytes_is_refused(repo, signer):
     suite = repo / "deb/dists/stable"
     before = {p.name: p.read_bytes() for p in suite.iterdir() if p.is_file()}
-    build_deb(repo / "deb/pool/main", "rocm-host", "amd64", [],
-              {"opt/rocm/lib/librocm.so.7": b"rebuilt with other bytes\n"})
+    write_package(repo, "deb", "rocm-host", "amd64", [],
+                  {"opt/rocm/lib/librocm.so.7": b"rebuilt with other bytes\n"})
     with pytest.raises(RocpkgInputError) as refused:
         repo_apt.publish_apt(repo, signer=signer, source_date_epoch=SDE)
     [(where, what)] = refused.value.problems

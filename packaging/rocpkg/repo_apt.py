@@ -23,6 +23,7 @@ from email.utils import formatdate
 from debian import deb822
 from debian.debian_support import Version
 
+from rocpkg.deb import read_deb_control
 from rocpkg.errors import RocpkgInputError
 from rocpkg.sign import KEYRING_NAME, Signer
 from rocpkg.streams import AtomicOutput, hash_file
@@ -140,18 +141,10 @@ def _packages_stanza(deb_root: str, rel: str) -> deb822.Packages:
 
 def _read_control(path: str) -> deb822.Deb822:
     try:
-        from rocpkg.deb import read_deb_control
-    except ImportError:  # the DEB writer is not in this tree yet
-        read_deb_control = None
-    try:
-        if read_deb_control is not None:
-            return read_deb_control(path)
-        from debian.debfile import DebFile
-        with DebFile(path) as deb:
-            return deb822.Deb822(deb.control.get_content("control"))
+        return read_deb_control(path)
     except RocpkgInputError:
         raise
-    except Exception as exc:  # python-debian raises assorted errors on a damaged archive
+    except Exception as exc:  # tar, ar and decompressor errors on a damaged archive
         raise RocpkgInputError(path, f"not a readable .deb: {exc}") from None
 
 
