@@ -75,7 +75,7 @@ def _type_name(value) -> str:
             int: "integer", float: "float", type(None): "nil"}.get(type(value), type(value).__name__)
 
 
-class _Source:
+class ByteSource:
     """Positioned reads from a path (os.pread, nothing buffered) or from a seekable binary
     file object (seek + read; lets a caller count what the reader reads)."""
 
@@ -150,7 +150,7 @@ class KpackReader:
     """An open kpack archive. See the module docstring for what each call reads."""
 
     def __init__(self, source: str | os.PathLike | BinaryIO):
-        self._src = _Source(source)
+        self._src = ByteSource(source)
         self.path = self._src.name
         try:
             self._open()

@@ -1,0 +1,102 @@
+"""The `.rocm_kpack_ref` marker of a host binary, and where it sends the runtime.
+
+The section holds MessagePack `{kpack_search_paths: [str], kernel_name: str}`. At load
+time the runtime expands `@GFXARCH@` in each search path with the device's candidate
+target IDs (most specific first) and resolves relative paths against the directory of
+the binary; the archive it opens must hold `kernel_name#N` for the target.
+"""
+from __future__ import annotations
+
+import os
+import posixpath
+from dataclasses import dataclass, field
+
+import msgpack
+from elftools.common.exceptions import ELFError, ELFParseError
+from elftools.elf.elffile import ELFFile
+
+from kpack.errors import KpackFormatError
+from kpack.targets import candidates
+
+MARKER_SECTION = ".rocm_kpack_ref"
+GFXARCH = "@GFXARCH@"
+
+
+@dataclass(frozen=True)
+class Marker:
+    kpack_search_paths: list[str] = field(default_factory=list)
+    kernel_name: str = ""
+
+    def owns(self, key: str) -> bool:
+        """Whether an archive key (`kernel_name#N`) belongs to this binary."""
+        name, sep, number = key.rpartition("#")
+        return sep == "#" and name == self.kernel_name and number.isdigit()
+
+
+def encode_marker(marker: Marker) -> bytes:
+    return msgpack.packb({"kpack_search_paths": list(marker.kpack_search_paths),
+                          "kernel_name": marker.kernel_name}, use_bin_type=True)
+
+
+def decode_marker(data: bytes, *, where: int | str | None = None) -> Marker:
+    """Parse a marker payload; trailing bytes (section padding) are ignored, as the
+    runtime does."""
+    unpacker = msgpack.Unpacker(raw=False, max_buffer_size=max(len(data), 1),
+                                max_bin_len=len(data), max_str_len=len(data),
+                                max_array_len=len(data), max_map_len=len(data),
+                                max_ext_len=len(data))
+    unpacker.feed(data)
+    try:
+        value = unpacker.unpack()
+    except (msgpack.OutOfData, msgpack.UnpackException, ValueError, TypeError, RecursionError) as exc:
+        raise KpackFormatError(f"marker is not valid MessagePack ({exc or 'truncated'})", where=where) from None
+    if not isinstance(value, dict):
+        raise KpackFormatError("marker is not a map", where=where)
+    paths, name = value.get("kpack_search_paths"), value.get("kernel_name")
+    if not isinstance(name, str) or not name:
+        raise KpackFormatError("marker has no kernel_name string", where=where)
+    if not isinstance(paths, list) or not paths or not all(isinstance(p, str) and p for p in paths):
+        raise KpackFormatError("marker's kpack_search_paths is not a non-empty list of strings", where=where)
+    return Marker(list(paths), name)
+
+
+def read_marker(path: str | os.PathLike) -> Marker | None:
+    """The marker of a host ELF; None for a non-ELF file or an ELF without the section."""
+    name = os.fspath(path)
+    with open(name, "rb") as handle:
+        if handle.read(4) != b"\x7fELF":
+            return None
+        size = os.fstat(handle.fileno()).st_size
+        handle.seek(0)
+        try:
+            section = ELFFile(handle).get_section_by_name(MARKER_SECTION)
+            if section is None:
+                return None
+            offset, length = section["sh_offset"], section["sh_size"]
+            if section["sh_type"] == "SHT_NOBITS" or offset + length > size:
+                raise KpackFormatError(f"{MARKER_SECTION} [{offset}, {offset + length}) is not inside "
+                                       f"the file ({size} bytes)", where=MARKER_SECTION, path=name)
+            data = section.data()
+        except (ELFError, ELFParseError, ValueError, KeyError, IndexError, OverflowError) as exc:
+            raise KpackFormatError(f"unreadable ELF ({exc})", path=name) from None
+    try:
+        return decode_marker(data, where=MARKER_SECTION)
+    except KpackFormatError as exc:
+        raise exc.with_path(name)
+
+
+def resolve_search_paths(marker: Marker, install_path: str, target: str) -> list[str]:
+    """The archive paths the runtime tries, in order, for a binary installed at
+    `install_path` running on `target`: per search path, `@GFXARCH@` replaced by each
+    candidate target ID (most specific first); relative paths are joined to the binary's
+    directory and normalised; duplicates dropped."""
+    base = posixpath.dirname(install_path)
+    names = candidates(target)
+    resolved: list[str] = []
+    for search_path in marker.kpack_search_paths:
+        expanded = [search_path.replace(GFXARCH, name) for name in names] if GFXARCH in search_path else [search_path]
+        for item in expanded:
+            full = item if posixpath.isabs(item) else posixpath.normpath(posixpath.join(base, item))
+            if full not in resolved:
+                resolved.append(full)
+    return resolved
