@@ -189,3 +189,34 @@ def rpmbuild_package(out_dir: Path, name: str, arch: str, depends: list[str], fi
         shutil.rmtree(top)
 
 
+
+
+# -- an isolated dnf --------------------------------------------------------------------------
+
+class DnfClient:
+    """dnf installing into root/ from the repositories in reposdir/ only, with package
+    and metadata signatures checked (gpgcheck=1, repo_gpgcheck=1 in the .repo file and
+    here); the repository key is imported into root's rpm database first."""
+
+    def __init__(self, root: Path, repo_file: Path, key: Path):
+        self.root = root / "installroot"
+        self.reposdir = root / "repos"
+        self.config = root / "dnf.conf"
+        self.root.mkdir(parents=True)
+        self.reposdir.mkdir()
+        shutil.copy(repo_file, self.reposdir / repo_file.name)
+        self.config.write_text(f"[main]\ngpgcheck=1\nrepo_gpgcheck=1\ninstall_weak_deps=False\n"
+                               f"reposdir={self.reposdir}\ncachedir={root / 'cache'}\n")
+        subprocess.run(["rpm", "--root", str(self.root), "--import", str(key)], check=True,
+                       capture_output=True)
+
+    def run(self, *args: str) -> subprocess.CompletedProcess:
+        cmd = ["dnf", "-y", "--config", str(self.config), "--installroot", str(self.root),
+               f"--setopt=reposdir={self.reposdir}", "--releasever=1",
+               "--setopt=install_weak_deps=False", *args]
+        return subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "LC_ALL": "C"})
+
+    def installed(self) -> set[str]:
+        query = subprocess.run(["rpm", "--root", str(self.root), "-qa", "--qf", "%{NAME}\\n"],
+                               check=True, capture_output=True, text=True)
+        return {n for n in query.stdout.split() if n != "gpg-pubkey"}
