@@ -1,0 +1,19 @@
+"""Shared pytest fixtures."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def shared_dir() -> Path:
+    """The read-only shared directory (fixtures/, DESIGN.md): $SHARED_DIR, else `../shared`
+    next to the repository root. Tests that need it skip when it is absent."""
+    candidate = Path(os.environ["SHARED_DIR"]) if os.environ.get("SHARED_DIR") else REPO_ROOT.parent / "shared"
+    if not (candidate / "fixtures").is_dir():
+        pytest.skip(f"shared fixtures not found at {candidate}")
+    return candidate
