@@ -24,8 +24,112 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _add_plan_options(p: argparse.ArgumentParser, artifacts_required: bool = True) -> None:
+    """The options every plan-based command shares, so one command line moves between them."""
+    p.add_argument("-c", "--config", default=None, help="package.json (default: the bundled one)")
+    p.add_argument("-a", "--artifacts", required=artifacts_required, help="artifacts directory")
+    p.add_argument("--version", dest="pkg_version", help="release version (overrides settings.version)")
+    p.add_argument("--release", help="package release (overrides settings.release)")
+    p.add_argument("--targets", help="comma-separated targets to package (default: all found)")
+    p.add_argument("--formats", default="deb,rpm", help="comma-separated formats: deb,rpm")
+
+
+def _split_list(text: str | None) -> list[str] | None:
+    return [x.strip() for x in text.split(",") if x.strip()] if text else None
+
+
+def _formats(args) -> list[str]:
+    formats = _split_list(args.formats) or []
+    bad = [f for f in formats if f not in ("deb", "rpm")]
+    if bad or not formats:
+        raise RocpkgInputError("--formats", f"expected deb, rpm or both, got {args.formats!r}")
+    return formats
+
+
+def _load_plan(args):
+    from rocpkg.catalog import scan
+    from rocpkg.config import load_config
+    from rocpkg.plan import make_plan
+
+    config = load_config(args.config)
+    catalog = scan(args.artifacts, config.settings["families"])
+    return make_plan(config, catalog, version=args.pkg_version, release=args.release,
+                     targets=_split_list(args.targets), formats=_formats(args))
+
+
+def _human_bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def _cmd_plan(args) -> int:
+    import json
+
+    from rocpkg.plan import plan_to_dict, plan_to_dot
+
+    plan = _load_plan(args)
+    if args.json:
+        json.dump(plan_to_dict(plan, with_files=not args.no_files), sys.stdout, indent=1)
+        sys.stdout.write("\n")
+        return 0
+    if args.dot:
+        sys.stdout.write(plan_to_dot(plan, _formats(args)[0]))
+        return 0
+    for fmt, specs in plan.packages.items():
+        rows = [("package", "kind", "target/family", "files", "bytes", "depends")]
+        for s in specs:
+            files = sum(1 for f in s.files if f.type != "dir")
+            rows.append((s.name, s.kind, s.target or s.family, str(files), _human_bytes(s.payload_size),
+                         ", ".join(s.depends)))
+        widths = [max(len(r[i]) for r in rows) for i in range(5)]
+        print(f"== {fmt}: {len(specs)} packages, version {plan.settings['version']}-{plan.settings['release']}, "
+              f"targets {', '.join(plan.targets) or '-'}")
+        for r in rows:
+            print("  ".join(c.ljust(w) for c, w in zip(r[:5], widths)) + "  " + r[5])
+        print()
+    for fam, members in plan.families.items():
+        print(f"family {fam}: {', '.join(members)}")
+    for line in plan.info:
+        print(f"info: {line}")
+    for line in plan.warnings:
+        print(f"warning: {line}", file=sys.stderr)
+    return 0
+
+
+def _cmd_sample_artifacts(args) -> int:
+    from rocpkg.config import load_config
+    from rocpkg.sample import make_sample_artifacts
+
+    config = load_config(args.config)
+    summary = make_sample_artifacts(args.dir, config, targets=_split_list(args.targets), layout=args.layout,
+                                    size_mb=args.size_mb, seed=args.seed, clean=args.clean)
+    print(f"{summary.root}: {len(summary.dirs)} artifact dirs, {summary.files} files, "
+          f"{_human_bytes(summary.bytes)}, targets {', '.join(summary.targets)} ({summary.layout} layout)")
+    return 0
+
+
 def _register_commands(sub) -> None:
     """Subcommand parsers; each sets `func` to its handler."""
+    p = sub.add_parser("plan", help="show the package set and its relations")
+    _add_plan_options(p)
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--json", action="store_true", help="machine-readable plan (schema rocpkg-plan/1)")
+    g.add_argument("--dot", action="store_true", help="Graphviz graph of the first format's relations")
+    p.add_argument("--no-files", action="store_true", help="with --json: leave out the file lists")
+    p.set_defaults(func=_cmd_plan)
+
+    p = sub.add_parser("sample-artifacts", help="synthesise an artifacts tree for a package.json")
+    p.add_argument("dir")
+    p.add_argument("-c", "--config", default=None, help="package.json (default: the bundled one)")
+    p.add_argument("--targets", default=None, help="comma-separated bare targets (default gfx942,gfx1100,gfx1101)")
+    p.add_argument("--layout", choices=("split", "recombined"), default="split")
+    p.add_argument("--size-mb", type=float, default=1.0, help="approximate payload size")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--clean", action="store_true", help="replace DIR if it is not empty")
+    p.set_defaults(func=_cmd_sample_artifacts)
 
 
 def main(argv: list[str] | None = None) -> int:

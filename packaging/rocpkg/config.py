@@ -152,7 +152,12 @@ class Config:
 
 
 def default_config_path() -> str:
-    return str(resources.files("rocpkg.defaults").joinpath("package.json"))
+    """The bundled package.json: installed as `rocpkg.defaults`, or the repository's own
+    when rocpkg runs from a source checkout."""
+    try:
+        return str(resources.files("rocpkg.defaults").joinpath("package.json"))
+    except ModuleNotFoundError:
+        return os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "package.json")
 
 
 def _as_bool(value, where, problems) -> bool:
