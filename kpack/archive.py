@@ -383,9 +383,13 @@ class KpackReader:
     def _parse_entries(self) -> list[Entry]:
         start, end = self._ranges["toc"]
         try:
+            declared = self._unpacker(start, end).read_map_header()
             toc = self._unpacker(start, end).unpack()
         except (msgpack.OutOfData, msgpack.UnpackException, ValueError, TypeError, RecursionError) as exc:
             raise self._msgpack_error(exc, start) from None
+        if len(toc) != declared:
+            raise KpackFormatError(f"'toc' lists {declared} binaries but only {len(toc)} distinct keys",
+                                   where="TOC['toc']")
         found = []
         for key, arches in toc.items():
             for arch, record in _check_arch_map(key, arches).items():

@@ -1,0 +1,218 @@
+"""`kpack` command line: inspect, check, unpack and build kpack archives.
+
+  kpack info FILE...            scheme, arches, binaries, kernels, sizes, compression ratio
+  kpack ls FILE                 one line per kernel: key, arch, ordinal, size
+  kpack verify FILE...          full check; exit 0 when every archive is sound
+  kpack extract FILE -o DIR     write DIR/<key>/<arch>.hsaco for every kernel
+  kpack pack DIR -o OUT.kpack   archive the code objects found under DIR
+
+Keys in `pack`: a code object named after its own target (`<target>.hsaco`, `.co`, or no
+suffix) is stored under its directory's relative path, e.g. `lib/libfoo.so#0/gfx1100.hsaco`
+-> key `lib/libfoo.so#0` (with `#0` appended when the directory name has no `#N`). Any
+other code object is stored under its own relative path plus `#0`. So `extract` then
+`pack` gives back the same keys. Files are taken in sorted path order, which fixes the
+ordinals; files that are not device code are skipped.
+
+Bad input ends with one line `error: <file>: <what>` on stderr and exit status 2.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import posixpath
+import re
+import sys
+
+from kpack.archive import SCHEME_ZSTD, SCHEMES, KpackReader, KpackWriter
+from kpack.detect import KIND_CODE_OBJECT, KIND_NONE, detect
+from kpack.errors import InvalidTargetError, KpackFormatError
+from kpack.targets import family_of, parse_target
+
+CODE_OBJECT_SUFFIXES = (".hsaco", ".co", "")
+
+
+class UsageError(Exception):
+    """A bad argument or input that is not a format error: reported like one."""
+
+
+def _print(*lines: str) -> None:
+    for line in lines:
+        print(line)
+
+
+def _cmd_info(args) -> int:
+    for index, path in enumerate(args.files):
+        with KpackReader(path) as reader:
+            entries = list(reader.entries())
+            original = sum(entry.original_size for entry in entries)
+            stored = reader.stored_bytes()
+            ratio = f"{original / stored:.2f}x" if stored else "-"
+            if index:
+                print()
+            _print(f"file:               {path}",
+                   f"format version:     {reader.version}",
+                   f"group:              {reader.group_name}",
+                   f"family:             {reader.gfx_arch_family}",
+                   f"arches:             {' '.join(reader.gfx_arches)}",
+                   f"compression scheme: {reader.scheme}",
+                   f"binaries:           {len(reader.binaries)}",
+                   f"kernels:            {len(entries)}",
+                   f"file size:          {reader.file_size} bytes",
+                   f"TOC size:           {reader.toc_size} bytes",
+                   f"kernel bytes:       {original} original, {stored} stored",
+                   f"compression ratio:  {ratio}")
+    return 0
+
+
+def _cmd_ls(args) -> int:
+    with KpackReader(args.file) as reader:
+        for entry in reader.entries():
+            if args.arch and entry.arch != args.arch:
+                continue
+            print(f"{entry.key}\t{entry.arch}\t{entry.ordinal}\t{entry.original_size}")
+    return 0
+
+
+def _cmd_verify(args) -> int:
+    for path in args.files:
+        with KpackReader(path) as reader:
+            reader.verify()
+            print(f"{path}: ok ({reader.kernel_count} kernels, {reader.scheme})")
+    return 0
+
+
+def _safe_member(key: str, arch: str, archive: str) -> str:
+    """DIR-relative path for a kernel; refuses keys that would escape DIR."""
+    relative = posixpath.normpath(posixpath.join(key, f"{arch}.hsaco"))
+    if relative.startswith(("/", "../")) or relative == ".." or "\0" in relative:
+        raise UsageError(f"{archive}: refusing to extract key {key!r} outside the output directory")
+    return relative
+
+
+def _cmd_extract(args) -> int:
+    written = 0
+    with KpackReader(args.file) as reader:
+        for entry in reader.entries():
+            if (args.arch and entry.arch != args.arch) or (args.key and entry.key != args.key):
+                continue
+            target = os.path.join(args.output, *_safe_member(entry.key, entry.arch, args.file).split("/"))
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            with open(target, "wb") as out:
+                out.write(reader.get(entry.key, entry.arch))
+            written += 1
+    if (args.key or args.arch) and not written:
+        raise UsageError(f"{args.file}: no kernel matches"
+                         + (f" key {args.key!r}" if args.key else "") + (f" arch {args.arch!r}" if args.arch else ""))
+    print(f"extracted {written} kernels to {args.output}")
+    return 0
+
+
+_NUMBERED = re.compile(r"#\d+$")
+
+
+def pack_key(relative_path: str, target: str) -> str:
+    """The archive key for a code object at `relative_path` (see the module docstring)."""
+    directory, name = posixpath.split(relative_path)
+    for suffix in CODE_OBJECT_SUFFIXES:
+        if directory and name == target + suffix:
+            return directory if _NUMBERED.search(directory) else directory + "#0"
+    return relative_path + "#0"
+
+
+def _cmd_pack(args) -> int:
+    root = args.directory
+    if not os.path.isdir(root):
+        raise UsageError(f"{root}: not a directory")
+    found: list[tuple[str, str, str]] = []  # (relative path, key, target)
+    skipped = 0
+    for directory, subdirs, files in os.walk(root):
+        subdirs.sort()
+        for name in sorted(files):
+            full = os.path.join(directory, name)
+            if os.path.islink(full) or not os.path.isfile(full):
+                continue
+            relative = os.path.relpath(full, root).replace(os.sep, "/")
+            result = detect(full, scan_embedded=False)
+            if result.kind == KIND_NONE:
+                skipped += 1
+                continue
+            if result.kind != KIND_CODE_OBJECT:
+                raise UsageError(f"{full}: is a {result.kind}; pack takes single code objects")
+            found.append((relative, pack_key(relative, result.targets[0]), result.targets[0]))
+    if not found:
+        raise UsageError(f"{root}: no code objects found")
+    found.sort()
+    arches = list(dict.fromkeys(target for _, _, target in found))
+    family = args.family or _common_family(arches, root)
+    group = args.group or os.path.basename(os.path.abspath(root))
+    seen: dict[tuple[str, str], str] = {}
+    with KpackWriter(args.output, group, family, scheme=args.scheme, level=args.level) as writer:
+        for relative, key, target in found:
+            if (key, target) in seen:
+                raise UsageError(f"{os.path.join(root, relative)}: same key {key!r} and target {target} "
+                                 f"as {seen[key, target]}")
+            seen[key, target] = relative
+            with open(os.path.join(root, relative), "rb") as handle:
+                writer.add(key, target, handle.read())
+    print(f"packed {len(found)} code objects for {' '.join(arches)} into {args.output}"
+          + (f" ({skipped} other files skipped)" if skipped else ""))
+    return 0
+
+
+def _common_family(arches: list[str], root: str) -> str:
+    families = {family_of(parse_target(arch).processor) or parse_target(arch).processor for arch in arches}
+    if len(families) != 1:
+        raise UsageError(f"{root}: code objects span families {', '.join(sorted(families))}; pass --family")
+    return families.pop()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kpack", description=__doc__.splitlines()[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog="\n".join(__doc__.splitlines()[2:]))
+    sub = parser.add_subparsers(dest="command", required=True)
+    info = sub.add_parser("info", help="summary of archives")
+    info.add_argument("files", nargs="+")
+    info.set_defaults(func=_cmd_info)
+    ls = sub.add_parser("ls", help="list kernels")
+    ls.add_argument("file")
+    ls.add_argument("--arch")
+    ls.set_defaults(func=_cmd_ls)
+    verify = sub.add_parser("verify", help="check archives completely")
+    verify.add_argument("files", nargs="+")
+    verify.set_defaults(func=_cmd_verify)
+    extract = sub.add_parser("extract", help="write kernels as DIR/<key>/<arch>.hsaco")
+    extract.add_argument("file")
+    extract.add_argument("-o", "--output", required=True)
+    extract.add_argument("--arch")
+    extract.add_argument("--key")
+    extract.set_defaults(func=_cmd_extract)
+    pack = sub.add_parser("pack", help="archive the code objects under a directory")
+    pack.add_argument("directory")
+    pack.add_argument("-o", "--output", required=True)
+    pack.add_argument("--group")
+    pack.add_argument("--family")
+    pack.add_argument("--scheme", choices=SCHEMES, default=SCHEME_ZSTD)
+    pack.add_argument("--level", type=int, default=3, help="zstd level (default 3)")
+    pack.set_defaults(func=_cmd_pack)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except KpackFormatError as exc:
+        message = str(exc)
+    except (UsageError, InvalidTargetError) as exc:
+        message = str(exc)
+    except KeyError as exc:
+        message = f"no such kernel {exc.args[0]!r}"
+    except OSError as exc:
+        message = f"{exc.filename}: {exc.strerror}" if exc.filename else str(exc)
+    print(f"error: {' '.join(message.split())}", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
