@@ -1,0 +1,375 @@
+"""The native RPM writer, checked with the real tools: rpm -K / -q / -i / -V / -e in a
+throwaway root, rpmlint, and the rpmfile reader.
+
+The packages are PackageSpec objects built by hand over small files in a temporary
+directory. A "base-system" package, written by the same writer, stands for the base
+system of the throwaway root: it provides glibc and /bin/sh and ships the host's dash,
+libc and the few coreutils the shared maintainer scripts call, so that rpm really runs
+the %post/%preun scriptlets inside the root.
+"""
+from __future__ import annotations
+
+import filecmp
+import os
+import shutil
+import stat
+import subprocess
+from dataclasses import dataclass, replace
+
+import pytest
+import rpmfile
+
+from rocpkg import rpm
+from rocpkg.errors import RocpkgInputError
+from rocpkg.model import DIR, FILE, SYMLINK, BuildOptions, FileEntry, PackageSpec
+
+SDE = 1_700_000_000
+PREFIX = "/opt/rocm-7.1.0"
+RPMLINTRC = os.path.join(os.path.dirname(__file__), "..", "rpmlint", "rocpkg.rpmlintrc")
+ENV = dict(os.environ, TZ="UTC", LC_ALL="C")
+
+
+def run(*cmd: str, check: bool = True) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, check=check, capture_output=True, text=True, env=ENV)
+
+
+def options(compression: str = "zstd") -> BuildOptions:
+    levels = {"zstd": 3, "xz": 2, "gzip": 6}
+    return BuildOptions(source_date_epoch=SDE, compression=compression,
+                        compression_level=levels[compression])
+
+
+def source(directory, name: str, data: bytes) -> str:
+    path = os.path.join(directory, name)
+    with open(path, "wb") as f:
+        f.write(data)
+    return path
+
+
+def file_entry(path: str, src: str, mode: int = 0o644) -> FileEntry:
+    return FileEntry(path, FILE, mode, src, os.path.getsize(src))
+
+
+def spec(name: str, files=(), **fields) -> PackageSpec:
+    defaults = dict(
+        format="rpm", name=name, version="7.1.0", release="1", arch="x86_64", kind="files",
+        summary=f"{name} test package", description=f"The {name} package, built by rocpkg's tests.",
+        maintainer="ROCm Packaging <packaging@example.com>", vendor="Example", license="MIT",
+        homepage="https://example.com/rocm", files=list(files),
+    )
+    defaults.update(fields)
+    return PackageSpec(**defaults)
+
+
+def base_system_spec(src_dir) -> PackageSpec:
+    """dash, libc, the dynamic loader and ln/readlink/rm from the host, merged-/usr style."""
+    files = [
+        FileEntry("/bin", SYMLINK, 0o777, link_target="usr/bin"),
+        FileEntry("/lib", SYMLINK, 0o777, link_target="usr/lib"),
+        FileEntry("/lib64", SYMLINK, 0o777, link_target="usr/lib64"),
+        FileEntry("/usr/bin/sh", SYMLINK, 0o777, link_target="dash"),
+    ]
+    host = {
+        "/usr/bin/dash": shutil.which("dash"),
+        "/usr/bin/ln": shutil.which("ln"),
+        "/usr/bin/readlink": shutil.which("readlink"),
+        "/usr/bin/rm": shutil.which("rm"),
+        "/usr/lib/x86_64-linux-gnu/libc.so.6": "/lib/x86_64-linux-gnu/libc.so.6",
+        "/usr/lib64/ld-linux-x86-64.so.2": "/lib64/ld-linux-x86-64.so.2",
+    }
+    for path, host_path in host.items():
+        copy = os.path.join(src_dir, os.path.basename(path))
+        shutil.copyfile(os.path.realpath(host_path), copy)
+        files.append(file_entry(path, copy, 0o755))
+    return spec("base-system", sorted(files, key=lambda e: e.path), kind="files",
+                summary="Stand-in base system for a throwaway rpm root",
+                provides=["/bin/sh", "glibc = 2.36", "libc.so.6()(64bit)"])
+
+
+@dataclass
+class Built:
+    base: str
+    tool: str
+    hooks: str
+    meta: str
+
+    def all(self) -> list[str]:
+        return [self.base, self.tool, self.hooks, self.meta]
+
+
+def tool_spec(src_dir) -> PackageSpec:
+    """Files, directories, a symlink, an executable and a shared library (so %post and
+    %postun refresh the linker cache)."""
+    script = source(src_dir, "rocm-smi", b"#!/bin/sh\necho 'GPU 0: ready'\n")
+    lib = source(src_dir, "librocm-core.so.1.0.0", bytes(range(256)) * 64)
+    doc = source(src_dir, "README", "Ünïcode docs\n".encode())
+    files = [
+        FileEntry(PREFIX, DIR, 0o755),
+        FileEntry(f"{PREFIX}/bin", DIR, 0o755),
+        file_entry(f"{PREFIX}/bin/rocm-smi", script, 0o755),
+        FileEntry(f"{PREFIX}/lib", DIR, 0o755),
+        FileEntry(f"{PREFIX}/lib/librocm-core.so.1", SYMLINK, 0o777,
+                  link_target="librocm-core.so.1.0.0"),
+        file_entry(f"{PREFIX}/lib/librocm-core.so.1.0.0", lib, 0o755),
+        FileEntry(f"{PREFIX}/share", DIR, 0o755),
+        FileEntry(f"{PREFIX}/share/doc", DIR, 0o755),
+        file_entry(f"{PREFIX}/share/doc/README", doc),
+    ]
+    return spec("rocm-core7.1", files, depends=["glibc >= 2.28"], provides=["rocm-core-abi = 1"],
+                prefix=PREFIX, scripts={"postinst": "postinst.j2", "postrm": "postrm.j2"})
+
+
+def hooks_spec(src_dir) -> PackageSpec:
+    """Maintainer scripts: %post links /opt/rocm to the release, %preun removes it."""
+    conf = source(src_dir, "rocm.conf", b"/opt/rocm-7.1.0/lib\n")
+    files = [FileEntry(f"{PREFIX}/etc", DIR, 0o755), file_entry(f"{PREFIX}/etc/rocm.conf", conf)]
+    return spec("rocm-hooks7.1", files, prefix=PREFIX, depends=["rocm-core7.1 = 7.1.0-1"],
+                scripts={"postinst": "postinst.j2", "prerm": "prerm.j2"})
+
+
+def meta_spec() -> PackageSpec:
+    """No files: exact pins and a rich dependency."""
+    return spec("rocm7.1", kind="meta",
+                depends=["rocm-core7.1 = 7.1.0-1", "rocm-hooks7.1 = 7.1.0-1", "(glibc or musl-libc)"],
+                recommends=["rocm-docs"], suggests=["rocm-examples >= 7.1"],
+                conflicts=["rocm-legacy < 6.0"], obsoletes=["rocm-old < 7.0"])
+
+
+@pytest.fixture(scope="module")
+def sources(tmp_path_factory):
+    return tmp_path_factory.mktemp("sources")
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory, sources) -> Built:
+    out = str(tmp_path_factory.mktemp("rpms"))
+    write = lambda s: rpm.write_rpm(s, out, options()).path  # noqa: E731
+    return Built(base=write(base_system_spec(sources)), tool=write(tool_spec(sources)),
+                 hooks=write(hooks_spec(sources)), meta=write(meta_spec()))
+
+
+def query(path: str, *args: str) -> str:
+    return run("rpm", "-qp", *args, path).stdout
+
+
+@pytest.fixture
+def root(tmp_path) -> str:
+    path = str(tmp_path / "root")
+    run("rpm", "--root", path, "--initdb")
+    return path
+
+
+# -- what rpm sees --------------------------------------------------------------------
+
+
+def test_every_package_passes_rpm_digest_checks(built):
+    for path in built.all():
+        result = run("rpm", "-K", "--nosignature", path)
+        assert result.stdout.strip().endswith("digests OK"), result.stdout
+        verbose = run("rpm", "-Kv", "--nosignature", path).stdout
+        for check in ("Header SHA256 digest: OK", "Header SHA1 digest: OK",
+                      "Payload SHA256 digest: OK", "MD5 digest: OK"):
+            assert check in verbose
+
+
+def test_rpm_shows_the_planned_metadata(built):
+    info = query(built.tool, "-i")
+    for line in ("Name        : rocm-core7.1", "Version     : 7.1.0", "Release     : 1",
+                 "Architecture: x86_64", "License     : MIT", "Vendor      : Example",
+                 "URL         : https://example.com/rocm", "Build Host  : localhost",
+                 "Source RPM  : rocm-core7.1-7.1.0-1.src.rpm",
+                 "Summary     : rocm-core7.1 test package",
+                 "Build Date  : Tue Nov 14 22:13:20 2023"):
+        assert line in info
+    assert "The rocm-core7.1 package, built by rocpkg's tests." in info
+
+
+def test_rpm_lists_the_planned_files_with_modes_and_links(built, sources):
+    listing = query(built.tool, "-lv")
+    lines = {line.split()[-1] if "->" not in line else line.split()[-3]: line
+             for line in listing.splitlines()}
+    assert sorted(lines) == sorted(e.path for e in tool_spec(sources).files)
+    assert lines[f"{PREFIX}/bin/rocm-smi"].startswith("-rwxr-xr-x")
+    assert lines[f"{PREFIX}/share/doc/README"].startswith("-rw-r--r--")
+    assert lines[PREFIX].startswith("drwxr-xr-x")
+    assert lines[f"{PREFIX}/lib/librocm-core.so.1"].startswith("lrwxrwxrwx")
+    assert lines[f"{PREFIX}/lib/librocm-core.so.1"].endswith("-> librocm-core.so.1.0.0")
+    assert " 16384 " in lines[f"{PREFIX}/lib/librocm-core.so.1.0.0"]
+
+
+def test_package_owns_exactly_its_planned_directories(built):
+    owned_dirs = [line.split()[-1] for line in query(built.tool, "-lv").splitlines()
+                  if line.startswith("d")]
+    assert owned_dirs == [PREFIX, f"{PREFIX}/bin", f"{PREFIX}/lib", f"{PREFIX}/share",
+                          f"{PREFIX}/share/doc"]
+
+
+def test_requires_and_provides_are_as_planned(built):
+    requires = query(built.tool, "--requires").splitlines()
+    assert "glibc >= 2.28" in requires
+    assert "rpmlib(CompressedFileNames) <= 3.0.4-1" in requires
+    assert "rpmlib(FileDigests) <= 4.6.0-1" in requires
+    assert "rpmlib(PayloadFilesHavePrefix) <= 4.0-1" in requires
+    assert "rpmlib(PayloadIsZstd) <= 5.4.18-1" in requires
+    assert not any("RichDependencies" in r or "LargeFiles" in r for r in requires)
+    provides = query(built.tool, "--provides").splitlines()
+    assert provides == ["rocm-core-abi = 1", "rocm-core7.1 = 7.1.0-1",
+                        "rocm-core7.1(x86-64) = 7.1.0-1"]
+
+
+def test_meta_package_pins_members_and_keeps_rich_dependencies(built):
+    requires = query(built.meta, "--requires").splitlines()
+    assert "rocm-core7.1 = 7.1.0-1" in requires
+    assert "rocm-hooks7.1 = 7.1.0-1" in requires
+    assert "(glibc or musl-libc)" in requires
+    assert "rpmlib(RichDependencies) <= 4.12.0-1" in requires
+    assert query(built.meta, "-l").strip() == "(contains no files)"
+    assert query(built.meta, "--recommends").split() == ["rocm-docs"]
+    assert query(built.meta, "--suggests").strip() == "rocm-examples >= 7.1"
+    assert query(built.meta, "--conflicts").strip() == "rocm-legacy < 6.0"
+    assert query(built.meta, "--obsoletes").strip() == "rocm-old < 7.0"
+
+
+def test_scriptlets_come_from_the_shared_script_templates(built):
+    scripts = query(built.hooks, "--scripts")
+    assert "postinstall scriptlet (using /bin/sh):" in scripts
+    assert "ln -s rocm-7.1.0" in scripts
+    assert "preuninstall scriptlet (using /bin/sh):" in scripts
+    assert 'if [ "$1" = 0 ]; then' in scripts
+    requires = query(built.hooks, "--requires").splitlines()
+    assert requires.count("/bin/sh") == 2       # Requires(post) and Requires(preun)
+    assert query(built.meta, "--scripts").strip() == ""
+
+
+def test_changelog_is_dated_from_source_date_epoch(built):
+    assert query(built.tool, "--changelog").splitlines()[:2] == [
+        "* Tue Nov 14 2023 ROCm Packaging <packaging@example.com> - 7.1.0-1",
+        "- rocm-core7.1 7.1.0, packaged by rocpkg",
+    ]
+
+
+# -- installing -----------------------------------------------------------------------
+
+
+def test_packages_install_verify_and_erase_in_a_fresh_root(built, root):
+    run("rpm", "--root", root, "-i", *built.all())          # dependencies checked
+    installed = run("rpm", "--root", root, "-qa", "--qf", "%{NAME}\n").stdout.split()
+    assert sorted(installed) == ["base-system", "rocm-core7.1", "rocm-hooks7.1", "rocm7.1"]
+    assert run("rpm", "--root", root, "-Va").stdout == ""
+    with open(f"{root}{PREFIX}/bin/rocm-smi", "rb") as f:
+        assert f.read() == b"#!/bin/sh\necho 'GPU 0: ready'\n"
+    assert os.readlink(f"{root}{PREFIX}/lib/librocm-core.so.1") == "librocm-core.so.1.0.0"
+    assert os.stat(f"{root}{PREFIX}/bin/rocm-smi").st_mtime == SDE
+    run("rpm", "--root", root, "-e", "rocm7.1", "rocm-hooks7.1", "rocm-core7.1")
+    assert not os.path.exists(f"{root}{PREFIX}")
+    assert run("rpm", "--root", root, "-qa", "--qf", "%{NAME}\n").stdout.split() == ["base-system"]
+
+
+def test_scriptlets_run_inside_the_root(built, root):
+    run("rpm", "--root", root, "-i", built.base, built.tool, built.hooks)
+    assert os.readlink(f"{root}/opt/rocm") == "rocm-7.1.0"      # %post
+    run("rpm", "--root", root, "-e", "rocm-hooks7.1")
+    assert not os.path.lexists(f"{root}/opt/rocm")                # %preun
+
+
+def test_missing_dependency_is_refused_by_rpm(built, root):
+    result = run("rpm", "--root", root, "-i", built.meta, check=False)
+    assert result.returncode != 0
+    assert "rocm-core7.1 = 7.1.0-1 is needed by rocm7.1-7.1.0-1.x86_64" in result.stderr
+
+
+@pytest.mark.parametrize("compression", ["zstd", "xz", "gzip"])
+def test_each_payload_compression_installs(tmp_path, sources, root, compression):
+    base = rpm.write_rpm(base_system_spec(sources), str(tmp_path), options(compression)).path
+    tool = rpm.write_rpm(tool_spec(sources), str(tmp_path), options(compression)).path
+    assert query(tool, "--qf", "%{PAYLOADCOMPRESSOR}") == compression
+    run("rpm", "--root", root, "-i", base, tool)
+    assert run("rpm", "--root", root, "-V", "rocm-core7.1").stdout == ""
+
+
+# -- other readers --------------------------------------------------------------------
+
+
+def test_rpmlint_reports_no_errors(built):
+    # base-system is the test's stand-in made of host binaries, not a rocpkg product.
+    result = run("rpmlint", "-r", RPMLINTRC, built.tool, built.hooks, built.meta, check=False)
+    assert " 0 errors" in result.stdout, result.stdout
+
+
+def test_rpmfile_reads_every_package(built):
+    for path in built.all():
+        with rpmfile.open(path) as package:
+            assert package.headers["name"].decode() == os.path.basename(path).split("-7.1.0")[0]
+            package.getmembers()
+    with rpmfile.open(built.tool) as package:
+        names = [m.name for m in package.getmembers()]
+        assert f".{PREFIX}/bin/rocm-smi" in names
+        data = package.extractfile(f".{PREFIX}/bin/rocm-smi").read()
+        assert data == b"#!/bin/sh\necho 'GPU 0: ready'\n"
+
+
+def test_reader_finds_the_header_range_and_payload(built):
+    info = rpm.read_rpm(built.tool)
+    assert info.name == "rocm-core7.1" and info.evr == "7.1.0-1"
+    assert info.header[rpm.Tag.ARCH] == "x86_64"
+    assert info.header_start % 8 == 0 and info.header_start > rpm.LEAD_SIZE
+    assert info.payload_offset == info.header_end
+    assert info.signature[rpm.SigTag.SIZE] == [info.size - info.header_start]
+    with open(built.tool, "rb") as f:
+        f.seek(info.payload_offset)
+        assert f.read(4) == b"\x28\xb5\x2f\xfd"     # zstd frame magic
+
+
+# -- reproducibility and failures ------------------------------------------------------
+
+
+def test_same_inputs_and_source_date_epoch_give_identical_bytes(tmp_path, sources):
+    first = rpm.write_rpm(tool_spec(sources), str(tmp_path / "a"), options())
+    second = rpm.write_rpm(tool_spec(sources), str(tmp_path / "b"),
+                           replace(options(), threads=1))
+    assert filecmp.cmp(first.path, second.path, shallow=False)
+    assert first.sha256 == second.sha256 and first.size == os.path.getsize(first.path)
+
+
+def test_a_vanished_source_names_package_and_path_and_leaves_no_file(tmp_path):
+    victim = source(tmp_path, "victim.bin", b"x" * 100)
+    package = spec("rocm-victim7.1", [FileEntry(PREFIX, DIR, 0o755),
+                                      file_entry(f"{PREFIX}/victim.bin", victim)])
+    os.unlink(victim)
+    out = tmp_path / "out"
+    with pytest.raises(RocpkgInputError) as error:
+        rpm.write_rpm(package, str(out), options())
+    assert error.value.problems[0][0] == f"rocm-victim7.1: {PREFIX}/victim.bin"
+    assert not out.exists() or os.listdir(out) == []
+
+
+def test_a_source_that_changed_size_is_refused(tmp_path):
+    grown = source(tmp_path, "grown.bin", b"x" * 100)
+    package = spec("rocm-grown7.1", [replace(file_entry(f"{PREFIX}/grown.bin", grown), size=99)])
+    with pytest.raises(RocpkgInputError, match="has 100 bytes, planned 99"):
+        rpm.write_rpm(package, str(tmp_path), options())
+
+
+@pytest.mark.parametrize("system_dir", ["/opt", "/usr", "/usr/bin"])
+def test_owning_a_system_directory_is_refused(tmp_path, system_dir):
+    package = spec("rocm-bad7.1", [FileEntry(system_dir, DIR, 0o755)])
+    with pytest.raises(RocpkgInputError, match="system directory"):
+        rpm.write_rpm(package, str(tmp_path), options())
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_corrupt_file_is_refused_without_huge_allocations(tmp_path, built):
+    with open(built.tool, "rb") as f:
+        good = f.read()
+    corrupt = tmp_path / "corrupt.rpm"
+    # claim 2^28 - 1 data bytes (rpm's limit) in the main header of a 10 kB file
+    start = rpm.read_rpm(built.tool).header_start
+    corrupt.write_bytes(good[:start + 12] + b"\x0f\xff\xff\xff" + good[start + 16:])
+    with pytest.raises(RocpkgInputError, match="runs past end of file"):
+        rpm.read_rpm(corrupt)
+    (tmp_path / "short.rpm").write_bytes(good[:200])
+    with pytest.raises(RocpkgInputError):
+        rpm.read_rpm(tmp_path / "short.rpm")
+    (tmp_path / "text.rpm").write_bytes(b"hello" * 100)
+    with pytest.raises(RocpkgInputError, match="bad lead magic"):
+        rpm.read_rpm(tmp_path / "text.rpm")
