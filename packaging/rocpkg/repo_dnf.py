@@ -22,7 +22,7 @@ from xml.sax.saxutils import XMLGenerator
 from rocpkg import rpm
 from rocpkg.errors import RocpkgInputError
 from rocpkg.rpm import Tag
-from rocpkg.sign import ARMORED_KEY_NAME, Signer
+from rocpkg.sign import ARMORED_KEY_NAME, Signer, sign_rpm_header
 from rocpkg.streams import AtomicOutput, HashingWriter, hash_file
 
 NS_COMMON = "http://linux.duke.edu/metadata/common"
@@ -77,7 +77,7 @@ def publish_dnf(out_dir: str | os.PathLike, *, signer: Signer | None = None,
     packages = []
     for rel in _rpm_files(rpm_root):
         path = os.path.join(rpm_root, rel)
-        if sign_packages and signer is not None and _sign_header(path, signer):
+        if sign_packages and signer is not None and sign_rpm_header(path, signer):
             written.append(path)
         packages.append(_read_package(rpm_root, rel, source_date_epoch))
     _refuse_conflicts(packages, published)
@@ -172,20 +172,6 @@ def _read_package(rpm_root: str, rel: str, source_date_epoch: int | None) -> _Pa
                     arch="src" if header.get(TAG_SOURCEPACKAGE) else header[Tag.ARCH],
                     epoch=_int(header.get(Tag.EPOCH)), version=header[Tag.VERSION],
                     release=header[Tag.RELEASE])
-
-
-def _sign_header(path: str, signer: Signer) -> bool:
-    """Add an OpenPGP signature over the main header (what `rpmsign --addsign` does for
-    v4 packages) unless the RPM already has one. Returns whether it signed."""
-    info = rpm.read_rpm(path)
-    if rpm.SigTag.RSA in info.signature or rpm.SigTag.DSA in info.signature:
-        return False
-    with open(path, "rb") as f:
-        f.seek(info.header_start)
-        header_bytes = f.read(info.header_end - info.header_start)
-    signature = signer.detached_binary(header_bytes)
-    rpm.replace_signature(path, {signer.rpm_header_signature_tag: (rpm.TYPE_BIN, signature)})
-    return True
 
 
 def _files(header: dict) -> list[tuple[str, str]]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import subprocess
 
+from rocpkg import rpm
 from rocpkg.errors import RocpkgInputError
 from rocpkg.streams import AtomicOutput
 
@@ -134,3 +135,19 @@ class Signer:
             raise RocpkgInputError("--sign-key", f"gpg could not {what} with {self.key_id!r}: "
                                    + (message[-1] if message else f"exit {proc.returncode}"))
         return proc.stdout
+
+
+def sign_rpm_header(path: str | os.PathLike, signer: Signer) -> bool:
+    """Add an OpenPGP signature over an RPM's main header (what `rpmsign --addsign` does
+    for v4 packages: RSAHEADER or DSAHEADER in the signature header), in place, keeping
+    the file size, main header and payload byte-identical. An RPM that already carries a
+    header signature is left as it is. Returns whether it signed."""
+    info = rpm.read_rpm(path)
+    if RPMSIGTAG_RSA in info.signature or RPMSIGTAG_DSA in info.signature:
+        return False
+    with open(path, "rb") as f:
+        f.seek(info.header_start)
+        header_bytes = f.read(info.header_end - info.header_start)
+    signature = signer.detached_binary(header_bytes)
+    rpm.replace_signature(path, {signer.rpm_header_signature_tag: (rpm.TYPE_BIN, signature)})
+    return True
