@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 
 import pytest
 import rpmfile
+import zstandard
 
 from rocpkg import rpm
 from rocpkg.errors import RocpkgInputError
@@ -373,3 +374,40 @@ def test_a_corrupt_file_is_refused_without_huge_allocations(tmp_path, built):
     (tmp_path / "text.rpm").write_bytes(b"hello" * 100)
     with pytest.raises(RocpkgInputError, match="bad lead magic"):
         rpm.read_rpm(tmp_path / "text.rpm")
+
+
+# -- files of 4 GiB and more ------------------------------------------------------------
+
+LARGE = 4 * 2**30 + 2**29       # 4.5 GiB
+
+
+def test_a_sparse_4_5_gib_file_installs_and_verifies(tmp_path, sources, root):
+    free = shutil.disk_usage(tmp_path).free
+    if free < 12 * 2**30:
+        pytest.skip(f"needs 12 GiB free in {tmp_path} (rpm writes the file out), has {free >> 30} GiB")
+    big = str(tmp_path / "big.bin")
+    with open(big, "wb") as f:
+        f.write(b"head")
+        f.truncate(LARGE - 4)
+        f.seek(LARGE - 4)
+        f.write(b"tail")
+    small = source(tmp_path, "small.txt", b"small\n")
+    package = spec("rocm-large7.1", [FileEntry(PREFIX, DIR, 0o755),
+                                     file_entry(f"{PREFIX}/big.bin", big),
+                                     file_entry(f"{PREFIX}/small.txt", small)])
+    path = rpm.write_rpm(package, str(tmp_path / "out"), options()).path
+    info = rpm.read_rpm(path)
+    assert info.header[rpm.Tag.LONGFILESIZES] == [0, LARGE, 6]
+    assert rpm.Tag.FILESIZES not in info.header
+    assert info.header[rpm.Tag.LONGSIZE] == [LARGE + 6]
+    assert info.signature[rpm.SigTag.LONGARCHIVESIZE][0] > LARGE
+    assert "rpmlib(LargeFiles) <= 4.12.0-1" in query(path, "--requires").splitlines()
+    with open(path, "rb") as f:         # rpm's stripped cpio: magic + file index only
+        f.seek(info.payload_offset)
+        first = zstandard.ZstdDecompressor().stream_reader(f).read(16)
+    assert first == b"07070X00000000\0\0"
+    assert run("rpm", "-K", "--nosignature", path).stdout.strip().endswith("digests OK")
+    base = rpm.write_rpm(base_system_spec(sources), str(tmp_path / "out"), options()).path
+    run("rpm", "--root", root, "-i", base, path)
+    assert os.path.getsize(f"{root}{PREFIX}/big.bin") == LARGE
+    assert run("rpm", "--root", root, "-V", "rocm-large7.1").stdout == ""
