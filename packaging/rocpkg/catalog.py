@@ -113,7 +113,7 @@ class Catalog:
                     continue
                 entries = s.entries
                 if target is not None and d.kind == "family":
-                    entries = [e for e in entries if e.target == target or (e.type == "dir" and not e.target)]
+                    entries = [e for e in entries if e.target == target]
                 result.append((d, s, entries))
         return result
 
@@ -235,10 +235,18 @@ def _walk_stage(adir: ArtifactDir, stage: Stage, families, problems) -> None:
             else:
                 problems.append((full, "not a regular file, directory or symlink"))
                 continue
-            if adir.kind == "family" and entry.type != "dir":
-                entry = _route(adir, entry, families, problems)
-                if entry is None:
-                    continue
+            if adir.kind == "family":
+                if entry.type == "dir":
+                    # a per-arch dir (library/gfx942/) belongs to its target; other dirs are
+                    # owned through the files routed into them
+                    named = {kt.parse_target(n).processor.lower() for n in _TARGET_IN_NAME.findall(rel)}
+                    if len(named) != 1:
+                        continue
+                    entry = StageEntry(rel, "dir", mode, 0, full, "", named.pop(), "")
+                else:
+                    entry = _route(adir, entry, families, problems)
+                    if entry is None:
+                        continue
             stage.entries.append(entry)
 
 
