@@ -146,7 +146,7 @@ def _bundle_with_entry(offset: int, size: int, id_length: int) -> bytes:
 
 
 @pytest.mark.parametrize("name,data,message", [
-    ("truncated bundle", fat_bundle()[:150], "truncated"),
+    ("truncated bundle", fat_bundle()[:150], "runs past the end"),
     ("too many bundle entries", b"__CLANG_OFFLOAD_BUNDLE__" + struct.pack("<Q", 2**60), "cannot fit"),
     ("entry past the end", _bundle_with_entry(0, 10**9, 12), "runs past the end"),
     ("entry id past the end", _bundle_with_entry(0, 0, 2**40), "truncated"),
