@@ -411,3 +411,31 @@ def test_a_sparse_4_5_gib_file_installs_and_verifies(tmp_path, sources, root):
     run("rpm", "--root", root, "-i", base, path)
     assert os.path.getsize(f"{root}{PREFIX}/big.bin") == LARGE
     assert run("rpm", "--root", root, "-V", "rocm-large7.1").stdout == ""
+
+
+# -- signing later, in place ------------------------------------------------------------
+
+
+def test_a_header_signature_fits_in_the_reserved_space(tmp_path, built, root):
+    gnupg = tmp_path / "gnupg"
+    gnupg.mkdir(mode=0o700)
+    gpg = ["gpg", "--homedir", str(gnupg), "--batch", "--pinentry-mode", "loopback",
+           "--passphrase", ""]
+    run(*gpg, "--quick-gen-key", "rocpkg test <test@example.com>", "rsa2048", "sign", "never")
+    (tmp_path / "key.asc").write_text(run(*gpg, "--armor", "--export").stdout)
+    signed = str(tmp_path / os.path.basename(built.tool))
+    shutil.copyfile(built.tool, signed)
+    before = rpm.read_rpm(signed)
+    with open(signed, "rb") as f:
+        f.seek(before.header_start)
+        (tmp_path / "header").write_bytes(f.read(before.header_end - before.header_start))
+    run(*gpg, "--digest-algo", "sha256", "--detach-sign", "-o", str(tmp_path / "header.sig"),
+        str(tmp_path / "header"))
+    rpm.replace_signature(signed, {rpm.SigTag.RSA: (rpm.TYPE_BIN, (tmp_path / "header.sig").read_bytes())})
+    after = rpm.read_rpm(signed)
+    assert after.size == before.size and after.header_start == before.header_start
+    assert len(after.signature[rpm.SigTag.RESERVEDSPACE]) < len(before.signature[rpm.SigTag.RESERVEDSPACE])
+    run("rpm", "--root", root, "--import", str(tmp_path / "key.asc"))
+    checked = run("rpm", "--root", root, "-Kv", signed).stdout
+    assert "Header V4 RSA/SHA256 Signature, key ID" in checked and ": OK" in checked
+    assert "BAD" not in checked and "NOKEY" not in checked
