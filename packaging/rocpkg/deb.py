@@ -134,6 +134,45 @@ def _tar_name(path: str) -> str:
     return "./" if path == "/" else "." + path
 
 
+# -- reading sources ---------------------------------------------------------------------
+
+_ZEROS = memoryview(bytes(CHUNK))
+
+
+class _SourceChanged(Exception):
+    """The source file is not the size it was planned (or first read) with."""
+
+
+def _source_chunks(source: BinaryIO, size: int) -> Iterator[bytes | memoryview]:
+    """Exactly `size` bytes of an open file, in chunks of at most CHUNK. Holes of a sparse
+    file come from a shared zero buffer instead of read(): the kernel would only hand back
+    zeros, at a real cost for multi-GiB sparse files. Raises _SourceChanged if the file is
+    shorter or longer than `size`."""
+    fd = source.fileno()
+    position = 0
+    while position < size:
+        try:
+            data_at = min(os.lseek(fd, position, os.SEEK_DATA), size)
+        except OSError:                      # ENXIO: only a hole up to the end of file
+            data_at = size
+        while position < data_at:
+            step = min(CHUNK, data_at - position)
+            yield _ZEROS[:step]
+            position += step
+        if position >= size:
+            break
+        hole_at = min(os.lseek(fd, position, os.SEEK_HOLE), size)
+        source.seek(position)
+        while position < hole_at:
+            chunk = source.read(min(CHUNK, hole_at - position))
+            if not chunk:
+                raise _SourceChanged(f"it ended at {position} bytes")
+            yield chunk
+            position += len(chunk)
+    if os.fstat(fd).st_size != size:
+        raise _SourceChanged(f"it has {os.fstat(fd).st_size} bytes now")
+
+
 # -- pass 1: md5sums ---------------------------------------------------------------------
 
 
@@ -144,18 +183,19 @@ def _fingerprint(path: str, planned_size: int) -> _Fingerprint | str:
             info = os.fstat(source.fileno())
             if not stat.S_ISREG(info.st_mode):
                 return "the source is not a regular file"
+            if info.st_size != planned_size:
+                return (f"the source file has {info.st_size} bytes, the plan says {planned_size}"
+                        " (changed since planning?)")
             digest = hashlib.md5(usedforsecurity=False)
-            count = 0
-            while chunk := source.read(CHUNK):
+            for chunk in _source_chunks(source, planned_size):
                 digest.update(chunk)
-                count += len(chunk)
     except FileNotFoundError:
         return "the source file is missing (vanished since planning?)"
     except OSError as exc:
         return f"the source file can't be read: {exc.strerror or exc}"
-    if count != planned_size:
-        return f"the source file has {count} bytes, the plan says {planned_size} (changed since planning?)"
-    return _Fingerprint(digest.hexdigest(), count, info.st_mtime_ns, info.st_ino)
+    except _SourceChanged as exc:
+        return f"the source file changed while it was read: {exc}"
+    return _Fingerprint(digest.hexdigest(), planned_size, info.st_mtime_ns, info.st_ino)
 
 
 def _md5_pass(spec: PackageSpec, tree: list[_DataEntry], threads: int) -> dict[str, _Fingerprint]:
@@ -301,11 +341,12 @@ def _write_payload_file(tar_out, spec: PackageSpec, entry: FileEntry, seen: _Fin
                                       _normalised_mode(entry.mode), mtime, entry.size))
         tar_out.write(header)
         try:
-            copy_stream(source, tar_out, entry.size)
-        except EOFError:
-            raise RocpkgInputError([(where, f"the source file shrank while packing ({entry.source})")]) from None
-        if source.read(1):
-            raise RocpkgInputError([(where, f"the source file grew while packing ({entry.source})")])
+            for chunk in _source_chunks(source, entry.size):
+                tar_out.write(chunk)
+        except _SourceChanged as exc:
+            raise RocpkgInputError([(where, f"the source file changed while packing: {exc} ({entry.source})")]) from None
+        except OSError as exc:
+            raise RocpkgInputError([(where, f"the source file can't be read: {exc.strerror} ({entry.source})")]) from None
     padding = _tar_padding(entry.size)
     tar_out.write(padding)
     return len(header) + entry.size + len(padding)
