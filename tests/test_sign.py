@@ -13,7 +13,7 @@ import pytest
 from repo_helpers import kill_gpg_agent, make_signer, write_package
 from rocpkg import rpm
 from rocpkg.errors import RocpkgInputError
-from rocpkg.sign import RPMSIGTAG_RSA, Signer, sign_rpm_header
+from rocpkg.sign import RPMSIGTAG_DSA, RPMSIGTAG_RSA, Signer, sign_rpm_header
 
 SDE = 1700000000
 RELEASE_TEXT = b"Origin: rocpkg\nSuite: stable\n"
@@ -109,16 +109,17 @@ def test_a_key_that_is_not_there_is_bad_input_naming_it(signer):
         missing.clearsign(RELEASE_TEXT)
 
 
-def test_a_passphrase_protected_key_signs_with_its_passphrase_only(tmp_path):
+def test_a_passphrase_protected_eddsa_key_signs_with_its_passphrase_only(tmp_path):
     home = tempfile.mkdtemp(prefix="g", dir="/tmp")
     try:
         subprocess.run(["gpg", "--homedir", home, "--batch", "--pinentry-mode", "loopback", "--passphrase",
-                        "s3cret", "--quick-gen-key", "protected <p@example.org>", "rsa2048", "sign", "never"],
+                        "s3cret", "--quick-gen-key", "protected <p@example.org>", "ed25519", "sign", "never"],
                        check=True, capture_output=True)
         with pytest.raises(RocpkgInputError, match="could not sign"):
             Signer(home, "p@example.org", passphrase="wrong").clearsign(RELEASE_TEXT)
-        signed = Signer(home, "p@example.org", passphrase="s3cret").clearsign(RELEASE_TEXT)
-        assert signed.startswith(b"-----BEGIN PGP SIGNED MESSAGE-----")
+        eddsa = Signer(home, "p@example.org", passphrase="s3cret")
+        assert eddsa.clearsign(RELEASE_TEXT).startswith(b"-----BEGIN PGP SIGNED MESSAGE-----")
+        assert eddsa.rpm_header_signature_tag == RPMSIGTAG_DSA      # rpm files EdDSA with DSA
     finally:
         subprocess.run(["gpgconf", "--homedir", home, "--kill", "all"], capture_output=True)
         shutil.rmtree(home, ignore_errors=True)
