@@ -10,9 +10,9 @@ the %post/%preun scriptlets inside the root.
 from __future__ import annotations
 
 import filecmp
+import io
 import os
 import shutil
-import stat
 import subprocess
 from dataclasses import dataclass, replace
 
@@ -23,6 +23,7 @@ import zstandard
 from rocpkg import rpm
 from rocpkg.errors import RocpkgInputError
 from rocpkg.model import DIR, FILE, SYMLINK, BuildOptions, FileEntry, PackageSpec
+from rocpkg.render import render_spec
 
 SDE = 1_700_000_000
 PREFIX = "/opt/rocm-7.1.0"
@@ -439,3 +440,103 @@ def test_a_header_signature_fits_in_the_reserved_space(tmp_path, built, root):
     checked = run("rpm", "--root", root, "-Kv", signed).stdout
     assert "Header V4 RSA/SHA256 Signature, key ID" in checked and ": OK" in checked
     assert "BAD" not in checked and "NOKEY" not in checked
+
+
+# -- the parts, each alone ----------------------------------------------------------------
+
+
+def test_header_encoder_reproduces_rpmbuild_bytes(tmp_path):
+    """Decoding a header rpmbuild wrote and encoding it again gives rpmbuild's bytes:
+    same index order, alignment, region trailer, and signature reserved space."""
+    spec_file = tmp_path / "hello.spec"
+    spec_file.write_text(
+        "Name: hello\nVersion: 1.0\nRelease: 1\nSummary: Hello\nLicense: MIT\n"
+        "Requires: (a or b)\n%description\nHello.\n%post\necho hi\n"
+        "%install\nmkdir -p %{buildroot}/opt/hello\necho hi > %{buildroot}/opt/hello/a\n"
+        "ln -s a %{buildroot}/opt/hello/b\n%files\n/opt/hello\n")
+    run("rpmbuild", "-bb", "--define", f"_topdir {tmp_path}/top", str(spec_file))
+    (built,) = (tmp_path / "top" / "RPMS").glob("*/hello-1.0-1.*.rpm")
+    info = rpm.read_rpm(built)
+    raw = built.read_bytes()
+    header = {tag: (info.header_types[tag], value) for tag, value in info.header.items()}
+    assert rpm.encode_header(header, rpm.Tag.HEADERIMMUTABLE) == raw[info.header_start:info.header_end]
+    signature = {tag: (info.signature_types[tag], v) for tag, v in info.signature.items()}
+    assert rpm.encode_signature(signature, None) == raw[rpm.LEAD_SIZE:info.header_start]
+
+
+def test_integer_arrays_are_aligned_to_their_size():
+    blob = rpm.encode_header({1000: (rpm.TYPE_STRING, "abc"), 1001: (rpm.TYPE_INT64, [1]),
+                              1002: (rpm.TYPE_INT16, [2]), 1003: (rpm.TYPE_INT32, [3])}, None)
+    offsets = [int.from_bytes(blob[16 + i * 16 + 8:16 + i * 16 + 12], "big") for i in range(4)]
+    assert offsets == [0, 8, 16, 20]        # "abc\0" then padding up to 8, 2, 4
+    decoded = rpm.decode_header(blob, None)
+    assert decoded.values == {1000: "abc", 1001: [1], 1002: [2], 1003: [3]}
+
+
+def test_signature_area_absorbs_a_switch_to_64_bit_sizes():
+    small = {rpm.SigTag.SIZE: (rpm.TYPE_INT32, [1]), rpm.SigTag.MD5: (rpm.TYPE_BIN, bytes(16))}
+    area = len(rpm.encode_signature(small, None))
+    large = {rpm.SigTag.LONGSIZE: (rpm.TYPE_INT64, [2**33]), rpm.SigTag.MD5: (rpm.TYPE_BIN, bytes(16))}
+    blob = rpm.encode_signature(large, area)
+    assert len(blob) == area
+    assert rpm.decode_header(blob, rpm.SigTag.HEADERSIGNATURES).values[rpm.SigTag.LONGSIZE] == [2**33]
+
+
+def test_payload_paths_are_dot_prefixed_newc_entries(built):
+    listing = subprocess.run(f"rpm2cpio {built.tool} | cpio -it --quiet", shell=True, check=True,
+                             capture_output=True, text=True).stdout.split()
+    assert listing[:3] == [f".{PREFIX}", f".{PREFIX}/bin", f".{PREFIX}/bin/rocm-smi"]
+
+
+def test_cpio_newc_entries_extract_with_gnu_cpio(tmp_path):
+    archive = io.BytesIO()
+    cpio = rpm.CpioWriter(archive, stripped=False)
+    cpio.add(0, "/d", 0o40755, 0, SDE, 1)
+    cpio.add(1, "/d/f", 0o100644, 5, SDE, 2)
+    cpio.write_data(b"hello")
+    cpio.add(2, "/d/l", 0o120777, 1, SDE, 3)
+    cpio.write_data(b"f")
+    cpio.finish()
+    assert archive.tell() % 4 == 0
+    subprocess.run(["cpio", "-idm", "--quiet"], input=archive.getvalue(), cwd=tmp_path, check=True)
+    assert (tmp_path / "d" / "f").read_bytes() == b"hello"
+    assert os.readlink(tmp_path / "d" / "l") == "f"
+    assert (tmp_path / "d" / "f").stat().st_mtime == SDE
+
+
+def test_stripped_cpio_entries_hold_only_the_file_index():
+    archive = io.BytesIO()
+    cpio = rpm.CpioWriter(archive, stripped=True)
+    cpio.add(7, "/ignored", 0o100644, 3, SDE, 1)
+    cpio.write_data(b"abc")
+    cpio.finish()
+    data = archive.getvalue()
+    assert data[:20] == b"07070X00000007\0\0abc\0"
+    assert data[20:26] == b"070701" and data.endswith(b"TRAILER!!!\0\0\0\0")
+    assert len(data) % 4 == 0
+
+
+@pytest.mark.parametrize("text, parsed", [
+    ("glibc", ("glibc", 0, "")),
+    ("glibc >= 2.28", ("glibc", rpm.RPMSENSE_GREATER | rpm.RPMSENSE_EQUAL, "2.28")),
+    ("rocm-core7.1 = 7.1.0-1", ("rocm-core7.1", rpm.RPMSENSE_EQUAL, "7.1.0-1")),
+    ("rocm-old < 7.0", ("rocm-old", rpm.RPMSENSE_LESS, "7.0")),
+    ("(glibc or musl-libc)", ("(glibc or musl-libc)", 0, "")),
+    ("(a if b else (c and d))", ("(a if b else (c and d))", 0, "")),
+])
+def test_relations_parse_into_name_flags_and_version(text, parsed):
+    assert rpm.parse_relation(text) == parsed
+
+
+def test_the_rendered_spec_is_what_the_header_says(sources):
+    package = hooks_spec(sources)
+    text = render_spec(package, options())
+    parsed = rpm.parse_spec(text)
+    assert parsed.preamble["name"] == "rocm-hooks7.1" and parsed.preamble["license"] == "MIT"
+    assert parsed.relations["requires"] == [("rocm-core7.1", rpm.RPMSENSE_EQUAL, "7.1.0-1")]
+    assert set(parsed.scripts) == {"post", "preun"}
+    assert parsed.scripts["post"][0] == "/bin/sh" and "ln -s rocm-7.1.0" in parsed.scripts["post"][1]
+    assert parsed.changelog[0][0] == 1_699_963_200          # noon UTC, Tue Nov 14 2023
+    assert f"%dir %attr(0755,root,root) {PREFIX}/etc" in text
+    assert "Epoch:" not in text
+    assert "Epoch: 2\n" in render_spec(replace(package, epoch=2), options())

@@ -14,12 +14,22 @@ The writer knows nothing of ROCm: it packs what a PackageSpec says.
 """
 from __future__ import annotations
 
+import calendar
 import enum
+import hashlib
+import lzma
 import os
 import struct
+import time
+import zlib
 from dataclasses import dataclass, field
 
+import zstandard
+
 from rocpkg.errors import RocpkgInputError
+from rocpkg.model import DIR, FILE, SYMLINK, BuiltPackage
+from rocpkg.render import render_spec
+from rocpkg.streams import AtomicOutput, HashingWriter, copy_stream, hash_file
 
 # ---------------------------------------------------------------------------
 # 1. tag table
@@ -168,6 +178,7 @@ RPMFILE_NONE = 0
 RPMVERIFY_ALL = 0xFFFFFFFF
 PGPHASHALGO_SHA256 = 8
 
+
 # ---------------------------------------------------------------------------
 # 2. header codec
 # ---------------------------------------------------------------------------
@@ -177,7 +188,7 @@ _REGION_TRAILER = 16
 # rpm's own limits (lib/header_internal.h): refuse anything larger before allocating.
 MAX_TAGS = 0xFFFF
 MAX_DATA = 0x0FFFFFFF
-MAX_SIG_TAGS = 1000
+MAX_SIG_TAGS = 32          # rpm hdrblobRead: il_max for signature headers
 MAX_SIG_DATA = 64 << 20
 
 
@@ -255,7 +266,7 @@ def decode_header(blob: bytes, region_tag: int | None, max_tags: int = MAX_TAGS,
     types: dict[int, int] = {}
     for i in range(il):
         tag, typ, offset, count = struct.unpack_from(">iIiI", blob, 16 + i * 16)
-        if offset < 0 or offset >= dl and not (offset == dl and count == 0):
+        if offset < 0 or offset >= dl:
             raise ValueError(f"tag {tag}: offset {offset} outside data store of {dl} bytes")
         if i == 0 and region_tag is not None and tag == region_tag:
             _check_region(store, tag, typ, offset, count, il)
@@ -312,6 +323,73 @@ def _decode_value(store: bytes, tag: int, typ: int, offset: int, count: int):
             pos = end + 1
         return strings[0] if typ == TYPE_STRING else strings
     raise ValueError(f"tag {tag}: unknown type {typ}")
+
+
+# ---------------------------------------------------------------------------
+# 3. cpio
+# ---------------------------------------------------------------------------
+
+CPIO_NEWC_MAGIC = b"070701"
+CPIO_STRIPPED_MAGIC = b"07070X"
+CPIO_TRAILER = b"TRAILER!!!\0"
+CPIO_FILESIZE_MAX = 0xFFFFFFFF
+
+
+class CpioWriter:
+    """rpm's cpio payload. newc entries carry "./path" and stat fields; in the stripped
+    form (07070X, rpm >= 4.12, used whenever the header has LONGFILESIZES) an entry is
+    just the file's index in the header, which holds all the metadata. Both forms pad
+    each header and each file's data to 4 bytes and end with a newc TRAILER!!!."""
+
+    def __init__(self, sink, stripped: bool):
+        self.sink = sink
+        self.stripped = stripped
+        self.offset = 0
+        self.data_left = 0
+
+    def _write(self, data: bytes) -> None:
+        self.sink.write(data)
+        self.offset += len(data)
+
+    def _pad(self) -> None:
+        if self.offset % 4:
+            self._write(b"\0" * (-self.offset % 4))
+
+    def add(self, index: int, path: str, mode: int, size: int, mtime: int, inode: int) -> None:
+        """Start entry `index` (position in the header's file list); exactly `size`
+        data bytes must follow through write_data()."""
+        if self.data_left:
+            raise ValueError(f"previous cpio entry is {self.data_left} bytes short")
+        self._pad()
+        if self.stripped:
+            self._write(CPIO_STRIPPED_MAGIC + b"%08x" % index)
+        else:
+            if size >= CPIO_FILESIZE_MAX:
+                raise ValueError(f"{path}: too large for a newc cpio entry")
+            name = b"." + path.encode("utf-8", "surrogateescape") + b"\0"
+            fields = (inode, mode, 0, 0, 1, mtime, size, 0, 0, 0, 0, len(name), 0)
+            self._write(CPIO_NEWC_MAGIC + b"".join(b"%08x" % v for v in fields) + name)
+        self._pad()
+        self.data_left = size
+
+    def write_data(self, data) -> int:
+        if len(data) > self.data_left:
+            raise ValueError("cpio entry data longer than declared")
+        self.sink.write(data)
+        self.offset += len(data)
+        self.data_left -= len(data)
+        return len(data)
+
+    # file-like face for streams.copy_stream
+    write = write_data
+
+    def finish(self) -> None:
+        if self.data_left:
+            raise ValueError(f"last cpio entry is {self.data_left} bytes short")
+        self._pad()
+        fields = (0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, len(CPIO_TRAILER), 0)
+        self._write(CPIO_NEWC_MAGIC + b"".join(b"%08x" % v for v in fields) + CPIO_TRAILER)
+        self._pad()
 
 
 # ---------------------------------------------------------------------------
@@ -463,73 +541,6 @@ def replace_signature(path: str | os.PathLike, extra_tags: dict[int, tuple[int, 
 
 
 # ---------------------------------------------------------------------------
-# 3. cpio
-# ---------------------------------------------------------------------------
-
-CPIO_NEWC_MAGIC = b"070701"
-CPIO_STRIPPED_MAGIC = b"07070X"
-CPIO_TRAILER = b"TRAILER!!!\0"
-CPIO_FILESIZE_MAX = 0xFFFFFFFF
-
-
-class CpioWriter:
-    """rpm's cpio payload. newc entries carry "./path" and stat fields; in the stripped
-    form (07070X, rpm >= 4.12, used whenever the header has LONGFILESIZES) an entry is
-    just the file's index in the header, which holds all the metadata. Both forms pad
-    each header and each file's data to 4 bytes and end with a newc TRAILER!!!."""
-
-    def __init__(self, sink, stripped: bool):
-        self.sink = sink
-        self.stripped = stripped
-        self.offset = 0
-        self.data_left = 0
-
-    def _write(self, data: bytes) -> None:
-        self.sink.write(data)
-        self.offset += len(data)
-
-    def _pad(self) -> None:
-        if self.offset % 4:
-            self._write(b"\0" * (-self.offset % 4))
-
-    def add(self, index: int, path: str, mode: int, size: int, mtime: int, inode: int) -> None:
-        """Start entry `index` (position in the header's file list); exactly `size`
-        data bytes must follow through write_data()."""
-        if self.data_left:
-            raise ValueError(f"previous cpio entry is {self.data_left} bytes short")
-        self._pad()
-        if self.stripped:
-            self._write(CPIO_STRIPPED_MAGIC + b"%08x" % index)
-        else:
-            if size >= CPIO_FILESIZE_MAX:
-                raise ValueError(f"{path}: too large for a newc cpio entry")
-            name = b"." + path.encode("utf-8", "surrogateescape") + b"\0"
-            fields = (inode, mode, 0, 0, 1, mtime, size, 0, 0, 0, 0, len(name), 0)
-            self._write(CPIO_NEWC_MAGIC + b"".join(b"%08x" % v for v in fields) + name)
-        self._pad()
-        self.data_left = size
-
-    def write_data(self, data) -> int:
-        if len(data) > self.data_left:
-            raise ValueError("cpio entry data longer than declared")
-        self.sink.write(data)
-        self.offset += len(data)
-        self.data_left -= len(data)
-        return len(data)
-
-    # file-like face for streams.copy_stream
-    write = write_data
-
-    def finish(self) -> None:
-        if self.data_left:
-            raise ValueError(f"last cpio entry is {self.data_left} bytes short")
-        self._pad()
-        fields = (0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, len(CPIO_TRAILER), 0)
-        self._write(CPIO_NEWC_MAGIC + b"".join(b"%08x" % v for v in fields) + CPIO_TRAILER)
-        self._pad()
-
-
-# ---------------------------------------------------------------------------
 # 6. writer: rendered spec text -> header tags; files -> cpio
 # ---------------------------------------------------------------------------
 
@@ -588,9 +599,6 @@ def _split_relations(value: str) -> list[str]:
 
 def _changelog_time(header_line: str) -> int:
     """`* Thu Jan 01 1970 ...` -> noon UTC of that day (rpm keeps day resolution)."""
-    import calendar
-    import time
-
     fields = header_line.lstrip("*").split()
     stamp = time.strptime(" ".join(fields[:4]), "%a %b %d %Y")
     return calendar.timegm(stamp) + 12 * 3600
@@ -660,8 +668,7 @@ SYSTEM_DIRS = frozenset({
 })
 BUILDHOST = "localhost"
 RPMVERSION = "4.18.0"       # the rpm feature level this writer follows
-LARGE_FILE = 1 << 32        # rpm: sizes >= UINT32_MAX need LONGFILESIZES
-_LARGE = 0xFFFFFFFF
+_LARGE = 0xFFFFFFFF         # UINT32_MAX: from here on, 64-bit size tags and stripped cpio
 _S_IFDIR, _S_IFREG, _S_IFLNK = 0o040000, 0o100000, 0o120000
 
 
@@ -685,8 +692,6 @@ def _sorted_unique(relations) -> list[tuple[str, int, str]]:
 def checked_files(spec) -> list:
     """The spec's files sorted as rpm sorts them (bytewise by path), after refusing what
     rpm would mis-install: relative or unnormalised paths, duplicates, system dirs."""
-    from rocpkg.model import DIR, FILE, SYMLINK
-
     problems = []
     seen = set()
     for entry in spec.files:
@@ -714,9 +719,6 @@ def checked_files(spec) -> list:
 def digest_sources(spec, files) -> dict[str, str]:
     """Pass 1: SHA-256 of every regular file (the header needs them before the payload),
     checking that each source still has its planned size."""
-    from rocpkg.model import FILE
-    from rocpkg.streams import hash_file
-
     digests = {}
     for entry in files:
         if entry.type != FILE:
@@ -734,8 +736,6 @@ def digest_sources(spec, files) -> dict[str, str]:
 
 
 def _entry_size(entry) -> int:
-    from rocpkg.model import FILE, SYMLINK
-
     if entry.type == FILE:
         return entry.size
     if entry.type == SYMLINK:
@@ -744,8 +744,6 @@ def _entry_size(entry) -> int:
 
 
 def _entry_mode(entry) -> int:
-    from rocpkg.model import DIR, FILE
-
     kind = _S_IFREG if entry.type == FILE else _S_IFDIR if entry.type == DIR else _S_IFLNK
     perms = 0o777 if kind == _S_IFLNK else entry.mode & 0o7777
     return kind | perms
@@ -753,8 +751,6 @@ def _entry_mode(entry) -> int:
 
 def file_tags(files, digests: dict[str, str], mtime: int, large: bool) -> dict:
     """DIRNAMES/BASENAMES/DIRINDEXES and the per-file arrays rpm, dnf and rpmlint read."""
-    from rocpkg.model import DIR, FILE, SYMLINK
-
     if not files:
         return {}
     dirnames: list[str] = []
@@ -814,7 +810,9 @@ def build_header(spec, parsed: ParsedSpec, options, files, digests: dict[str, st
         if not pre.get(key):
             raise RocpkgInputError(spec.name, f"rendered spec has no {key.capitalize()}")
     name, version, release = pre["name"], pre["version"], pre["release"]
-    epoch = int(pre.get("epoch", "0") or 0)
+    if not pre.get("epoch", "0").isdigit():
+        raise RocpkgInputError(spec.name, f"rendered spec has a bad Epoch: {pre['epoch']!r}")
+    epoch = int(pre.get("epoch", "0"))
     evr = f"{epoch}:{version}-{release}" if epoch else f"{version}-{release}"
     sizes = [_entry_size(e) for e in files]
     large = any(s >= _LARGE for s in sizes)
@@ -906,19 +904,13 @@ class _Compressor:
         self.kind = options.compression
         level = options.compression_level
         if self.kind == "zstd":
-            import zstandard
-
             threads = options.threads if options.threads > 0 else -1
             self.stream = zstandard.ZstdCompressor(level=level, threads=threads).stream_writer(
                 sink, closefd=False, write_return_read=True)
         elif self.kind == "xz":
-            import lzma
-
             self.obj = lzma.LZMACompressor(format=lzma.FORMAT_XZ, check=lzma.CHECK_CRC32,
                                            preset=level)
         elif self.kind == "gzip":
-            import zlib
-
             self.obj = zlib.compressobj(level, zlib.DEFLATED, 31)
         else:
             raise RocpkgInputError("compression", f"unsupported: {self.kind!r} (zstd, xz, gzip)")
@@ -934,8 +926,6 @@ class _Compressor:
 
     def finish(self) -> None:
         if self.kind == "zstd":
-            import zstandard
-
             self.stream.flush(zstandard.FLUSH_FRAME)
         else:
             self.sink.write(self.obj.flush())
@@ -943,9 +933,6 @@ class _Compressor:
 
 def _stream_payload(spec, files, payload_sink, large: bool, mtime: int) -> None:
     """Pass 2: the cpio archive of every entry, file bytes streamed from the sources."""
-    from rocpkg.model import FILE, SYMLINK
-    from rocpkg.streams import copy_stream
-
     cpio = CpioWriter(payload_sink, stripped=large)
     for index, entry in enumerate(files):
         size = _entry_size(entry)
@@ -968,8 +955,6 @@ def _stream_payload(spec, files, payload_sink, large: bool, mtime: int) -> None:
 
 
 def _signature_tags(header: bytes, md5: bytes, size: int, payload_size: int) -> dict:
-    import hashlib
-
     tags = {SigTag.SHA1: (TYPE_STRING, hashlib.sha1(header).hexdigest()),
             SigTag.SHA256: (TYPE_STRING, hashlib.sha256(header).hexdigest()),
             SigTag.MD5: (TYPE_BIN, md5)}
@@ -990,12 +975,6 @@ def write_rpm(spec, out_dir: str, options) -> "BuiltPackage":
     both streams; (3) rewrite the header with the payload digests (same length); (4)
     compute the signature (reading the payload back for MD5) and rewrite it in its
     fixed-size slot. Written through AtomicOutput: a failure leaves no partial file."""
-    import hashlib
-
-    from rocpkg.model import BuiltPackage
-    from rocpkg.render import render_spec
-    from rocpkg.streams import AtomicOutput, HashingWriter, hash_file
-
     if spec.format != "rpm":
         raise RocpkgInputError(spec.name, f"not an rpm spec (format {spec.format!r})")
     try:
