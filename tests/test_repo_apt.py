@@ -15,6 +15,7 @@ from debian import deb822
 from repo_helpers import (CHAIN, META, META_CLOSURE, AptClient, apt_source_line, kill_gpg_agent,
                           make_signer, planned_installs, write_chain, write_package)
 from rocpkg import repo_apt
+from rocpkg.cli import main
 from rocpkg.errors import RocpkgInputError
 
 SDE = 1700000000
@@ -184,7 +185,7 @@ def test_same_name_version_and_arch_with_other_bytes_is_refused(repo, signer):
     with pytest.raises(RocpkgInputError) as refused:
         repo_apt.publish_apt(repo, signer=signer, source_date_epoch=SDE)
     [(where, what)] = refused.value.problems
-    assert where == "pool/main/rocm-host_7.1.0-1_amd64.deb"
+    assert where == str(repo / "deb/pool/main/rocm-host_7.1.0-1_amd64.deb")
     assert "rocm-host 7.1.0-1 amd64" in what and "published pool/main/rocm-host_7.1.0-1_amd64.deb" in what
     assert {p.name: p.read_bytes() for p in suite.iterdir() if p.is_file()} == before
 
@@ -211,3 +212,21 @@ def test_client_snippet_points_apt_at_the_repository_with_its_keyring(repo, tmp_
         f"deb [signed-by=/usr/share/keyrings/rocm.gpg] file://{repo}/deb stable main\n"
     url = repo_apt.write_client_snippet(repo, base_url="https://repo.example.org/rocm/deb")
     assert Path(url).read_text().split()[2] == "https://repo.example.org/rocm/deb"
+
+
+def test_rocpkg_repo_command_publishes_a_signed_repository_apt_accepts(tmp_path, signer, capsys):
+    out = tmp_path / "out"
+    write_chain(out, "deb")
+    assert main(["repo", str(out), "--gpg-home", signer.gnupg_home, "--sign-key", signer.key_id]) == 0
+    assert f"signed by {signer.fingerprint}" in capsys.readouterr().out
+    assert (out / "rocm.list").read_text() == \
+        f"deb [signed-by=/usr/share/keyrings/rocm.gpg] file://{out}/deb stable main\n"
+    update = client(out, tmp_path / "client").run("update")
+    assert update.returncode == 0 and "W:" not in update.stderr, update.stderr
+
+
+def test_rocpkg_repo_command_reports_a_replaced_package_with_exit_2(repo, signer, capsys):
+    write_package(repo, "deb", "rocm-host", "amd64", [], {"opt/rocm/lib/librocm.so.7": b"other\n"})
+    assert main(["repo", str(repo), "--gpg-home", signer.gnupg_home, "--sign-key", signer.key_id]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {repo}/deb/pool/main/rocm-host_7.1.0-1_amd64.deb: rocm-host 7.1.0-1 amd64 has sha256")

@@ -14,6 +14,7 @@ import pytest
 from repo_helpers import (CHAIN, META, META_CLOSURE, DnfClient, kill_gpg_agent, make_signer,
                           rpmbuild_package, write_chain, write_package)
 from rocpkg import repo_dnf
+from rocpkg.cli import main
 from rocpkg.errors import RocpkgInputError
 
 SDE = 1700000000
@@ -169,7 +170,7 @@ def test_same_nevra_with_other_bytes_is_refused(repo, signer):
     with pytest.raises(RocpkgInputError) as refused:
         repo_dnf.publish_dnf(repo, signer=signer, source_date_epoch=SDE, sign_packages=True)
     [(where, what)] = refused.value.problems
-    assert where == "x86_64/rocm-host-7.1.0-1.x86_64.rpm"
+    assert where == str(repo / "rpm/x86_64/rocm-host-7.1.0-1.x86_64.rpm")
     assert "rocm-host-0:7.1.0-1.x86_64" in what and "published x86_64/rocm-host-7.1.0-1.x86_64.rpm" in what
     assert {p.name: p.read_bytes() for p in repodata.iterdir()} == before
 
@@ -189,3 +190,22 @@ def test_client_snippet_turns_every_signature_check_on(repo):
     assert text.splitlines() == ["[rocm]", "name=ROCm packages built by rocpkg",
                                  f"baseurl=file://{repo}/rpm", "enabled=1", "gpgcheck=1",
                                  "repo_gpgcheck=1", f"gpgkey=file://{repo}/rocm.asc"]
+
+
+def test_rocpkg_repo_command_signs_packages_and_metadata_for_dnf(tmp_path, signer, capsys):
+    out = tmp_path / "out"
+    write_chain(out, "rpm")
+    assert main(["repo", str(out), "--gpg-home", signer.gnupg_home, "--sign-key", signer.key_id]) == 0
+    assert "dnf:" in capsys.readouterr().out
+    dnf = DnfClient(tmp_path / "client", out / "rocm.repo", out / "rocm.asc")   # the written .repo, as is
+    install = dnf.run("install", META)
+    assert install.returncode == 0, install.stdout + install.stderr
+    assert dnf.installed() == META_CLOSURE
+
+
+def test_rocpkg_repo_command_with_a_missing_key_exits_2_naming_it(tmp_path, signer, capsys):
+    out = tmp_path / "out"
+    write_chain(out, "rpm")
+    assert main(["repo", str(out), "--gpg-home", signer.gnupg_home, "--sign-key", "nobody@example.org"]) == 2
+    assert "error: --sign-key: no secret key 'nobody@example.org'" in capsys.readouterr().err
+    assert not (out / "rpm/repodata").exists()

@@ -111,6 +111,37 @@ def _cmd_sample_artifacts(args) -> int:
     return 0
 
 
+def _cmd_repo(args) -> int:
+    """Index (and with a key, sign) OUT/deb and OUT/rpm, and write the client snippets."""
+    from rocpkg import repo_apt, repo_dnf
+    from rocpkg.sign import Signer
+
+    out = args.out
+    if args.gpg_home and not args.sign_key:
+        raise RocpkgInputError("--gpg-home", "given without --sign-key")
+    sde = int(os.environ["SOURCE_DATE_EPOCH"]) if os.environ.get("SOURCE_DATE_EPOCH") else None
+    signer = None
+    if args.sign_key:
+        home = args.gpg_home or os.environ.get("GNUPGHOME") or os.path.expanduser("~/.gnupg")
+        signer = Signer(home, args.sign_key, signature_time=sde)
+    base = args.base_url.rstrip("/") if args.base_url else None
+    done = []
+    if os.path.isdir(os.path.join(out, "deb", "pool")):
+        repo_apt.publish_apt(out, suite=args.suite, signer=signer, source_date_epoch=sde)
+        repo_apt.write_client_snippet(out, suite=args.suite, base_url=base and f"{base}/deb")
+        done.append(f"apt: {os.path.join(out, 'deb', 'dists', args.suite)} (source line in rocm.list)")
+    if os.path.isdir(os.path.join(out, "rpm")):
+        repo_dnf.publish_dnf(out, signer=signer, source_date_epoch=sde, sign_packages=signer is not None)
+        repo_dnf.write_client_snippet(out, base_url=base and f"{base}/rpm",
+                                      gpgkey_url=base and f"{base}/rocm.asc")
+        done.append(f"dnf: {os.path.join(out, 'rpm', 'repodata')} (repo file rocm.repo)")
+    if not done:
+        raise RocpkgInputError(out, "no deb/pool or rpm directory to index")
+    for line in done:
+        print(line + (f", signed by {signer.fingerprint}" if signer else ", unsigned"))
+    return 0
+
+
 def _register_commands(sub) -> None:
     """Subcommand parsers; each sets `func` to its handler."""
     p = sub.add_parser("plan", help="show the package set and its relations")
@@ -130,6 +161,15 @@ def _register_commands(sub) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--clean", action="store_true", help="replace DIR if it is not empty")
     p.set_defaults(func=_cmd_sample_artifacts)
+
+    p = sub.add_parser("repo", help="index and sign the APT and DNF repositories under OUT")
+    p.add_argument("out", metavar="OUT")
+    p.add_argument("--gpg-home", default=None, help="GnuPG home holding the signing key (default $GNUPGHOME)")
+    p.add_argument("--sign-key", default=None, help="key id, fingerprint or user id to sign with")
+    p.add_argument("--suite", default="stable", help="APT suite (default stable)")
+    p.add_argument("--base-url", default=None, help="URL OUT is served at, for rocm.list/rocm.repo "
+                                                    "(default file://OUT)")
+    p.set_defaults(func=_cmd_repo)
 
 
 def main(argv: list[str] | None = None) -> int:

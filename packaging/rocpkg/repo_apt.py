@@ -47,13 +47,15 @@ def publish_apt(out_dir: str | os.PathLike, *, suite: str = "stable", codename: 
     Returns the paths written. Raises RocpkgInputError for an unreadable .deb or a
     package already published with different bytes (all such problems at once).
     """
+    if signer is not None:
+        signer.check()              # an unusable key fails here, before any work
     deb_root = os.path.join(os.fspath(out_dir), "deb")
     suite_dir = os.path.join(deb_root, "dists", suite)
     date = _release_time(source_date_epoch)
 
     stanzas = [_packages_stanza(deb_root, rel) for rel in _pool_files(deb_root)]
     previous = _published_packages(suite_dir)
-    _refuse_conflicts(stanzas, previous)
+    _refuse_conflicts(deb_root, stanzas, previous)
 
     arches = sorted(set(architectures)
                     | {s["Architecture"] for s in stanzas if s["Architecture"] != "all"}
@@ -71,22 +73,20 @@ def publish_apt(out_dir: str | os.PathLike, *, suite: str = "stable", codename: 
             listed.append((f"{index_dir}/{name}", data))
             written += _write_by_hash(os.path.join(suite_dir, index_dir), data)
 
-    # Indexes renamed into place only once every by-hash copy exists.
-    for rel, data in listed:
-        written.append(_write(os.path.join(suite_dir, rel), data))
-
     release = _release(listed, suite=suite, codename=codename or suite, origin=origin,
                        label=label or origin, arches=arches, date=date)
     release_bytes = release.dump().encode("utf-8")
-    outputs = [("Release", release_bytes)]
-    if signer is not None:
-        outputs += [("Release.gpg", signer.detached_armored(release_bytes)),
-                    ("InRelease", signer.clearsign(release_bytes))]
-    for name, data in outputs:
-        written.append(_write(os.path.join(suite_dir, name), data))
+    signed = []
+    if signer is not None:      # before anything is renamed: a signing failure changes nothing
+        signed = [("Release.gpg", signer.detached_armored(release_bytes)),
+                  ("InRelease", signer.clearsign(release_bytes))]
+
+    # Indexes renamed into place only once every by-hash copy exists, the Release files last.
+    for rel, data in listed + [("Release", release_bytes)] + signed:
+        written.append(_write(os.path.join(suite_dir, rel), data))
     if signer is None:
         _remove_stale_signatures(suite_dir)
-    if signer is not None:
+    else:
         written += signer.export_public_keys(out_dir)
     return written
 
@@ -185,7 +185,7 @@ def _published_architectures(suite_dir: str) -> set[str]:
         return set(deb822.Release(f).get("Architectures", "").split())
 
 
-def _refuse_conflicts(stanzas: list[deb822.Packages],
+def _refuse_conflicts(deb_root: str, stanzas: list[deb822.Packages],
                       published: dict[tuple[str, str, str], tuple[str, str]]) -> None:
     """Same name, version and architecture must mean the same bytes: in the pool, and
     against what the previous index published."""
@@ -196,14 +196,14 @@ def _refuse_conflicts(stanzas: list[deb822.Packages],
         label = f"{key[0]} {key[1]} {key[2]}"
         if key in seen:
             first = seen[key]
-            problems.append((stanza["Filename"],
+            problems.append((os.path.join(deb_root, stanza["Filename"]),
                              f"{label} is also in {first['Filename']} (sha256 {first['SHA256']}); "
                              f"one package version per architecture"))
             continue
         seen[key] = stanza
         old = published.get(key)
         if old and old[1] != stanza["SHA256"]:
-            problems.append((stanza["Filename"],
+            problems.append((os.path.join(deb_root, stanza["Filename"]),
                              f"{label} has sha256 {stanza['SHA256']} but the published "
                              f"{old[0]} has sha256 {old[1]}; refusing to replace a published "
                              f"package (bump the version or release)"))

@@ -67,6 +67,8 @@ def publish_dnf(out_dir: str | os.PathLike, *, signer: Signer | None = None,
     Returns the paths written. Raises RocpkgInputError for unreadable RPMs and for a
     package already published with different bytes (all such problems at once).
     """
+    if signer is not None:
+        signer.check()              # an unusable key fails here, before any work
     rpm_root = os.path.join(os.fspath(out_dir), "rpm")
     repodata = os.path.join(rpm_root, "repodata")
     when = _publish_time(source_date_epoch)
@@ -140,6 +142,10 @@ class _Package:
     epoch: int
     version: str
     release: str
+
+    @property
+    def path(self) -> str:
+        return self.info.path
 
     @property
     def nevra(self) -> str:
@@ -259,13 +265,13 @@ def _refuse_conflicts(packages: list[_Package], published: dict[tuple, tuple[str
     for pkg in packages:
         key = (pkg.name, pkg.epoch, pkg.version, pkg.release, pkg.arch)
         if key in seen:
-            problems.append((pkg.href, f"{pkg.nevra} is also in {seen[key].href} "
+            problems.append((pkg.path, f"{pkg.nevra} is also in {seen[key].href} "
                                        f"(sha256 {seen[key].checksum}); one build per NEVRA"))
             continue
         seen[key] = pkg
         old = published.get(key)
         if old and old[1] != pkg.checksum:
-            problems.append((pkg.href, f"{pkg.nevra} has sha256 {pkg.checksum} but the published "
+            problems.append((pkg.path, f"{pkg.nevra} has sha256 {pkg.checksum} but the published "
                                        f"{old[0]} has sha256 {old[1]}; refusing to replace a "
                                        f"published package (bump the version or release)"))
     if problems:

@@ -45,7 +45,7 @@ class Signer:
         machine-readable listing; a missing key is bad input, named as such."""
         if self._key_info is None:
             out = self._gpg(["--with-colons", "--fixed-list-mode", "--list-secret-keys",
-                             self.key_id], what="list the secret key")
+                             self.key_id], what="list the secret key", check=False)
             algorithm, created, fingerprint = "", 0, ""
             for line in out.decode("utf-8", "replace").splitlines():
                 fields = line.split(":")
@@ -57,6 +57,10 @@ class Signer:
                 raise RocpkgInputError("--sign-key", f"no secret key {self.key_id!r} in {self.gnupg_home}")
             self._key_info = (algorithm, created, fingerprint)
         return self._key_info
+
+    def check(self) -> None:
+        """Raise RocpkgInputError now if the key is missing, rather than mid-publish."""
+        self._secret_key()
 
     @property
     def fingerprint(self) -> str:
@@ -112,7 +116,8 @@ class Signer:
             args += ["--faked-system-time", f"{when}!"]
         return self._gpg(args + mode + ["--output", "-"], data, what="sign", secret=True)
 
-    def _gpg(self, args: list[str], data: bytes = b"", *, what: str, secret: bool = False) -> bytes:
+    def _gpg(self, args: list[str], data: bytes = b"", *, what: str, secret: bool = False,
+             check: bool = True) -> bytes:
         cmd = ["gpg", "--homedir", self.gnupg_home, "--batch", "--no-tty", "--quiet",
                "--pinentry-mode", "loopback"]
         pass_fds: tuple[int, ...] = ()
@@ -130,7 +135,7 @@ class Signer:
         finally:
             if read_fd >= 0:
                 os.close(read_fd)
-        if proc.returncode != 0:
+        if proc.returncode != 0 and check:
             message = proc.stderr.decode("utf-8", "replace").strip().splitlines()
             raise RocpkgInputError("--sign-key", f"gpg could not {what} with {self.key_id!r}: "
                                    + (message[-1] if message else f"exit {proc.returncode}"))
