@@ -174,8 +174,9 @@ class KpackReader:
         if version != FORMAT_VERSION:
             raise KpackFormatError(f"unsupported version {version}, expected {FORMAT_VERSION}", where=4)
         if toc_offset >= size:
-            raise KpackFormatError(f"TOC offset {toc_offset} is past the end of the file ({size} bytes)",
-                                   where=8)
+            raise KpackFormatError(f"TOC offset {toc_offset} is past the end of the file ({size} bytes)"
+                                   if toc_offset > size else f"TOC offset {toc_offset} leaves no room for a "
+                                   f"TOC before the end of the file", where=8)
         if toc_offset < BLOB_AREA_START:
             raise KpackFormatError(f"TOC offset {toc_offset} is inside the {BLOB_AREA_START}-byte header",
                                    where=8)
@@ -546,7 +547,10 @@ class KpackReader:
             if self.kernel_count:
                 self._build_blob_table()  # validates every blob descriptor
             for found in entries:
-                self._load(found)  # size checks only; reading is cheap next to decompressing
+                _, size = self._blob(found.ordinal)
+                if size != found.original_size:
+                    raise KpackFormatError(f"blob is {size} bytes but original_size is {found.original_size}",
+                                           where=f"toc[{found.key!r}][{found.arch!r}].original_size")
             return
         end = self.zstd_offset + self.zstd_size
         if self.kernel_count:
@@ -604,7 +608,7 @@ class KpackWriter:
         self._closed = False
 
     def add(self, key: str, arch: str, data: bytes, metadata: Any = None) -> int:
-        """Append one kernel; returns its ordinal."""
+        """Append one kernel; returns its ordinal. Empty metadata is not stored."""
         if self._closed:
             raise ValueError("archive is already closed")
         if not isinstance(key, str) or not key or not isinstance(arch, str) or not arch:
@@ -616,6 +620,8 @@ class KpackWriter:
             self._file.write(data)
         else:
             frame = self._compressor.compress(data)
+            if len(frame) > 0xFFFFFFFF:
+                raise ValueError(f"kernel {key!r} compresses to {len(frame)} bytes; frames are limited to 4 GiB")
             self._file.write(_U32.pack(len(frame)))
             self._file.write(frame)
         record = {"type": KERNEL_TYPE, "ordinal": self._count, "original_size": len(data)}
