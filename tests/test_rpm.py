@@ -13,6 +13,7 @@ import filecmp
 import io
 import os
 import shutil
+import stat
 import subprocess
 from dataclasses import dataclass, replace
 
@@ -156,8 +157,13 @@ def query(path: str, *args: str) -> str:
 
 @pytest.fixture
 def root(tmp_path) -> str:
+    """An empty rpm root with an rpmdb and the /dev/null that shell scriptlets use."""
+    if os.geteuid() != 0:
+        pytest.skip("installing into an rpm root needs root (rpm chroots for scriptlets)")
     path = str(tmp_path / "root")
     run("rpm", "--root", path, "--initdb")
+    os.makedirs(f"{path}/dev")
+    os.mknod(f"{path}/dev/null", 0o666 | stat.S_IFCHR, os.makedev(1, 3))
     return path
 
 
@@ -272,6 +278,16 @@ def test_scriptlets_run_inside_the_root(built, root):
     assert os.readlink(f"{root}/opt/rocm") == "rocm-7.1.0"      # %post
     run("rpm", "--root", root, "-e", "rocm-hooks7.1")
     assert not os.path.lexists(f"{root}/opt/rocm")                # %preun
+
+
+def test_dnf_installs_the_packages_into_a_fresh_root(built, root):
+    result = run("dnf", "-y", f"--installroot={root}", "--releasever=1", "--disablerepo=*",
+                 "--setopt=reposdir=/nonexistent", "--setopt=install_weak_deps=False",
+                 "install", *built.all())
+    assert "Complete!" in result.stdout
+    assert "scriptlet failed" not in result.stdout + result.stderr
+    assert os.readlink(f"{root}/opt/rocm") == "rocm-7.1.0"
+    assert run("rpm", "--root", root, "-Va").stdout == ""
 
 
 def test_missing_dependency_is_refused_by_rpm(built, root):

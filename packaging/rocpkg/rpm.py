@@ -22,6 +22,7 @@ import os
 import struct
 import time
 import zlib
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import zstandard
@@ -716,23 +717,28 @@ def checked_files(spec) -> list:
     return sorted(spec.files, key=lambda e: e.path.encode("utf-8", "surrogateescape"))
 
 
-def digest_sources(spec, files) -> dict[str, str]:
+def digest_sources(spec, files, threads: int = 0) -> dict[str, str]:
     """Pass 1: SHA-256 of every regular file (the header needs them before the payload),
-    checking that each source still has its planned size."""
-    digests = {}
-    for entry in files:
-        if entry.type != FILE:
-            continue
+    checking that each source still has its planned size. Files are hashed in parallel
+    (hashlib releases the GIL); every unreadable or resized source is reported at once."""
+    regular = [e for e in files if e.type == FILE]
+
+    def digest(entry):
         try:
             hashed = hash_file(entry.source)
         except OSError as exc:
-            raise RocpkgInputError(f"{spec.name}: {entry.path}",
-                                   f"cannot read {entry.source}: {exc.strerror}") from None
+            return None, f"cannot read {entry.source}: {exc.strerror}"
         if hashed.count != entry.size:
-            raise RocpkgInputError(f"{spec.name}: {entry.path}",
-                                   f"{entry.source} has {hashed.count} bytes, planned {entry.size}")
-        digests[entry.path] = hashed.hexdigest()
-    return digests
+            return None, f"{entry.source} has {hashed.count} bytes, planned {entry.size}"
+        return hashed.hexdigest(), ""
+
+    workers = max(1, min(threads or os.cpu_count() or 1, len(regular), 32))
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        results = list(pool.map(digest, regular))
+    problems = [(f"{spec.name}: {e.path}", why) for e, (_, why) in zip(regular, results) if why]
+    if problems:
+        raise RocpkgInputError(problems)
+    return {e.path: hexdigest for e, (hexdigest, _) in zip(regular, results)}
 
 
 def _entry_size(entry) -> int:
@@ -982,7 +988,7 @@ def write_rpm(spec, out_dir: str, options) -> "BuiltPackage":
     except ValueError as exc:
         raise RocpkgInputError(f"{spec.name}: spec", str(exc)) from None
     files = checked_files(spec)
-    digests = digest_sources(spec, files)
+    digests = digest_sources(spec, files, options.threads)
     large = any(_entry_size(e) >= _LARGE for e in files)
     placeholder = "0" * 64
     header_tags = build_header(spec, parsed, options, files, digests, placeholder, placeholder)
