@@ -171,6 +171,10 @@ def _register_commands(sub) -> None:
                                                     "(default file://OUT)")
     p.set_defaults(func=_cmd_repo)
 
+    from rocpkg import cli_build  # build, demo, detect
+
+    cli_build.register(sub, _add_plan_options)
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()

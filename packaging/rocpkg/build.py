@@ -1,0 +1,550 @@
+"""Build a release: write every package of a plan into OUT, in parallel, incrementally,
+optionally one shard of it, and record what was written in OUT/manifest.json.
+
+Layout written (DESIGN §3):
+    OUT/deb/pool/main/<name>_<ver>_<arch>.deb       OUT/control/<name>.control
+    OUT/rpm/<arch>/<name>-<ver>-<rel>.<arch>.rpm    OUT/control/<name>.spec
+    OUT/manifest.json                               (a shard: OUT/manifest.d/shard-I-of-N.json)
+    OUT/.rocpkg/state/<format>/<name>.json          what each output was built from
+
+Why it is shaped this way:
+- packages are independent, so they are built by a process pool (`jobs`), biggest
+  first; each writer also compresses with threads, so threads per package are split
+  (jobs * threads ~ cores). zstd's multi-threaded output does not depend on the thread
+  count, so neither -j nor the machine changes a byte.
+- a package is rebuilt only when its fingerprint changes: the whole PackageSpec, the
+  encoding options, the signing key, rocpkg's own writer code and templates, and every
+  source file's (path, size, mtime_ns, inode). Its state file is written after the
+  package, so a build killed at any point and run again finishes the rest; writers write
+  atomically, so the result is byte-identical to an uninterrupted build.
+- a shard is a deterministic, size-balanced part of the plan computed from the plan
+  alone, so N CI runners agree on it without talking; their OUT trees have disjoint
+  files and can be merged by copying into one tree, then `assemble_manifest()` joins
+  the manifest parts (docs/sharding.md).
+
+Library code: no printing; progress goes to an optional callback.
+"""
+from __future__ import annotations
+
+import dataclasses
+import fcntl
+import hashlib
+import importlib.resources
+import json
+import os
+import re
+import shutil
+import time
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from dataclasses import dataclass, field
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Callable, Iterable
+
+from rocpkg import model as m
+from rocpkg.errors import RocpkgInputError
+from rocpkg.streams import AtomicOutput, hash_file
+
+MANIFEST_SCHEMA = "rocpkg-manifest/1"
+STATE_DIR = os.path.join(".rocpkg", "state")
+LOCK_FILE = os.path.join(".rocpkg", "lock")
+MANIFEST_PARTS = "manifest.d"
+# A package costs something to write even without payload (rendering, headers, fsync):
+# the shard balancer counts each as this many payload bytes on top of its own.
+PACKAGE_OVERHEAD = 256 << 10
+# Default SOURCE_DATE_EPOCH: 2024-01-01T00:00:00Z plus one minute per version step.
+EPOCH_BASE = 1704067200
+_TMP_RE = re.compile(r"\.tmp-\d+$")
+
+
+# ---- results ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PackageOutcome:
+    """One package of the build: its manifest entry plus how it was obtained."""
+
+    format: str
+    name: str
+    version: str
+    release: str
+    arch: str
+    kind: str
+    target: str
+    family: str
+    file: str                   # relative to OUT
+    size: int
+    sha256: str
+    depends: tuple[str, ...]
+    payload: int                # planned payload bytes (bytes in)
+    rebuilt: bool               # False: up to date, not rewritten
+    seconds: float = 0.0
+
+    def manifest_entry(self) -> dict:
+        return {"name": self.name, "format": self.format, "version": self.version, "release": self.release,
+                "arch": self.arch, "kind": self.kind, "target": self.target, "family": self.family,
+                "file": self.file, "size": self.size, "sha256": self.sha256, "depends": list(self.depends)}
+
+
+@dataclass(frozen=True)
+class BuildProgress:
+    """Passed to the progress callback: once before the first package (last=None), then
+    after each package, built or found up to date."""
+
+    done: int
+    total: int
+    bytes_done: int             # payload bytes of the packages done
+    bytes_total: int
+    last: PackageOutcome | None
+
+
+@dataclass
+class BuildResult:
+    out_dir: str
+    manifest: str               # path of manifest.json or of this shard's part
+    packages: list[PackageOutcome] = field(default_factory=list)
+    shard: tuple[int, int] | None = None
+    jobs: int = 1
+    threads: int = 1
+    seconds: float = 0.0
+
+    @property
+    def rebuilt(self) -> list[PackageOutcome]:
+        return [p for p in self.packages if p.rebuilt]
+
+    @property
+    def bytes_in(self) -> int:
+        return sum(p.payload for p in self.packages)
+
+    @property
+    def bytes_out(self) -> int:
+        return sum(p.size for p in self.packages)
+
+
+# ---- settings-derived defaults -----------------------------------------------------
+
+
+def default_source_date_epoch(settings: dict) -> int:
+    """The SOURCE_DATE_EPOCH used when the environment sets none: 2024-01-01 UTC plus one
+    minute per version step (major*10000 + minor*100 + patch, then the release's leading
+    number), so a release always gets the same dates and later versions later ones."""
+    nums = [int(x) if x.isdigit() else 0 for x in (settings["version"].split(".") + ["0", "0"])[:3]]
+    steps = nums[0] * 10000 + nums[1] * 100 + nums[2]
+    release = re.match(r"\d*", str(settings.get("release", ""))).group()
+    return EPOCH_BASE + 60 * steps + int(release[:6] or 0)
+
+
+def source_date_epoch(settings: dict, environ=None) -> int:
+    """SOURCE_DATE_EPOCH from the environment, else default_source_date_epoch()."""
+    value = (os.environ if environ is None else environ).get("SOURCE_DATE_EPOCH", "").strip()
+    if value:
+        if not value.isdigit():
+            raise RocpkgInputError("SOURCE_DATE_EPOCH", f"must be a number of seconds, got {value!r}")
+        return int(value)
+    return default_source_date_epoch(settings)
+
+
+# ---- sharding ---------------------------------------------------------------------
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """"I/N" (1-based) -> (I, N)."""
+    match = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text or "")
+    if not match or not 1 <= int(match.group(1)) <= int(match.group(2)):
+        raise RocpkgInputError("--shard", f"expected I/N with 1 <= I <= N, got {text!r}")
+    return int(match.group(1)), int(match.group(2))
+
+
+def shard_weight(spec: m.PackageSpec) -> int:
+    return spec.payload_size + PACKAGE_OVERHEAD
+
+
+def assign_shards(specs: Iterable[m.PackageSpec], n: int) -> list[list[m.PackageSpec]]:
+    """Split packages into n parts of nearly equal weight: greedy, heaviest first (ties
+    by format and name), each into the lightest part so far (ties: the lowest index).
+    Depends on the package list alone, so every runner computes the same split."""
+    parts: list[list[m.PackageSpec]] = [[] for _ in range(n)]
+    loads = [0] * n
+    for spec in sorted(specs, key=lambda s: (-shard_weight(s), s.format, s.name)):
+        lightest = min(range(n), key=lambda i: (loads[i], i))
+        parts[lightest].append(spec)
+        loads[lightest] += shard_weight(spec)
+    return parts
+
+
+# ---- fingerprints and state --------------------------------------------------------
+
+
+def _code_fingerprint() -> str:
+    """sha256 over the code and templates that decide a package's bytes: upgrading
+    rocpkg or editing a template rebuilds what it changes."""
+    digest = hashlib.sha256()
+    here = Path(__file__).resolve().parent
+    for name in ("model.py", "streams.py", "render.py", "deb.py", "rpm.py", "sign.py"):
+        digest.update(name.encode() + b"\0" + (here / name).read_bytes())
+    try:
+        root = importlib.resources.files("rocpkg.templates")
+    except ModuleNotFoundError:
+        root = here.parents[1] / "templates"
+
+    def walk(node, prefix=""):
+        for child in sorted(node.iterdir(), key=lambda c: c.name):
+            rel = f"{prefix}/{child.name}"
+            if child.is_dir():
+                walk(child, rel)
+            elif child.name.endswith(".j2"):
+                digest.update(rel.encode() + b"\0" + child.read_bytes())
+
+    walk(root)
+    return digest.hexdigest()
+
+
+def _options_key(options: m.BuildOptions) -> dict:
+    # threads never change the output (see module doc), so they are not part of it
+    return {"source_date_epoch": options.source_date_epoch, "compression": options.compression,
+            "compression_level": options.compression_level}
+
+
+def package_fingerprint(spec: m.PackageSpec, options: m.BuildOptions, code: str, signer_id: str = "") -> str:
+    """What a package's bytes depend on, hashed. Source files count by (path, size,
+    mtime_ns, inode): a touched or replaced file rebuilds its packages."""
+    sources = []
+    for entry in spec.files:
+        if entry.type != m.FILE:
+            continue
+        try:
+            st = os.stat(entry.source)
+            sources.append([entry.source, st.st_size, st.st_mtime_ns, st.st_ino])
+        except OSError:
+            sources.append([entry.source, None])
+    blob = json.dumps({"code": code, "spec": dataclasses.asdict(spec), "options": _options_key(options),
+                       "signer": signer_id, "sources": sources}, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def _package_dir(out_dir: str, spec: m.PackageSpec) -> str:
+    if spec.format == "deb":
+        return os.path.join(out_dir, "deb", "pool", "main")
+    return os.path.join(out_dir, "rpm", spec.arch)
+
+
+def _control_path(out_dir: str, spec: m.PackageSpec) -> str:
+    return os.path.join(out_dir, "control", f"{spec.name}.{'control' if spec.format == 'deb' else 'spec'}")
+
+
+def _state_path(out_dir: str, spec: m.PackageSpec) -> str:
+    return os.path.join(out_dir, STATE_DIR, spec.format, f"{spec.name}.json")
+
+
+def _outcome(spec: m.PackageSpec, out_dir: str, size: int, sha256: str, rebuilt: bool,
+             seconds: float = 0.0) -> PackageOutcome:
+    rel = os.path.relpath(os.path.join(_package_dir(out_dir, spec), spec.filename), out_dir)
+    return PackageOutcome(spec.format, spec.name, spec.version, spec.release, spec.arch, spec.kind, spec.target,
+                          spec.family, rel, size, sha256, tuple(spec.depends), spec.payload_size, rebuilt, seconds)
+
+
+def _up_to_date(spec: m.PackageSpec, out_dir: str, fingerprint: str) -> PackageOutcome | None:
+    """The recorded outcome when state, output file and control file all still match."""
+    try:
+        with open(_state_path(out_dir, spec)) as fh:
+            state = json.load(fh)
+        st = os.stat(os.path.join(_package_dir(out_dir, spec), spec.filename))
+        if not os.path.isfile(_control_path(out_dir, spec)):
+            return None
+    except (OSError, ValueError):
+        return None
+    if (state.get("fingerprint") != fingerprint or state.get("size") != st.st_size
+            or state.get("mtime_ns") != st.st_mtime_ns or state.get("ino") != st.st_ino):
+        return None
+    return _outcome(spec, out_dir, state["size"], state["sha256"], rebuilt=False)
+
+
+# ---- one package (runs in a worker process) ----------------------------------------
+
+
+@dataclass(frozen=True)
+class _Task:
+    spec: m.PackageSpec
+    out_dir: str
+    options: m.BuildOptions
+    fingerprint: str
+    signer: object = None       # rocpkg.sign.Signer: RPM header signatures
+
+
+def _write_atomic(path: str, data: bytes) -> None:
+    with AtomicOutput(path) as fh:
+        fh.write(data)
+
+
+def _build_one(task: _Task) -> PackageOutcome | list[tuple[str, str]]:
+    """Write one package, its rendered metadata and its state; bad input comes back as
+    a problem list (exceptions lose their structure crossing processes)."""
+    from rocpkg.render import render_deb, render_spec
+
+    spec, out_dir = task.spec, task.out_dir
+    started = time.perf_counter()
+    try:
+        target_dir = _package_dir(out_dir, spec)
+        os.makedirs(target_dir, exist_ok=True)
+        if spec.format == "deb":
+            from rocpkg.deb import write_deb
+
+            built = write_deb(spec, target_dir, task.options)
+            metadata = render_deb(spec, task.options).control
+        else:
+            from rocpkg.rpm import write_rpm
+
+            built = write_rpm(spec, target_dir, task.options)
+            metadata = render_spec(spec, task.options)
+            if task.signer is not None:
+                from rocpkg.sign import sign_rpm_header
+
+                if sign_rpm_header(built.path, task.signer):
+                    whole = hash_file(built.path)
+                    built = dataclasses.replace(built, size=whole.count, sha256=whole.hexdigest())
+        _write_atomic(_control_path(out_dir, spec), metadata.encode("utf-8"))
+        st = os.stat(built.path)
+        state = {"fingerprint": task.fingerprint, "file": os.path.relpath(built.path, out_dir),
+                 "size": built.size, "sha256": built.sha256, "mtime_ns": st.st_mtime_ns, "ino": st.st_ino}
+        _write_atomic(_state_path(out_dir, spec), json.dumps(state, indent=1).encode() + b"\n")
+    except RocpkgInputError as exc:
+        return exc.problems
+    return _outcome(spec, out_dir, built.size, built.sha256, rebuilt=True, seconds=time.perf_counter() - started)
+
+
+# ---- the release -------------------------------------------------------------------
+
+
+def _plan_digest(specs: list[m.PackageSpec]) -> str:
+    """Identifies the package set, so that manifest parts of different plans never merge."""
+    names = sorted(f"{s.format}/{s.filename}" for s in specs)
+    return hashlib.sha256("\n".join(names).encode()).hexdigest()
+
+
+def _manifest_bytes(plan_digest: str, version: str, release: str, entries: list[dict],
+                    shard: tuple[int, int] | None = None) -> bytes:
+    doc = {"schema": MANIFEST_SCHEMA, "version": version, "release": release, "plan": plan_digest}
+    if shard:
+        doc["shard"] = list(shard)
+    doc["packages"] = sorted(entries, key=lambda e: (e["format"], e["name"]))
+    return json.dumps(doc, indent=1).encode() + b"\n"
+
+
+def manifest_part_path(out_dir: str, shard: tuple[int, int]) -> str:
+    return os.path.join(out_dir, MANIFEST_PARTS, f"shard-{shard[0]}-of-{shard[1]}.json")
+
+
+def _remove_stale_temporaries(out_dir: str) -> None:
+    """Files `*.tmp-<pid>` left by a killed build (we hold the lock: nobody else writes)."""
+    for sub in ("deb", "rpm", "control", ".rocpkg", MANIFEST_PARTS):
+        for dirpath, _dirs, files in os.walk(os.path.join(out_dir, sub)):
+            for name in files:
+                if _TMP_RE.search(name):
+                    os.unlink(os.path.join(dirpath, name))
+    for name in os.listdir(out_dir):
+        if _TMP_RE.search(name):
+            os.unlink(os.path.join(out_dir, name))
+
+
+class _OutLock:
+    """One build per OUT at a time (flock: released by the kernel even after kill -9)."""
+
+    def __init__(self, out_dir: str):
+        self.path = os.path.join(out_dir, LOCK_FILE)
+
+    def __enter__(self):
+        os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        self.fh = open(self.path, "w")
+        try:
+            fcntl.flock(self.fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self.fh.close()
+            raise RocpkgInputError(os.path.dirname(os.path.dirname(self.path)),
+                                   "another rocpkg build is writing into this directory") from None
+        return self
+
+    def __exit__(self, *exc):
+        self.fh.close()
+        return False
+
+
+def build_release(plan, out_dir: str | os.PathLike, *, formats: Iterable[str] | None = None,
+                  options: m.BuildOptions, jobs: int | None = None, shard: tuple[int, int] | None = None,
+                  progress: Callable[[BuildProgress], None] | None = None, signer=None) -> BuildResult:
+    """Build the plan's packages of `formats` (default: all planned) into out_dir.
+
+    jobs: worker processes (default os.cpu_count()); shard: (I, N), 1-based, builds only
+    part I of N (see assign_shards) and writes manifest.d/shard-I-of-N.json instead of
+    manifest.json; signer: a rocpkg.sign.Signer that signs every RPM's header.
+    Raises RocpkgInputError with every package's problems after building the others.
+    """
+    started = time.perf_counter()
+    out_dir = os.path.abspath(os.fspath(out_dir))
+    formats = list(formats or plan.packages)
+    missing = [f for f in formats if f not in plan.packages]
+    if missing:
+        raise RocpkgInputError("--formats", f"the plan has no {', '.join(missing)} packages")
+    every = [s for fmt in formats for s in plan.packages[fmt]]
+    if shard is not None:
+        index, count = shard
+        if not 1 <= index <= count:
+            raise RocpkgInputError("--shard", f"expected 1 <= I <= N, got {index}/{count}")
+        chosen = assign_shards(every, count)[index - 1]
+    else:
+        chosen = every
+    cores = os.cpu_count() or 1
+    jobs = max(1, min(jobs or cores, len(chosen) or 1))
+    threads = options.threads or max(1, cores // jobs)
+    options = dataclasses.replace(options, threads=threads)
+    code = _code_fingerprint()
+    signer_id = signer.fingerprint if signer is not None else ""
+
+    os.makedirs(out_dir, exist_ok=True)
+    result = BuildResult(out_dir, "", shard=shard, jobs=jobs, threads=threads)
+    with _OutLock(out_dir):
+        _remove_stale_temporaries(out_dir)
+        # biggest first: the long packages start early and the pool drains evenly
+        order = sorted(chosen, key=lambda s: (-s.payload_size, s.format, s.name))
+        total_bytes = sum(s.payload_size for s in order)
+        done_bytes = 0
+        outcomes: list[PackageOutcome] = []
+        problems: list[tuple[str, str]] = []
+
+        def report(outcome: PackageOutcome | None) -> None:
+            if progress is not None:
+                progress(BuildProgress(len(outcomes), len(order), done_bytes, total_bytes, outcome))
+
+        tasks, recorded = [], []
+        for spec in order:
+            fingerprint = package_fingerprint(spec, options, code, signer_id)
+            outcome = _up_to_date(spec, out_dir, fingerprint)
+            if outcome is not None:
+                recorded.append(outcome)
+            else:
+                tasks.append(_Task(spec, out_dir, options, fingerprint, signer))
+
+        def finish(task: _Task | None, answer) -> None:
+            nonlocal done_bytes
+            if isinstance(answer, list):
+                problems.extend(answer)
+                return
+            outcomes.append(answer)
+            done_bytes += answer.payload
+            report(answer)
+
+        if jobs == 1 or len(tasks) <= 1:
+            report(None)
+            for outcome in recorded:
+                finish(None, outcome)
+            for task in tasks:
+                finish(task, _build_one(task))
+        else:
+            # fork (cheap, no __main__ guard needed), and every worker is forked at the
+            # first submit, before the first progress callback may start a display thread
+            with ProcessPoolExecutor(max_workers=min(jobs, len(tasks)), mp_context=get_context("fork")) as pool:
+                pending = {pool.submit(_build_one, t): t for t in tasks}
+                report(None)
+                for outcome in recorded:
+                    finish(None, outcome)
+                while pending:
+                    ready, _ = wait(pending, return_when=FIRST_COMPLETED)
+                    for future in ready:
+                        finish(pending.pop(future), future.result())
+        if problems:
+            raise RocpkgInputError(problems)
+
+        specs_version = plan.settings["version"], plan.settings["release"]
+        entries = [o.manifest_entry() for o in outcomes]
+        if shard is None:
+            result.manifest = os.path.join(out_dir, "manifest.json")
+            data = _manifest_bytes(_plan_digest(every), *specs_version, entries)
+            # the whole release is in manifest.json now; parts of an earlier split are stale
+            shutil.rmtree(os.path.join(out_dir, MANIFEST_PARTS), ignore_errors=True)
+        else:
+            result.manifest = manifest_part_path(out_dir, shard)
+            data = _manifest_bytes(_plan_digest(every), *specs_version, entries, shard)
+        _write_atomic(result.manifest, data)
+    result.packages = sorted(outcomes, key=lambda o: (o.format, o.name))
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+def assemble_manifest(out_dir: str | os.PathLike) -> str | None:
+    """Join OUT/manifest.d/shard-*-of-N.json (N runners' trees copied into one OUT) into
+    OUT/manifest.json, the same file an unsharded build writes. Refuses a missing shard
+    or parts of different plans. Returns the path, or None when there are no parts."""
+    out_dir = os.fspath(out_dir)
+    parts_dir = os.path.join(out_dir, MANIFEST_PARTS)
+    try:
+        names = sorted(n for n in os.listdir(parts_dir) if re.fullmatch(r"shard-\d+-of-\d+\.json", n))
+    except FileNotFoundError:
+        return None
+    if not names:
+        return None
+    docs = []
+    for name in names:
+        with open(os.path.join(parts_dir, name)) as fh:
+            docs.append((name, json.load(fh)))
+    problems = []
+    first = docs[0][1]
+    count = first["shard"][1]
+    for name, doc in docs:
+        if doc.get("schema") != MANIFEST_SCHEMA:
+            problems.append((name, f"not a {MANIFEST_SCHEMA} manifest part"))
+        elif (doc["plan"], doc["version"], doc["release"], doc["shard"][1]) != \
+                (first["plan"], first["version"], first["release"], count):
+            problems.append((name, f"built from another plan or split than {docs[0][0]}"))
+    have = {doc["shard"][0] for _, doc in docs}
+    for index in range(1, count + 1):
+        if index not in have:
+            problems.append((parts_dir, f"shard {index} of {count} is missing"))
+    if problems:
+        raise RocpkgInputError(problems)
+    entries = [e for _, doc in docs for e in doc["packages"]]
+    path = os.path.join(out_dir, "manifest.json")
+    _write_atomic(path, _manifest_bytes(first["plan"], first["version"], first["release"], entries))
+    return path
+
+
+def sync_manifest(out_dir: str | os.PathLike) -> str | None:
+    """Bring OUT/manifest.json in line with the files under OUT: join the shard parts when
+    they are newer than it (assemble_manifest), then rehash every package whose file is
+    no longer the one recorded — an RPM whose header `rocpkg repo --sign-key` signed in
+    place, a tree merged by copying — and record the new file in its state, so that the
+    next build keeps it. Returns the manifest's path, None when OUT has none."""
+    out_dir = os.fspath(out_dir)
+    path = os.path.join(out_dir, "manifest.json")
+    parts_dir = os.path.join(out_dir, MANIFEST_PARTS)
+    if os.path.isdir(parts_dir):
+        newest = max((os.stat(os.path.join(parts_dir, n)).st_mtime_ns for n in os.listdir(parts_dir)), default=0)
+        if not os.path.exists(path) or os.stat(path).st_mtime_ns < newest:
+            assemble_manifest(out_dir)
+    try:
+        with open(path) as fh:
+            doc = json.load(fh)
+    except FileNotFoundError:
+        return None
+    changed = False
+    for entry in doc["packages"]:
+        file_path = os.path.join(out_dir, entry["file"])
+        state_path = os.path.join(out_dir, STATE_DIR, entry["format"], f"{entry['name']}.json")
+        try:
+            with open(state_path) as fh:
+                state = json.load(fh)
+        except (OSError, ValueError):
+            state = None
+        st = os.stat(file_path)
+        seen = (st.st_size, st.st_mtime_ns, st.st_ino)
+        if state is not None and (state["size"], state["mtime_ns"], state["ino"]) == seen \
+                and state["sha256"] == entry["sha256"]:
+            continue
+        whole = hash_file(file_path)
+        if (whole.count, whole.hexdigest()) != (entry["size"], entry["sha256"]):
+            entry["size"], entry["sha256"] = whole.count, whole.hexdigest()
+            changed = True
+        if state is not None:
+            state.update(size=whole.count, sha256=whole.hexdigest(), mtime_ns=st.st_mtime_ns, ino=st.st_ino)
+            _write_atomic(state_path, json.dumps(state, indent=1).encode() + b"\n")
+    if changed:
+        _write_atomic(path, json.dumps(doc, indent=1).encode() + b"\n")
+    return path

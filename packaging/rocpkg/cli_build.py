@@ -1,0 +1,252 @@
+"""Command-line handlers of `rocpkg build`, `rocpkg demo` and `rocpkg detect`: part of
+the CLI (they print), kept in their own module so that cli.py stays small and shared.
+cli._register_commands calls register().
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from rocpkg.errors import RocpkgInputError
+
+
+def _human(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def _interactive(stream=None) -> bool:
+    """A progress bar on a terminal; plain lines in CI and in logs."""
+    stream = stream or sys.stderr
+    return stream.isatty() and not os.environ.get("CI")
+
+
+class ProgressDisplay:
+    """The build's progress callback: a rich bar (bytes, packages, current package) on a
+    terminal, else one line per package written (up-to-date ones are only counted)."""
+
+    def __init__(self, label: str = "building"):
+        self.label = label
+        self.rich = _interactive()
+        self.bar = None
+        self.task = None
+        self.started = time.perf_counter()
+
+    def __call__(self, event) -> None:
+        if self.rich:
+            self._rich(event)
+        elif event.last is None:
+            print(f"{self.label} {event.total} packages ({_human(event.bytes_total)} of payload)",
+                  file=sys.stderr, flush=True)
+        elif event.last.rebuilt:
+            p = event.last
+            print(f"[{event.done}/{event.total}] {p.format} {p.name}: {_human(p.payload)} -> {_human(p.size)} "
+                  f"in {p.seconds:.2f} s", file=sys.stderr, flush=True)
+
+    def _rich(self, event) -> None:
+        from rich.console import Console
+        from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn,
+                                   TimeRemainingColumn)
+
+        if self.bar is None:
+            # the bar runs over payload bytes: they, not package counts, take the time
+            self.bar = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(binary_units=True),
+                                TextColumn("{task.fields[packages]} packages"), TimeElapsedColumn(),
+                                TimeRemainingColumn(), TextColumn("{task.fields[current]}"),
+                                console=Console(stderr=True), transient=True)
+            self.bar.start()
+            self.task = self.bar.add_task(self.label, total=max(event.bytes_total, 1), packages="", current="")
+        current = ""
+        if event.last is not None:
+            current = f"{event.last.format} {event.last.name}" + ("" if event.last.rebuilt else " (up to date)")
+        self.bar.update(self.task, completed=event.bytes_done, packages=f"{event.done}/{event.total}",
+                        current=current)
+        if event.done == event.total:
+            self.close()
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+            self.bar = None
+
+
+def print_summary(result, stream=None) -> None:
+    """Packages per format and kind, built and up to date, bytes in and out, time."""
+    stream = stream or sys.stdout
+    rows: dict[tuple[str, str], list[int]] = {}
+    for p in result.packages:
+        row = rows.setdefault((p.format, p.kind), [0, 0, 0, 0])
+        row[0 if p.rebuilt else 1] += 1
+        row[2] += p.payload
+        row[3] += p.size
+    table = [("format", "kind", "built", "up to date", "bytes in", "bytes out")]
+    totals = [0, 0, 0, 0]
+    for (fmt, kind), row in sorted(rows.items()):
+        table.append((fmt, kind, str(row[0]), str(row[1]), _human(row[2]), _human(row[3])))
+        totals = [a + b for a, b in zip(totals, row)]
+    table.append(("all", "", str(totals[0]), str(totals[1]), _human(totals[2]), _human(totals[3])))
+    widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
+    for i, r in enumerate(table):
+        cells = [c.ljust(w) if j < 2 else c.rjust(w) for j, (c, w) in enumerate(zip(r, widths))]
+        print("  ".join(cells).rstrip(), file=stream)
+        if i == 0 or i == len(table) - 2:
+            print("  ".join("-" * w for w in widths), file=stream)
+    shard = f", shard {result.shard[0]}/{result.shard[1]}" if result.shard else ""
+    rate = totals[2] / result.seconds / (1 << 20) if result.seconds else 0
+    print(f"{len(result.packages)} packages in {result.seconds:.1f} s ({rate:.0f} MiB/s of payload) "
+          f"with {result.jobs} jobs x {result.threads} threads{shard}; manifest {result.manifest}", file=stream)
+
+
+def _signer(args, source_date_epoch: int):
+    if args.gpg_home and not args.sign_key:
+        raise RocpkgInputError("--gpg-home", "given without --sign-key")
+    if not args.sign_key:
+        return None
+    from rocpkg.sign import Signer
+
+    home = args.gpg_home or os.environ.get("GNUPGHOME") or os.path.expanduser("~/.gnupg")
+    signer = Signer(home, args.sign_key, signature_time=source_date_epoch)
+    signer.fingerprint  # an unusable key is bad input before anything is built  # noqa: B018
+    return signer
+
+
+def _cmd_build(args) -> int:
+    from rocpkg import build as b
+    from rocpkg.cli import _formats, _load_plan
+    from rocpkg.model import BuildOptions
+
+    shard = b.parse_shard(args.shard) if args.shard else None
+    if shard and args.repo:
+        raise RocpkgInputError("--repo", "a shard is part of a release: merge the shards' OUT trees, "
+                                         "then run `rocpkg repo OUT` (docs/sharding.md)")
+    if args.jobs is not None and args.jobs < 1:
+        raise RocpkgInputError("-j", f"expected a number of jobs >= 1, got {args.jobs}")
+    plan = _load_plan(args)
+    settings = plan.settings
+    sde = b.source_date_epoch(settings)
+    options = BuildOptions(source_date_epoch=sde, compression=args.compression or settings["compression"],
+                           compression_level=args.level if args.level is not None else settings["compression_level"])
+    signer = _signer(args, sde)
+    for line in plan.warnings:
+        print(f"warning: {line}", file=sys.stderr)
+    display = ProgressDisplay()
+    try:
+        result = b.build_release(plan, args.output, formats=_formats(args), options=options, jobs=args.jobs,
+                                 shard=shard, progress=display, signer=signer)
+    finally:
+        display.close()
+    print_summary(result)
+    if args.repo:
+        from rocpkg.demo import publish
+
+        apt_list, dnf_repo = publish(args.output, suite=args.suite or settings["suite"], signer=signer,
+                                     source_date_epoch=sde)
+        print(f"repositories: {apt_list}, {dnf_repo}" + (f", signed by {signer.fingerprint}" if signer else
+                                                        ", unsigned"))
+    return 0
+
+
+def _install_instructions(result) -> list[str]:
+    out = result.out_dir
+    families = result.plan.families
+    lines = ["", f"Repositories are in {out}. To install from them on this machine:", "",
+             "  Debian/Ubuntu (apt):"]
+    if result.keyring:
+        lines.append(f"    sudo install -m 644 {result.keyring} /usr/share/keyrings/rocm.gpg")
+        lines.append(f"    sudo cp {result.apt_list} /etc/apt/sources.list.d/rocm.list")
+    else:
+        lines.append(f"    echo 'deb [trusted=yes] file://{out}/deb {result.suite} main' | "
+                     "sudo tee /etc/apt/sources.list.d/rocm.list")
+    lines.append("    sudo apt update")
+    for fam in families:
+        lines.append(f"    sudo apt install rocm-{fam.lower()}      # {', '.join(families[fam])}")
+    lines += ["", "  Fedora/RHEL (dnf):"]
+    if result.keyring:
+        lines.append(f"    sudo cp {result.dnf_repo} /etc/yum.repos.d/rocm.repo")
+    else:
+        lines.append(f"    printf '[rocm]\\nname=rocm\\nbaseurl=file://{out}/rpm\\ngpgcheck=0\\n' | "
+                     "sudo tee /etc/yum.repos.d/rocm.repo")
+    for fam in families:
+        lines.append(f"    sudo dnf install rocm-{fam}      # {', '.join(families[fam])}")
+    lines += ["", "  Which one is yours: rocpkg detect"]
+    return lines
+
+
+def _cmd_demo(args) -> int:
+    from rocpkg.demo import run_demo
+
+    started = time.perf_counter()
+    display = ProgressDisplay("building demo release:")
+    try:
+        result = run_demo(args.out, jobs=args.jobs, progress=display)
+    finally:
+        display.close()
+    print_summary(result.build)
+    for name, seconds in result.steps:
+        print(f"  {name}: {seconds:.1f} s")
+    if result.key_fingerprint:
+        print(f"signed with throwaway demo key {result.key_fingerprint} (GnuPG home {result.gnupg_home})")
+    else:
+        print("unsigned: gpg is not installed")
+    if result.verify is not None:
+        problems = getattr(result.verify, "problems", None)
+        ok = getattr(result.verify, "ok", not problems)
+        print(f"verify: {'ok' if ok else 'PROBLEMS'}")
+        for problem in problems or []:
+            print(f"  {problem}")
+    print(f"demo done in {time.perf_counter() - started:.1f} s")
+    print("\n".join(_install_instructions(result)))
+    return 0 if result.verify is None or getattr(result.verify, "ok", True) else 1
+
+
+def _cmd_detect(args) -> int:
+    from rocpkg.config import load_config
+    from rocpkg.detect import detect_gpus, install_names
+
+    settings = load_config(args.config).settings
+    gpus = detect_gpus(args.sysfs, settings["families"])
+    if not gpus:
+        print(f"no AMD GPU found (no KFD GPU node under {args.sysfs}/class/kfd/kfd/topology/nodes)")
+        return 0
+    alias = settings["naming"]["alias"]
+    for gpu in gpus:
+        name = f" ({gpu.name})" if gpu.name and gpu.name != gpu.target else ""
+        if gpu.family is None:
+            print(f"node {gpu.node}: {gpu.target}{name}: in no family of this release's table, no package for it")
+            continue
+        deb, rpm = install_names(gpu.family, alias)
+        print(f"node {gpu.node}: {gpu.target}{name}, family {gpu.family}")
+        print(f"  apt install {deb}")
+        print(f"  dnf install {rpm}")
+    return 0
+
+
+def register(sub, add_plan_options) -> None:
+    p = sub.add_parser("build", help="build every package of the plan into OUT (deb pool, rpm dirs, manifest)")
+    add_plan_options(p)
+    p.add_argument("-o", "--output", required=True, metavar="OUT", help="output tree")
+    p.add_argument("-j", "--jobs", type=int, default=None, help="packages built at once (default: CPU count)")
+    p.add_argument("--shard", default=None, metavar="I/N", help="build only part I of N (size-balanced, "
+                                                                "deterministic), for N CI runners")
+    p.add_argument("--compression", choices=("zstd", "xz", "gzip"), default=None,
+                   help="payload compression (default: settings.compression)")
+    p.add_argument("--level", type=int, default=None, help="compression level (default: settings)")
+    p.add_argument("--repo", action="store_true", help="then index the APT and DNF repositories under OUT")
+    p.add_argument("--suite", default=None, help="with --repo: APT suite (default settings.suite)")
+    p.add_argument("--gpg-home", default=None, help="GnuPG home of the signing key (default $GNUPGHOME)")
+    p.add_argument("--sign-key", default=None, help="sign RPM headers (and, with --repo, the repositories)")
+    p.set_defaults(func=_cmd_build)
+
+    p = sub.add_parser("demo", help="sample artifacts + build + signed repositories, and how to install")
+    p.add_argument("out", metavar="OUT")
+    p.add_argument("-j", "--jobs", type=int, default=None)
+    p.set_defaults(func=_cmd_demo)
+
+    p = sub.add_parser("detect", help="this machine's GPU targets and the package to install for each")
+    p.add_argument("--sysfs", default="/sys", metavar="ROOT", help="sysfs root (default /sys)")
+    p.add_argument("-c", "--config", default=None, help="package.json (default: the bundled one)")
+    p.set_defaults(func=_cmd_detect)
