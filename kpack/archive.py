@@ -12,12 +12,16 @@ Reading costs (the reason for the lazy design below):
   objects), which also proves the TOC is well-formed and ends exactly at EOF. For the zstd
   scheme it reads the 4-byte frame count too.
 - get(key, arch) reads one blob or one frame: one positioned read. Finding the entry
-  costs CPU, not I/O: the first lookup walks the `toc` keys and stops at the match; a
-  second lookup builds a key -> position index (one pass) used from then on. Blob
-  descriptors are found the same way.
-- zstd frame offsets are not in the TOC. They are found by walking the u32 size prefixes
-  from the start of the zstd area up to the wanted ordinal (one 4-byte read per frame)
-  and cached, so the walk over all frames happens at most once per reader.
+  costs CPU, not I/O: the first few lookups walk the `toc` keys and stop at the match;
+  after WALKS_BEFORE_INDEX of them a key -> position index is built (one pass) and used
+  from then on. Blob descriptors are found the same way.
+- zstd frame offsets are not in the TOC and cannot be derived from it. They are found by
+  walking the u32 size prefixes from the start of the zstd area up to the wanted ordinal
+  (one 4-byte positioned read per frame) and cached, so each prefix is read at most once
+  per reader. Fetching ordinal N first costs N+1 small reads (20,000 frames: ~30 ms,
+  80 KB requested; on a cold page cache each read still pulls in a 4 KiB page, which is
+  why readahead is switched off with POSIX_FADV_RANDOM). The `none` scheme needs none of
+  this: its blob offsets are in the TOC.
 Everything read is bounded by the file size: MessagePack lengths are capped at the TOC
 size, a frame's output at its `original_size`, and `original_size` at what a zstd frame
 of that size can possibly produce.
@@ -43,6 +47,9 @@ SCHEME_NONE = "none"
 SCHEME_ZSTD = "zstd-per-kernel"
 SCHEMES = (SCHEME_NONE, SCHEME_ZSTD)
 KERNEL_TYPE = "hsaco"
+# Lookups answered by walking the TOC (early exit) before a full index is built: an index
+# costs about as much as four or five walks, and most readers fetch a handful of kernels.
+WALKS_BEFORE_INDEX = 3
 # One zstd RLE block (3-byte header + 1 byte) expands to at most 128 KiB: no frame can
 # produce more than this many bytes per byte of input.
 ZSTD_MAX_RATIO = 32768
@@ -86,6 +93,8 @@ class ByteSource:
             self.name = os.fspath(source)
             self._fd = os.open(self.name, os.O_RDONLY | getattr(os, "O_BINARY", 0))
             self.size = os.fstat(self._fd).st_size
+            if hasattr(os, "posix_fadvise"):  # small scattered reads: no readahead
+                os.posix_fadvise(self._fd, 0, 0, os.POSIX_FADV_RANDOM)
         else:
             self._file = source
             self.name = str(getattr(source, "name", "<stream>"))
@@ -338,7 +347,7 @@ class KpackReader:
 
     def _arch_map(self, key: str) -> dict | None:
         self._lookups += 1
-        if self._key_index is None and self._lookups == 1:
+        if self._key_index is None and self._lookups <= WALKS_BEFORE_INDEX:
             value = self._walk_keys(key)
         else:
             if self._key_index is None:
@@ -414,7 +423,7 @@ class KpackReader:
         start, end = self._ranges["blobs"]
         self._blob_lookups += 1
         try:
-            if self._blob_table is None and self._blob_lookups == 1:
+            if self._blob_table is None and self._blob_lookups <= WALKS_BEFORE_INDEX:
                 unpacker = self._unpacker(start, end)
                 unpacker.read_array_header()
                 for _ in range(ordinal):
@@ -434,27 +443,26 @@ class KpackReader:
         return self._blob_table[0][ordinal], self._blob_table[1][ordinal]
 
     def _frame(self, ordinal: int) -> tuple[int, int]:
-        """(offset, size) of a zstd frame, walking the u32 size prefixes up to it once."""
+        """(offset, size) of a zstd frame. Frame starts are learnt by walking the u32 size
+        prefixes (one 4-byte read per frame) up to the frame after `ordinal`, and kept:
+        a frame whose start is known costs exactly one read, of the frame itself."""
         starts = self._frame_starts
         end = self.zstd_offset + self.zstd_size
         if not starts:
             starts.append(self.zstd_offset + 4)
-        while len(starts) <= ordinal:
-            position = starts[-1]
-            (size,) = _U32.unpack(self._src.read_at(position, 4)) if position + 4 <= end else (None,)
-            if size is None or position + 4 + size > end:
-                raise KpackFormatError(f"frame {len(starts) - 1} runs past the end of the zstd area "
+        read_at, unpack = self._src.read_at, _U32.unpack
+        position = starts[-1]
+        while len(starts) <= ordinal + 1:
+            if position + 4 > end:
+                raise KpackFormatError(f"frame {len(starts) - 1} starts past the end of the zstd area "
                                        f"({end})", where=position)
-            starts.append(position + 4 + size)
-        position = starts[ordinal]
-        if position + 4 > end:
-            raise KpackFormatError(f"frame {ordinal} runs past the end of the zstd area ({end})",
-                                   where=position)
-        (size,) = _U32.unpack(self._src.read_at(position, 4))
-        if position + 4 + size > end:
-            raise KpackFormatError(f"frame {ordinal} runs past the end of the zstd area ({end})",
-                                   where=position)
-        return position + 4, size
+            (size,) = unpack(read_at(position, 4))
+            if position + 4 + size > end:
+                raise KpackFormatError(f"frame {len(starts) - 1} of {size} bytes runs past the end of "
+                                       f"the zstd area ({end})", where=position)
+            position += 4 + size
+            starts.append(position)
+        return starts[ordinal] + 4, starts[ordinal + 1] - starts[ordinal] - 4
 
     def _decompress(self, frame: bytes, entry: Entry, offset: int) -> bytes:
         where = f"toc[{entry.key!r}][{entry.arch!r}]"
@@ -510,7 +518,7 @@ class KpackReader:
 
     def _build_blob_table(self) -> None:
         if self._blob_table is None:
-            self._blob_lookups = 1  # the next lookup indexes every blob
+            self._blob_lookups = WALKS_BEFORE_INDEX  # the next lookup indexes every blob
             self._blob(0)
 
     # -- verify -------------------------------------------------------------------------

@@ -286,11 +286,11 @@ def test_fetching_a_frame_reads_size_prefixes_once_then_one_frame(tmp_path):
     counting = CountingReader(tmp_path / "a.kpack")
     reader = KpackReader(counting)
     start = counting.reads
-    reader.get("bin/tool#0", "gfx1100")  # ordinal 2: walks prefixes 0 and 1, reads its own
-    assert counting.reads - start == 4  # 2 prefixes + own prefix + frame
+    reader.get("bin/tool#0", "gfx1100")  # ordinal 2: size prefixes of frames 0, 1, 2, then the frame
+    assert counting.reads - start == 4
     start = counting.reads
-    reader.get("lib/libfoo.so#0", "gfx1101")  # ordinal 1: offset known now
-    assert counting.reads - start == 2
+    reader.get("lib/libfoo.so#0", "gfx1101")  # ordinal 1: its place is known now
+    assert counting.reads - start == 1
     counting.close()
 
 
