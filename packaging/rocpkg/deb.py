@@ -41,6 +41,11 @@ AR_MAX_MEMBER_SIZE = 9_999_999_999      # the ar size field holds 10 decimal dig
 DEBIAN_BINARY = b"2.0\n"
 REQUIRED_CONTROL_FIELDS = ("Package", "Version", "Architecture", "Maintainer", "Description")
 COMPRESSIONS = {"zstd": "zst", "xz": "xz", "gzip": "gz"}
+# zstd workers each hold about 3 jobs: 4 MiB jobs and at most 8 workers keep the writer
+# under 200 MB of RSS on any machine (the default job size costs ~30 MB per worker). The
+# output depends on the job size, never on the number of workers.
+ZSTD_JOB_SIZE = 4 << 20
+ZSTD_MAX_THREADS = 8
 
 
 @dataclass(frozen=True)
@@ -270,13 +275,14 @@ class _XzWriter:
 
 def _compressor(kind: str, options: BuildOptions, sink):
     """A write()/close() stream compressing into sink; close() ends the stream without
-    closing sink. zstd uses worker threads (its multi-threaded output does not depend on
-    the thread count); gzip writes no name and mtime 0."""
+    closing sink. zstd runs in worker threads with a fixed job size; gzip writes no
+    name and mtime 0."""
     level = options.compression_level
     if kind == "zstd":
-        compressor = zstandard.ZstdCompressor(
-            level=max(1, min(level, 19)), threads=options.threads or -1
-        )
+        threads = min(options.threads or os.cpu_count() or 1, ZSTD_MAX_THREADS)
+        parameters = zstandard.ZstdCompressionParameters.from_level(
+            max(1, min(level, 19)), threads=threads, job_size=ZSTD_JOB_SIZE)
+        compressor = zstandard.ZstdCompressor(compression_params=parameters)
         return compressor.stream_writer(sink, closefd=False)
     if kind == "xz":
         return _XzWriter(sink, max(0, min(level, 9)))
