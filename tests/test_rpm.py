@@ -556,3 +556,17 @@ def test_the_rendered_spec_is_what_the_header_says(sources):
     assert f"%dir %attr(0755,root,root) {PREFIX}/etc" in text
     assert "Epoch:" not in text
     assert "Epoch: 2\n" in render_spec(replace(package, epoch=2), options())
+
+
+def test_epoch_and_noarch_reach_the_header(tmp_path, sources):
+    doc = source(tmp_path, "notes.txt", b"notes\n")
+    package = spec("rocm-notes7.1", [FileEntry(PREFIX, DIR, 0o755),
+                                     file_entry(f"{PREFIX}/notes.txt", doc)],
+                   arch="noarch", epoch=2)
+    path = rpm.write_rpm(package, str(tmp_path / "out"), options()).path
+    assert os.path.basename(path) == "rocm-notes7.1-7.1.0-1.noarch.rpm"
+    assert query(path, "--qf", "%{NEVRA}") == "rocm-notes7.1-2:7.1.0-1.noarch"
+    assert query(path, "--provides").splitlines() == ["rocm-notes7.1 = 2:7.1.0-1"]
+    assert run("rpm", "-K", "--nosignature", path).stdout.strip().endswith("digests OK")
+    lint = run("rpmlint", "-r", RPMLINTRC, path, check=False).stdout
+    assert " 0 errors" in lint, lint
