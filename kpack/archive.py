@@ -296,7 +296,6 @@ class KpackReader:
         if not (0x90 <= first <= 0x9F or first in (0xDC, 0xDD)):
             raise KpackFormatError("'blobs' is not an array", where="TOC['blobs']")
         self.kernel_count = self._unpacker(start, end).read_array_header()
-        self.stored_size = None  # summed on demand by stored_bytes()
 
     def _open_zstd(self, top: dict) -> None:
         offset = self._require(top, "zstd_offset", int)
@@ -314,7 +313,6 @@ class KpackReader:
             raise KpackFormatError(f"frame count {count} cannot fit in a zstd area of {size} bytes",
                                    where=offset)
         self.kernel_count = count
-        self.stored_size = size
 
     # -- TOC lookups --------------------------------------------------------------------
 

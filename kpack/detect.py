@@ -258,6 +258,10 @@ def detect(path: str | os.PathLike, *, scan_embedded: bool | None = None) -> Det
     """What kind of device file `path` is and its targets. scan_embedded: None scans only
     files named like embedding containers (EMBEDDING_SUFFIXES), True every file."""
     name = os.fspath(path)
+    if not os.path.isfile(name):  # directories, FIFOs, devices: nothing to read
+        if not os.path.exists(name):
+            raise FileNotFoundError(2, "No such file or directory", name)
+        return Detection(KIND_NONE, [])
     if scan_embedded is None:
         scan_embedded = name.lower().endswith(EMBEDDING_SUFFIXES)
     with open(name, "rb", buffering=0) as handle:
