@@ -1,0 +1,961 @@
+"""`rocpkg verify`: the checks no packager makes today (DESIGN §7), over a plan before a
+byte is written or over a built OUT tree read back from its .deb and .rpm files.
+
+The costly packaging bugs are silent: kernels missing for one target, a meta-package that
+lost a dependency, a device package that ships nothing. Users meet them as
+`hipErrorInvalidImage` on their GPU. Both entry points turn their input into the same
+per-format view (package specs, the markers of host binaries, the TOCs of kpack archives)
+and run the same checks on it:
+
+kernels (per host binary with a `.rocm_kpack_ref` marker, per target its package is
+planned for, per target ID the release builds for that target):
+  archive-missing   no archive the marker's search path names is shipped by the target's
+                    device package or its dependency closure
+  variant-missing   the release builds a feature variant (`gfx942:xnack+`) but the closure
+                    ships no archive for it: the runtime would fall back to another build
+  archive-target    the archive found does not list that target ID in its gfx_arches
+  kernel-missing    the archive lacks a `kernel_name#N` the binary needs. The binary needs
+                    every N that any archive of the same prefix (any target, any variant)
+                    holds for its kernel_name: a key present in the gfx1100 archive and
+                    absent from the gfx942 one is a kernel missing for gfx942.
+  generic-binary    a binary needing per-target kernels sits in a package that has no
+                    device packages, and its closure ships no archive for a target
+packages and relations:
+  empty-device      a device package ships no file and no dependency ships the archives
+                    its host binaries' markers name (its binaries' kernel checks for that
+                    target are not repeated: one cause, one line)
+  device-host       (built tree) a package named for a target ships files but is no host
+                    package's device package (it does not pin a host package)
+  target-depends    a device package's closure lacks the same-target device package of a
+                    host package its host package pulls in
+  meta-kernels      a per-target or family meta-package's closure holds a host package but
+                    not that host's device package for one of its targets
+  meta-foreign-target  a target, family or alias package's closure holds another target's
+                    device package
+  file-conflict     two packages of one format ship the same path (directories excepted)
+  relation          a relation resolves neither inside the repository nor to an external
+                    package
+  unreadable        a marker, archive or package that cannot be read
+
+The release's target IDs for a bare target are the target and every feature variant that
+any archive shipped by a device package of that target lists: a release builds the same
+target IDs for all its libraries, so one library lacking the `gfx942:xnack+` build is the
+"xnack variant dropped" bug.
+
+Reading a built tree never loads a package: each .deb's data.tar and each .rpm's cpio
+payload is streamed once; a host ELF is spilled to a temporary file just long enough to
+read its marker section; of a kpack archive only its header and TOC are kept.
+"""
+from __future__ import annotations
+
+import gzip
+import io
+import lzma
+import os
+import posixpath
+import re
+import struct
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from typing import Callable, Iterable
+
+from kpack import targets as kt
+from kpack.archive import KpackReader
+from kpack.errors import KpackFormatError
+from kpack.marker import GFXARCH, Marker, read_marker, resolve_search_paths
+from rocpkg import model as m
+from rocpkg.config import relation_names
+from rocpkg.errors import RocpkgInputError
+from rocpkg.plan import closure
+from rocpkg.streams import CHUNK, copy_stream
+
+REPORT_SCHEMA = "rocpkg-verify/1"
+RELATION_FIELDS = ("depends", "pre_depends", "recommends", "suggests")
+EM_AMDGPU = 224
+KPACK_HEAD = 68                 # header, zeros to 64, and the zstd frame count at 64
+MAX_TOC = 256 << 20             # a TOC larger than this is refused, not read into memory
+_PIN = re.compile(r"^(?P<name>[^\s(|]+)\s*(?:\(\s*=\s*(?P<deb>[^\s)]+)\s*\)|=\s*(?P<rpm>\S+))$")
+
+
+# -- the report ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Problem:
+    """One failed check: which package, which path (or "-"), which target ID (or "-")."""
+
+    check: str
+    package: str
+    path: str
+    target: str
+    message: str
+    format: str = ""
+
+    def line(self) -> str:
+        package = f"{self.package} ({self.format})" if self.format else self.package
+        return f"error: {package}: {self.path or '-'}: {self.target or '-'}: {self.message}"
+
+
+@dataclass
+class Closure:
+    """The offline install closure of one meta-package, family meta or alias."""
+
+    format: str
+    root: str
+    kind: str                       # "alias" | "family" | "target" | "meta"
+    family: str = ""
+    target: str = ""
+    packages: list[str] = field(default_factory=list)
+    devices: dict[str, list[str]] = field(default_factory=dict)   # target -> device packages
+    unresolved: list[str] = field(default_factory=list)
+
+
+@dataclass
+class VerifyReport:
+    source: str                     # "plan" or the OUT directory
+    formats: list[str] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+    closures: list[Closure] = field(default_factory=list)
+    externals: dict[str, list[str]] = field(default_factory=dict)
+    counts: dict[str, dict[str, int]] = field(default_factory=dict)
+    targets: dict[str, dict[str, list[str]]] = field(default_factory=dict)  # fmt -> target -> IDs
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    @property
+    def checks(self) -> set[str]:
+        return {p.check for p in self.problems}
+
+    def to_dict(self) -> dict:
+        return {"schema": REPORT_SCHEMA, "source": self.source, "ok": self.ok, "formats": self.formats,
+                "counts": self.counts, "targets": self.targets, "externals": self.externals,
+                "warnings": self.warnings, "problems": [asdict(p) for p in self.problems],
+                "closures": [asdict(c) for c in self.closures]}
+
+
+# -- the per-format view both entry points build --------------------------------------------
+
+@dataclass
+class _Archive:
+    """What verify needs of a kpack archive: its target IDs and key -> target IDs."""
+
+    arches: tuple[str, ...]
+    kernels: dict[str, frozenset[str]]
+
+
+@dataclass
+class _Release:
+    fmt: str
+    specs: dict[str, m.PackageSpec]
+    is_external: Callable[[str], bool]
+    families: dict[str, list[str]]
+    markers: dict[tuple[str, str], Marker] = field(default_factory=dict)   # (package, path)
+    archives: dict[tuple[str, str], _Archive] = field(default_factory=dict)
+    problems: list[Problem] = field(default_factory=list)
+
+    def problem(self, check: str, package: str, path: str, target: str, message: str) -> None:
+        self.problems.append(Problem(check, package, path or "-", target or "-", message, self.fmt))
+
+
+def _payload(spec: m.PackageSpec) -> list[m.FileEntry]:
+    """Files and symlinks a package ships, leaving out the doc files a .deb writer adds."""
+    doc = f"/usr/share/doc/{spec.name}/"
+    return [f for f in spec.files if f.type != m.DIR and not f.path.startswith(doc)]
+
+
+def _archive_of(reader: KpackReader) -> _Archive:
+    kernels: dict[str, set[str]] = {}
+    for entry in reader.entries():
+        kernels.setdefault(entry.key, set()).add(entry.arch)
+    return _Archive(tuple(reader.gfx_arches), {k: frozenset(v) for k, v in kernels.items()})
+
+
+def _looks_host_elf(head: bytes) -> bool:
+    """A little-endian ELF that is not an AMDGPU code object (those carry no marker)."""
+    if len(head) < 20 or head[:4] != b"\x7fELF" or head[5] != 1:
+        return False
+    return struct.unpack_from("<H", head, 18)[0] != EM_AMDGPU
+
+
+def _namespace(names: Iterable[str]) -> str:
+    """The most common first dash-separated word (config.namespace's rule)."""
+    counts: dict[str, int] = {}
+    for name in names:
+        head = name.split("-", 1)[0]
+        counts[head] = counts.get(head, 0) + 1
+    return max(sorted(counts), key=lambda k: counts[k]) if counts else ""
+
+
+def _outside(namespace: str, declared: Iterable[str] = ()) -> Callable[[str], bool]:
+    declared = set(declared)
+    return lambda name: name in declared or not (name == namespace or name.startswith(namespace + "-"))
+
+
+# -- a plan ---------------------------------------------------------------------------------
+
+def verify_plan(plan, config=None) -> VerifyReport:
+    """Check a plan before building: markers and archives are read from the artifacts the
+    plan's files come from. `config` (rocpkg.config.Config) decides which names are
+    external; without it, the plan's settings and definition names do."""
+    from rocpkg.config import is_external
+
+    if config is not None:
+        external = lambda name: is_external(config, name)  # noqa: E731
+    else:
+        definitions = {s.definition for specs in plan.packages.values() for s in specs if s.definition}
+        external = _outside(_namespace(definitions), plan.settings.get("external", []))
+    families = {f: list(ts) for f, ts in (plan.settings.get("families") or kt.FAMILIES).items()}
+    report = VerifyReport(source="plan", formats=sorted(plan.packages), warnings=list(plan.warnings))
+    markers: dict[str, Marker | None | Exception] = {}
+    archives: dict[str, _Archive | Exception] = {}
+    for fmt in report.formats:
+        release = _Release(fmt, plan.by_name(fmt), external, families)
+        for spec in release.specs.values():
+            for fe in _payload(spec):
+                if fe.type != m.FILE:
+                    continue
+                if fe.path.endswith(".kpack"):
+                    got = _cached(archives, fe.source, _read_archive_file)
+                    if isinstance(got, Exception):
+                        release.problem("unreadable", spec.name, fe.path, "", f"kpack archive {fe.source}: {got}")
+                    else:
+                        release.archives[(spec.name, fe.path)] = got
+                elif spec.kind != m.KIND_DEVICE:
+                    got = _cached(markers, fe.source, _read_marker_file)
+                    if isinstance(got, Exception):
+                        release.problem("unreadable", spec.name, fe.path, "", f"marker of {fe.source}: {got}")
+                    elif got is not None:
+                        release.markers[(spec.name, fe.path)] = got
+        _check_release(release, report)
+    _finish(report)
+    return report
+
+
+def _cached(cache: dict, key: str, read: Callable):
+    if key not in cache:
+        try:
+            cache[key] = read(key)
+        except (KpackFormatError, OSError) as exc:
+            cache[key] = exc
+    return cache[key]
+
+
+def _read_archive_file(path: str) -> _Archive:
+    with KpackReader(path) as reader:
+        return _archive_of(reader)
+
+
+def _read_marker_file(path: str) -> Marker | None:
+    with open(path, "rb") as fh:
+        if not _looks_host_elf(fh.read(64)):
+            return None
+    return read_marker(path)
+
+
+# -- a built tree ---------------------------------------------------------------------------
+
+def verify_tree(out_dir: str | os.PathLike, *, jobs: int = 0) -> VerifyReport:
+    """Check the packages under OUT/deb/pool/main and OUT/rpm/<arch>/ as built: names,
+    relations and files from their metadata, markers and archives from their payloads.
+    Which package is whose device package is read from the relations themselves: a device
+    package is named for a target, pins a host package at its own version, and some
+    meta-package pins both."""
+    out_dir = os.path.abspath(os.fspath(out_dir))
+    found = _package_files(out_dir)
+    if not any(found.values()):
+        raise RocpkgInputError(out_dir, "no .deb under deb/pool/main and no .rpm under rpm/<arch>/: nothing to verify")
+    report = VerifyReport(source=out_dir, formats=[f for f in ("deb", "rpm") if found[f]])
+    workers = jobs or min(8, os.cpu_count() or 1)
+    with tempfile.TemporaryDirectory(prefix="rocpkg-verify-") as spill, ThreadPoolExecutor(workers) as pool:
+        for fmt in report.formats:
+            read_meta = _read_deb_meta if fmt == "deb" else _read_rpm_meta
+            metas = list(pool.map(read_meta, found[fmt]))
+            specs: dict[str, m.PackageSpec] = {}
+            files_of: dict[str, str] = {}
+            release = _Release(fmt, specs, lambda name: False, {f: list(t) for f, t in kt.FAMILIES.items()})
+            for path, spec, error in metas:
+                if error is not None:
+                    release.problem("unreadable", os.path.basename(path), path, "", error)
+                elif spec.name in specs:
+                    release.problem("file-conflict", spec.name, path, "", "a second package file of this name")
+                else:
+                    specs[spec.name] = spec
+                    files_of[spec.name] = path
+            release.is_external = _outside(_namespace(specs))
+            _classify_tree(release)
+            read_payload = _read_deb_payload if fmt == "deb" else _read_rpm_payload
+            jobs_list = [(spec, files_of[spec.name], spill) for spec in specs.values()]
+            for spec, result in zip(specs.values(), pool.map(lambda job: read_payload(*job), jobs_list)):
+                files, markers, archives, problems = result
+                if files is not None:
+                    spec.files = files
+                release.markers.update(markers)
+                release.archives.update(archives)
+                release.problems.extend(problems)
+            _kinds_after_payload(release)
+            _check_release(release, report)
+    _finish(report)
+    return report
+
+
+def _package_files(out_dir: str) -> dict[str, list[str]]:
+    found: dict[str, list[str]] = {"deb": [], "rpm": []}
+    pool = os.path.join(out_dir, "deb", "pool", "main")
+    if os.path.isdir(pool):
+        for root, dirs, files in os.walk(pool):
+            dirs.sort()
+            found["deb"] += [os.path.join(root, f) for f in sorted(files) if f.endswith(".deb")]
+    rpm_root = os.path.join(out_dir, "rpm")
+    if os.path.isdir(rpm_root):
+        for arch in sorted(os.listdir(rpm_root)):
+            arch_dir = os.path.join(rpm_root, arch)
+            if arch != "repodata" and os.path.isdir(arch_dir):
+                found["rpm"] += [os.path.join(arch_dir, f) for f in sorted(os.listdir(arch_dir)) if f.endswith(".rpm")]
+    return found
+
+
+def _split_evr(evr: str) -> tuple[int, str, str]:
+    epoch, _, rest = evr.rpartition(":")
+    version, _, release = rest.rpartition("-")
+    return int(epoch or 0), version or rest, release if version else ""
+
+
+def _read_deb_meta(path: str):
+    from rocpkg.deb import read_deb_control
+
+    try:
+        control = read_deb_control(path)
+        epoch, version, release = _split_evr(control["Version"])
+        spec = m.PackageSpec("deb", control["Package"], version, release, control.get("Architecture", ""), "",
+                             epoch=epoch)
+        for attr, key in (("depends", "Depends"), ("pre_depends", "Pre-Depends"), ("recommends", "Recommends"),
+                          ("suggests", "Suggests"), ("provides", "Provides")):
+            text = control.get(key, "")
+            getattr(spec, attr).extend(r.strip() for r in text.split(",") if r.strip())
+        return path, spec, None
+    except (RocpkgInputError, KeyError, ValueError, OSError, EOFError) as exc:
+        return path, None, _why(exc)
+
+
+def _why(exc: Exception) -> str:
+    if isinstance(exc, RocpkgInputError):
+        return "; ".join(what for _, what in exc.problems)
+    return str(exc) or type(exc).__name__
+
+
+def _rpm_relations(info, name_tag, flags_tag, version_tag) -> list[str]:
+    from rocpkg import rpm
+
+    names = info.header.get(name_tag) or []
+    flags = info.header.get(flags_tag) or [0] * len(names)
+    versions = info.header.get(version_tag) or [""] * len(names)
+    out = []
+    for name, flag, version in zip(names, flags, versions):
+        if flag & rpm.RPMSENSE_RPMLIB or name.startswith("rpmlib("):
+            continue
+        op = {rpm.RPMSENSE_EQUAL: "=", rpm.RPMSENSE_LESS: "<", rpm.RPMSENSE_GREATER: ">",
+              rpm.RPMSENSE_LESS | rpm.RPMSENSE_EQUAL: "<=",
+              rpm.RPMSENSE_GREATER | rpm.RPMSENSE_EQUAL: ">="}.get(flag & 0xE, "")
+        text = f"{name} {op} {version}" if op and version else name
+        if text not in out:
+            out.append(text)
+    return out
+
+
+def _read_rpm_meta(path: str):
+    from rocpkg import rpm
+
+    T = rpm.Tag
+    try:
+        info = rpm.read_rpm(path)
+        h = info.header
+        spec = m.PackageSpec("rpm", info.name, h[T.VERSION], h[T.RELEASE], h.get(T.ARCH, ""), "",
+                             epoch=int(info.first(T.EPOCH, 0) or 0))
+        spec.depends = _rpm_relations(info, T.REQUIRENAME, T.REQUIREFLAGS, T.REQUIREVERSION)
+        spec.recommends = _rpm_relations(info, T.RECOMMENDNAME, getattr(T, "RECOMMENDFLAGS", 0), T.RECOMMENDVERSION)
+        spec.suggests = _rpm_relations(info, T.SUGGESTNAME, T.SUGGESTFLAGS, T.SUGGESTVERSION)
+        spec.provides = _rpm_relations(info, T.PROVIDENAME, T.PROVIDEFLAGS, T.PROVIDEVERSION)
+        spec.files = _rpm_header_files(info)
+        return path, spec, None
+    except (RocpkgInputError, KeyError, ValueError, OSError, EOFError) as exc:
+        return path, None, _why(exc)
+
+
+def _rpm_header_files(info) -> list[m.FileEntry]:
+    from rocpkg.rpm import Tag
+
+    h = info.header
+    basenames = h.get(Tag.BASENAMES) or []
+    dirnames = h.get(Tag.DIRNAMES) or []
+    indexes = h.get(Tag.DIRINDEXES) or []
+    modes = h.get(Tag.FILEMODES) or []
+    sizes = h.get(Tag.LONGFILESIZES) or h.get(Tag.FILESIZES) or []
+    links = h.get(Tag.FILELINKTOS) or [""] * len(basenames)
+    files = []
+    for base, index, mode, size, link in zip(basenames, indexes, modes, sizes, links):
+        kind = {0o040000: m.DIR, 0o120000: m.SYMLINK}.get(mode & 0o170000, m.FILE)
+        files.append(m.FileEntry(dirnames[index] + base, kind, mode & 0o7777, "", size if kind == m.FILE else 0,
+                                 link if kind == m.SYMLINK else ""))
+    return files
+
+
+def _target_suffix(name: str) -> str:
+    """The bare target a package name ends with (`rocm-blas7.1-gfx942` -> gfx942), or ""."""
+    tail = name.rsplit("-", 1)[-1]
+    try:
+        tid = kt.parse_target(tail)
+    except kt.InvalidTargetError:
+        return ""
+    return tid.processor if tid.processor in kt.MACH_BY_PROCESSOR and not tid.features else ""
+
+
+def _family_suffix(name: str, families: dict[str, list[str]]) -> str:
+    tail = name.rsplit("-", 1)[-1].lower()
+    return next((f for f in families if f.lower() == tail and not _target_suffix(name)), "")
+
+
+def _pins(spec: m.PackageSpec) -> set[str]:
+    """Packages this one depends on at exactly its own version."""
+    pinned = set()
+    for rel in spec.depends + spec.pre_depends:
+        match = _PIN.match(rel.strip())
+        if match and (match.group("deb") or match.group("rpm")) == spec.evr:
+            pinned.add(match.group("name"))
+    return pinned
+
+
+def _classify_tree(release: _Release) -> None:
+    """Host and device packages from the relations alone (see verify_tree)."""
+    specs = release.specs
+    pins = {name: _pins(spec) for name, spec in specs.items()}
+    pinned_by: dict[str, set[str]] = {}
+    for name, pinned in pins.items():
+        for dep in pinned:
+            pinned_by.setdefault(dep, set()).add(name)
+    for name, spec in specs.items():
+        target = _target_suffix(name)
+        if not target:
+            continue
+        for host in sorted(pins[name]):
+            if host not in specs or _target_suffix(host):
+                continue
+            if any(name in pins[meta] for meta in pinned_by.get(host, ()) if meta != name):
+                spec.kind, spec.target, spec.definition = m.KIND_DEVICE, target, host
+                specs[host].kind, specs[host].definition = m.KIND_HOST, host
+                break
+
+
+def _kinds_after_payload(release: _Release) -> None:
+    """Files, meta or family packages once the payload listing is known; a package named
+    for a target that ships files but belongs to no host is reported."""
+    for name, spec in release.specs.items():
+        if spec.kind in (m.KIND_HOST, m.KIND_DEVICE):
+            continue
+        has_files = bool(_payload(spec))
+        spec.kind = m.KIND_FILES if has_files else m.KIND_META
+        spec.target = _target_suffix(name)
+        spec.family = "" if spec.target else _family_suffix(name, release.families)
+        if has_files and spec.target:
+            release.problem("device-host", name, "", spec.target,
+                            "ships files for a target but pins no host package at its own version "
+                            "(is it a device package that lost its host dependency?)")
+
+
+class _Bounded(io.RawIOBase):
+    """Exactly `size` bytes of a stream; what is not read is skipped by skip()."""
+
+    def __init__(self, stream, size: int):
+        self.stream = stream
+        self.left = size
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        if self.left <= 0:
+            return 0
+        data = self.stream.read(min(len(buffer), self.left))
+        if not data:
+            raise EOFError(f"payload ended with {self.left} bytes of a member unread")
+        buffer[: len(data)] = data
+        self.left -= len(data)
+        return len(data)
+
+    def skip(self) -> None:
+        while self.left > 0:
+            self.read(min(CHUNK, self.left))
+
+
+class _SparseImage(io.RawIOBase):
+    """A kpack archive's header and TOC at their offsets, zeros elsewhere: all that
+    KpackReader reads to list target IDs and kernel keys."""
+
+    def __init__(self, name: str, size: int, pieces: list[tuple[int, bytes]]):
+        self.name = name
+        self.size = size
+        self.pieces = pieces
+        self.pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        self.pos = {os.SEEK_SET: 0, os.SEEK_CUR: self.pos, os.SEEK_END: self.size}[whence] + offset
+        return self.pos
+
+    def tell(self) -> int:
+        return self.pos
+
+    def read(self, n: int = -1) -> bytes:
+        end = self.size if n < 0 else min(self.size, self.pos + n)
+        out = bytearray(max(0, end - self.pos))
+        for start, data in self.pieces:
+            lo, hi = max(start, self.pos), min(start + len(data), end)
+            if lo < hi:
+                out[lo - self.pos: hi - self.pos] = data[lo - start: hi - start]
+        self.pos = end
+        return bytes(out)
+
+
+class _Inspector:
+    """Looks at each payload member once, as it streams by: kpack archives keep their
+    header and TOC, host ELF files are spilled to read their marker."""
+
+    def __init__(self, spec: m.PackageSpec, spill_dir: str):
+        self.spec = spec
+        self.spill_dir = spill_dir
+        self.markers: dict[tuple[str, str], Marker] = {}
+        self.archives: dict[tuple[str, str], _Archive] = {}
+        self.problems: list[Problem] = []
+
+    def wants(self, path: str) -> bool:
+        return path.endswith(".kpack") or (self.spec.kind != m.KIND_DEVICE
+                                           and not path.startswith(f"/usr/share/doc/{self.spec.name}/"))
+
+    def member(self, path: str, size: int, stream) -> None:
+        try:
+            if path.endswith(".kpack"):
+                self.archives[(self.spec.name, path)] = self._archive(path, size, stream)
+            elif self.spec.kind != m.KIND_DEVICE:
+                marker = self._marker(size, stream)
+                if marker is not None:
+                    self.markers[(self.spec.name, path)] = marker
+        except KpackFormatError as exc:
+            self.problems.append(Problem("unreadable", self.spec.name, path, "-", str(exc), self.spec.format))
+
+    def _archive(self, path: str, size: int, stream) -> _Archive:
+        head = _read_upto(stream, min(size, KPACK_HEAD))
+        pieces = [(0, head)]
+        if len(head) >= 16 and head[:4] == b"KPAK":
+            (toc_offset,) = struct.unpack_from("<Q", head, 8)
+            if len(head) <= toc_offset < size:
+                if size - toc_offset > MAX_TOC:
+                    raise KpackFormatError(f"TOC of {size - toc_offset} bytes is larger than verify reads")
+                _read_exact_skip(stream, toc_offset - len(head))
+                pieces.append((toc_offset, _read_exact(stream, size - toc_offset)))
+        with KpackReader(_SparseImage(path, size, pieces)) as reader:
+            return _archive_of(reader)
+
+    def _marker(self, size: int, stream) -> Marker | None:
+        head = _read_upto(stream, min(size, 64))
+        if not _looks_host_elf(head):
+            return None
+        fd, spilled = tempfile.mkstemp(dir=self.spill_dir, suffix=".elf")
+        try:
+            with os.fdopen(fd, "wb") as out:
+                out.write(head)
+                copy_stream(stream, out, size - len(head))
+            return read_marker(spilled)
+        finally:
+            os.unlink(spilled)
+
+
+def _read_deb_payload(spec: m.PackageSpec, package_file: str, spill_dir: str):
+    """One pass over data.tar: the file listing, and the inspector's look at each member."""
+    from rocpkg.deb import _open_tar_member  # the streaming data.tar reader of the .deb writer's module
+
+    inspector = _Inspector(spec, spill_dir)
+    files: list[m.FileEntry] = []
+    try:
+        with _open_tar_member(package_file, "data.tar") as tar:
+            for info in tar:
+                path = "/" + info.name.removeprefix(".").strip("/")
+                if path == "/":
+                    continue
+                if info.isreg():
+                    files.append(m.FileEntry(path, m.FILE, info.mode & 0o7777, "", info.size))
+                    if inspector.wants(path):
+                        inspector.member(path, info.size, tar.extractfile(info))
+                elif info.isdir():
+                    files.append(m.FileEntry(path, m.DIR, info.mode & 0o7777))
+                elif info.issym():
+                    files.append(m.FileEntry(path, m.SYMLINK, 0o777, "", 0, info.linkname))
+                else:
+                    files.append(m.FileEntry(path, "other", info.mode & 0o7777))
+    except (RocpkgInputError, OSError, EOFError, ValueError) as exc:
+        inspector.problems.append(Problem("unreadable", spec.name, package_file, "-", f"data.tar: {_why(exc)}", "deb"))
+    except Exception as exc:  # tarfile / zstd / lzma errors of a corrupt member
+        inspector.problems.append(Problem("unreadable", spec.name, package_file, "-", f"data.tar: {exc}", "deb"))
+    return files, inspector.markers, inspector.archives, inspector.problems
+
+
+def _rpm_payload_stream(fh, compressor: str):
+    if compressor == "zstd":
+        import zstandard
+
+        return zstandard.ZstdDecompressor().stream_reader(fh, read_across_frames=True)
+    if compressor in ("xz", "lzma"):
+        return lzma.LZMAFile(fh)
+    if compressor == "gzip":
+        return gzip.GzipFile(fileobj=fh, mode="rb")
+    raise RocpkgInputError(fh.name, f"unsupported payload compressor {compressor!r}")
+
+
+def _read_rpm_payload(spec: m.PackageSpec, package_file: str, spill_dir: str):
+    """One pass over the cpio payload, only when the header lists something to inspect."""
+    from rocpkg.rpm import Tag, read_rpm
+
+    inspector = _Inspector(spec, spill_dir)
+    by_index = {i: fe for i, fe in enumerate(spec.files)}
+    if not any(fe.type == m.FILE and inspector.wants(fe.path) for fe in spec.files):
+        return None, {}, {}, []
+    try:
+        info = read_rpm(package_file)
+        with open(package_file, "rb") as fh:
+            fh.seek(info.payload_offset)
+            stream = io.BufferedReader(_rpm_payload_stream(fh, info.first(Tag.PAYLOADCOMPRESSOR, "gzip")), CHUNK)
+            for index, path, size in _iter_cpio(stream, by_index):
+                body = _Bounded(stream, size)
+                fe = by_index.get(index) if index is not None else None
+                if fe is not None and fe.type == m.FILE and inspector.wants(path):
+                    inspector.member(path, size, body)
+                body.skip()
+                _skip_pad(stream, size)
+    except (RocpkgInputError, OSError, EOFError, ValueError) as exc:
+        inspector.problems.append(Problem("unreadable", spec.name, package_file, "-", f"payload: {_why(exc)}", "rpm"))
+    except Exception as exc:  # zstd / lzma errors of a corrupt payload
+        inspector.problems.append(Problem("unreadable", spec.name, package_file, "-", f"payload: {exc}", "rpm"))
+    return None, inspector.markers, inspector.archives, inspector.problems
+
+
+def _read_upto(stream, n: int) -> bytes:
+    """Up to n bytes, fewer only at the end of the stream (raw streams may return less)."""
+    chunks, got = [], 0
+    while got < n:
+        chunk = stream.read(n - got)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)
+
+
+def _read_exact(stream, n: int) -> bytes:
+    data = _read_upto(stream, n)
+    if len(data) != n:
+        raise EOFError(f"cpio payload truncated: wanted {n} bytes, got {len(data)}")
+    return data
+
+
+def _read_exact_skip(stream, n: int) -> None:
+    while n > 0:
+        got = len(_read_exact(stream, min(CHUNK, n)))
+        n -= got
+
+
+def _skip_pad(stream, consumed: int) -> None:
+    if consumed % 4:
+        _read_exact(stream, 4 - consumed % 4)
+
+
+def _iter_cpio(stream, by_index: dict[int, m.FileEntry]):
+    """(header index or None, install path, data size) per cpio entry, stream positioned at
+    the entry's data. Both of rpm's forms: newc ("./path" and stat fields) and stripped
+    (07070X + the file's index in the header, which holds everything else)."""
+    paths = {fe.path: i for i, fe in by_index.items()}
+    while True:
+        magic = _read_exact(stream, 6)
+        if magic == b"07070X":
+            index = int(_read_exact(stream, 8), 16)
+            _skip_pad(stream, 14)
+            fe = by_index.get(index)
+            if fe is None:
+                raise ValueError(f"stripped cpio entry {index} is not in the header's file list")
+            size = fe.size if fe.type == m.FILE else len(fe.link_target.encode()) if fe.type == m.SYMLINK else 0
+            yield index, fe.path, size
+        elif magic == b"070701":
+            fields = _read_exact(stream, 104)
+            size = int(fields[48:56], 16)
+            namesize = int(fields[88:96], 16)
+            name = _read_exact(stream, namesize).rstrip(b"\0").decode("utf-8", "surrogateescape")
+            _skip_pad(stream, 110 + namesize)
+            if name == "TRAILER!!!":
+                return
+            path = "/" + name.removeprefix(".").strip("/")
+            yield paths.get(path), path, size
+        else:
+            raise ValueError(f"bad cpio magic {magic!r}")
+
+
+# -- the checks -----------------------------------------------------------------------------
+
+def _finish(report: VerifyReport) -> None:
+    unique = sorted(set(report.problems), key=lambda p: (p.format, p.package, p.path, p.target, p.check, p.message))
+    report.problems = unique
+
+
+class _Checker:
+    def __init__(self, release: _Release, report: VerifyReport):
+        self.r = release
+        self.report = report
+        self.specs = release.specs
+        self.fmt = release.fmt
+        self._closures: dict[str, tuple[list[str], list[str]]] = {}
+        self._shipped: dict[str, dict[str, str]] = {}
+        self.devices: dict[str, dict[str, str]] = {}     # host -> target -> device package
+        hosts = {s.definition: s.name for s in self.specs.values() if s.kind == m.KIND_HOST}
+        for spec in self.specs.values():
+            if spec.kind == m.KIND_DEVICE and spec.definition in hosts:
+                self.devices.setdefault(hosts[spec.definition], {})[spec.target] = spec.name
+        self.device_target = {d: t for per in self.devices.values() for t, d in per.items()}
+        self.targets = sorted({t for per in self.devices.values() for t in per}, key=_target_order)
+        self.archive_owner: dict[str, tuple[str, _Archive]] = {}
+        for (package, path), info in sorted(release.archives.items()):
+            self.archive_owner.setdefault(path, (package, info))
+        self.variants = self._release_variants()
+        self.counts = {"packages": len(self.specs), "host_binaries": 0, "archives": len(release.archives),
+                       "lookups": 0, "kernels_checked": 0, "closures": 0}
+        self.empty: set[str] = set()
+
+    # helpers
+    def closure(self, root: str) -> tuple[list[str], list[str]]:
+        if root not in self._closures:
+            self._closures[root] = closure(self.specs, root, self.fmt)
+        return self._closures[root]
+
+    def shipped(self, root: str) -> dict[str, str]:
+        """Install path -> package, over the closure of root."""
+        if root not in self._shipped:
+            paths: dict[str, str] = {}
+            for name in self.closure(root)[0]:
+                for fe in _payload(self.specs[name]):
+                    paths.setdefault(fe.path, name)
+            self._shipped[root] = paths
+        return self._shipped[root]
+
+    def _release_variants(self) -> dict[str, list[str]]:
+        found: dict[str, set[str]] = {t: {t} for t in self.targets}
+        for path, (package, info) in self.archive_owner.items():
+            target = self.device_target.get(package)
+            if not target:
+                continue
+            for arch in info.arches:
+                try:
+                    tid = kt.parse_target(arch)
+                except kt.InvalidTargetError:
+                    continue
+                if tid.processor == target and not tid.strict:
+                    found[target].add(str(tid))
+        return {t: sorted(v, key=lambda x: (x != t, x)) for t, v in found.items()}
+
+    def problem(self, *args) -> None:
+        self.r.problem(*args)
+
+    # checks
+    def run(self) -> None:
+        self.check_empty_devices()
+        self.check_markers()
+        self.check_target_closures()
+        self.check_file_conflicts()
+        self.check_relations()
+        self.report.counts[self.fmt] = self.counts
+        self.report.targets[self.fmt] = self.variants
+        self.report.problems.extend(self.r.problems)
+
+    def _exact_paths(self, marker: Marker, path: str, target_id: str) -> list[str]:
+        return [resolve_search_paths(Marker([sp], marker.kernel_name), path, target_id)[0]
+                for sp in marker.kpack_search_paths]
+
+    def _host_markers(self, host: str) -> list[tuple[str, Marker]]:
+        return [(path, mk) for (pkg, path), mk in sorted(self.r.markers.items()) if pkg == host]
+
+    def check_empty_devices(self) -> None:
+        for host, per_target in sorted(self.devices.items()):
+            markers = self._host_markers(host)
+            for target, device in per_target.items():
+                if _payload(self.specs[device]):
+                    continue
+                shipped = self.shipped(device)
+                providers = {shipped[p] for path, mk in markers for p in self._exact_paths(mk, path, target)
+                             if p in shipped and shipped[p] != device}
+                if not providers:
+                    self.empty.add(device)
+                    why = (f"and none of its dependencies ships the kpack archives the markers of {host}'s "
+                           f"{len(markers)} binaries name") if markers else f"and {host} has no binary needing kernels"
+                    self.problem("empty-device", device, "", target, f"device package ships no file, {why}")
+
+    def _required_keys(self, marker: Marker, path: str) -> set[str]:
+        """Every kernel_name#N any archive of the marker's prefixes holds, for any target ID."""
+        keys: set[str] = set()
+        for sp in marker.kpack_search_paths:
+            if GFXARCH not in sp:
+                continue
+            template = sp if posixpath.isabs(sp) else posixpath.normpath(posixpath.join(posixpath.dirname(path), sp))
+            head, tail = template.split(GFXARCH, 1)
+            for archive_path, (_, info) in self.archive_owner.items():
+                if archive_path.startswith(head) and archive_path.endswith(tail) and \
+                        kt.is_target(archive_path[len(head): len(archive_path) - len(tail)]):
+                    keys.update(k for k in info.kernels if marker.owns(k))
+        return keys
+
+    def check_markers(self) -> None:
+        for (package, path), marker in sorted(self.r.markers.items()):
+            self.counts["host_binaries"] += 1
+            spec = self.specs[package]
+            required = self._required_keys(marker, path)
+            if spec.kind == m.KIND_HOST:
+                plans = [(t, d) for t, d in sorted(self.devices.get(package, {}).items(), key=lambda x: _target_order(x[0]))]
+            else:
+                plans = [(t, package) for t in self.targets]
+            for target, root in plans:
+                if root in self.empty:
+                    continue
+                for target_id in self.variants.get(target, [target]):
+                    self._check_one(spec, path, marker, target_id, root, required)
+
+    def _check_one(self, spec, path, marker, target_id, root, required) -> None:
+        self.counts["lookups"] += 1
+        shipped = self.shipped(root)
+        exact = self._exact_paths(marker, path, target_id)
+        found = next((p for p in exact if p in shipped), None)
+        generic = spec.kind != m.KIND_HOST
+        if found is None:
+            fallback = next((p for p in resolve_search_paths(marker, path, target_id) if p in shipped), None)
+            if generic:
+                self.problem("generic-binary", spec.name, path, target_id,
+                             f"needs per-target kernels ({exact[0]}) but {spec.name} has no device packages and its "
+                             f"closure ships no archive for {target_id}")
+            elif fallback is not None:
+                self.problem("variant-missing", root, exact[0], target_id,
+                             f"the release builds {target_id} but {root} and its dependencies ship no archive for it: "
+                             f"{path} (in {spec.name}) would load {posixpath.basename(fallback)} instead")
+            else:
+                self.problem("archive-missing", root, exact[0], target_id,
+                             f"{path} (in {spec.name}) finds no kpack archive: neither {root} nor its dependencies "
+                             f"ship {', '.join(exact)}")
+            return
+        owner, info = self.archive_owner.get(found, (shipped[found], None))
+        if info is None:
+            return  # unreadable: already reported
+        if target_id not in info.arches:
+            self.problem("archive-target", owner, found, target_id,
+                         f"archive lists gfx_arches {', '.join(info.arches) or '(none)'}, not {target_id}")
+            return
+        have = {k for k, arches in info.kernels.items() if marker.owns(k) and target_id in arches}
+        self.counts["kernels_checked"] += len(required)
+        if not have:
+            self.problem("kernel-missing", owner, found, target_id,
+                         f"holds no {marker.kernel_name}#N kernel for {target_id}, needed by {path} (in {spec.name})")
+            return
+        missing = sorted(required - have, key=_key_order)
+        if missing:
+            shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+            self.problem("kernel-missing", owner, found, target_id,
+                         f"lacks {shown} for {target_id} (other archives of the prefix hold them), "
+                         f"needed by {path} (in {spec.name})")
+
+    def _allowed(self, spec: m.PackageSpec) -> set[str] | None:
+        if spec.target:
+            return {spec.target}
+        if spec.family:
+            key = next((f for f in self.r.families if f.lower() == spec.family.lower()), None)
+            return set(self.r.families.get(key, []))
+        return None
+
+    def check_target_closures(self) -> None:
+        """Device, per-target, family and alias packages: their closure holds the kernels
+        for their targets of every host package it holds, and no other target's."""
+        for name, spec in sorted(self.specs.items()):
+            allowed = self._allowed(spec)
+            if spec.kind in (m.KIND_META, m.KIND_ALIAS):
+                self._record_closure(spec)
+            if allowed is None or spec.kind == m.KIND_FILES:
+                continue
+            members = set(self.closure(name)[0])
+            for other in sorted(members):
+                t = self.device_target.get(other)
+                if t and t not in allowed:
+                    self.problem("meta-foreign-target", name, "", t,
+                                 f"closure holds {other}, kernels for {t}, which is outside "
+                                 f"{spec.family or spec.target}")
+            check = "target-depends" if spec.kind == m.KIND_DEVICE else "meta-kernels"
+            for host in sorted(h for h in members if h in self.devices):
+                for t in sorted(allowed & set(self.targets), key=_target_order):
+                    device = self.devices[host].get(t)
+                    if device is None:
+                        self.problem(check, name, "", t, f"closure holds {host}, which has no device package for {t}")
+                    elif device not in members:
+                        via = "" if spec.kind != m.KIND_DEVICE else f" (a dependency of {self.specs[name].definition})"
+                        self.problem(check, name, "", t,
+                                     f"closure holds {host}{via} but not its {t} kernels {device}")
+
+    def _record_closure(self, spec: m.PackageSpec) -> None:
+        names, unresolved = self.closure(spec.name)
+        devices: dict[str, list[str]] = {}
+        for n in names:
+            if n in self.device_target:
+                devices.setdefault(self.device_target[n], []).append(n)
+        kind = "alias" if spec.kind == m.KIND_ALIAS else "family" if spec.family else "target" if spec.target else "meta"
+        self.report.closures.append(Closure(self.fmt, spec.name, kind, spec.family, spec.target, names,
+                                            {t: devices[t] for t in sorted(devices, key=_target_order)}, unresolved))
+        self.counts["closures"] += 1
+
+    def check_file_conflicts(self) -> None:
+        owners: dict[str, list[tuple[str, str]]] = {}
+        for name, spec in self.specs.items():
+            for fe in spec.files:
+                owners.setdefault(fe.path, []).append((name, fe.type))
+        for path, who in sorted(owners.items()):
+            if len(who) < 2 or all(kind == m.DIR for _, kind in who):
+                continue
+            names = sorted(n for n, _ in who)
+            self.problem("file-conflict", names[0], path, "", f"also shipped by {', '.join(names[1:])}")
+
+    def check_relations(self) -> None:
+        provided = {relation_names(p)[0] for s in self.specs.values() for p in s.provides} | set(self.specs)
+        externals: set[str] = set()
+        for name, spec in sorted(self.specs.items()):
+            for attr in RELATION_FIELDS:
+                for rel in getattr(spec, attr):
+                    names = relation_names(rel)
+                    if any(n in provided for n in names):
+                        continue
+                    outside = [n for n in names if self.r.is_external(n)]
+                    if outside:
+                        externals.update(outside)
+                        continue
+                    self.problem("relation", name, "", "",
+                                 f"{attr.replace('_', '-')} {rel!r}: no package of the repository is or provides "
+                                 f"{' or '.join(names)}, and it is not an external package")
+        self.report.externals[self.fmt] = sorted(externals)
+
+
+def _check_release(release: _Release, report: VerifyReport) -> None:
+    _Checker(release, report).run()
+
+
+def _target_order(target: str) -> tuple:
+    order = {t: i for i, t in enumerate(t for ts in kt.FAMILIES.values() for t in ts)}
+    bare = target.split(":", 1)[0]
+    return (order.get(bare, len(order)), target)
+
+
+def _key_order(key: str) -> tuple:
+    name, _, number = key.rpartition("#")
+    return (name, int(number) if number.isdigit() else -1, key)
