@@ -11,11 +11,13 @@ other bytes is refused, and new metadata is written beside the old, repomd.xml l
 from __future__ import annotations
 
 import gzip
+import io
 import os
 import re
 import stat
 import time
 import xml.etree.ElementTree as ET
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from xml.sax.saxutils import XMLGenerator
 
@@ -76,12 +78,10 @@ def publish_dnf(out_dir: str | os.PathLike, *, signer: Signer | None = None,
     published = _published_packages(repodata, previous)
 
     written: list[str] = []
-    packages = []
-    for rel in _rpm_files(rpm_root):
-        path = os.path.join(rpm_root, rel)
-        if sign_packages and signer is not None and sign_rpm_header(path, signer):
-            written.append(path)
-        packages.append(_read_package(rpm_root, rel, source_date_epoch))
+    files = _rpm_files(rpm_root)
+    if sign_packages and signer is not None:
+        written += _sign_packages([os.path.join(rpm_root, rel) for rel in files], signer)
+    packages = [_read_package(rpm_root, rel, source_date_epoch) for rel in files]
     _refuse_conflicts(packages, published)
     packages.sort(key=lambda p: (p.name, p.arch, p.epoch, p.version, p.release, p.href))
 
@@ -178,6 +178,13 @@ def _read_package(rpm_root: str, rel: str, source_date_epoch: int | None) -> _Pa
                     arch="src" if header.get(TAG_SOURCEPACKAGE) else header[Tag.ARCH],
                     epoch=_int(header.get(Tag.EPOCH)), version=header[Tag.VERSION],
                     release=header[Tag.RELEASE])
+
+
+def _sign_packages(paths: list[str], signer: Signer) -> list[str]:
+    """Header-sign every unsigned RPM; one gpg process per package, so several at once."""
+    with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
+        signed = list(pool.map(lambda path: sign_rpm_header(path, signer), paths))
+    return [path for path, did in zip(paths, signed) if did]
 
 
 def _files(header: dict) -> list[tuple[str, str]]:
@@ -305,6 +312,20 @@ class _Xml:
         self.end(name)
 
 
+class _RawSink(io.RawIOBase):
+    """Lets io.BufferedWriter gather the XML writer's many small writes into large
+    ones before they reach the hashing and gzip layers."""
+
+    def __init__(self, sink):
+        self.sink = sink
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data) -> int:
+        return self.sink.write(bytes(data))
+
+
 def _clean(text: str) -> str:
     return _XML_INVALID.sub("", text)
 
@@ -319,7 +340,9 @@ def _write_metadata(repodata: str, kind: str, packages: list[_Package], dumper) 
             packed = HashingWriter(raw)
             with gzip.GzipFile(filename="", mode="wb", fileobj=packed, mtime=0) as gz:
                 opened = HashingWriter(gz)
-                dumper(_Xml(opened), packages)
+                buffered = io.BufferedWriter(_RawSink(opened), buffer_size=1 << 16)
+                dumper(_Xml(buffered), packages)
+                buffered.flush()
         name = f"{packed.hexdigest()}-{kind}.xml.gz"
         os.replace(tmp, os.path.join(repodata, name))
     except BaseException:
