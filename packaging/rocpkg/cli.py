@@ -142,6 +142,55 @@ def _cmd_repo(args) -> int:
     return 0
 
 
+def _cmd_verify(args) -> int:
+    """Verify a built OUT tree, or the plan of -c/-a before building; exit 2 on any problem."""
+    import json
+
+    from rocpkg.verify import verify_plan, verify_tree
+
+    if args.out:
+        if args.artifacts or args.config:
+            raise RocpkgInputError("verify", "give either OUT (a built tree) or -c/-a (a plan), not both")
+        report = verify_tree(args.out)
+    elif args.artifacts:
+        from rocpkg.config import load_config
+
+        report = verify_plan(_load_plan(args), load_config(args.config))
+    else:
+        raise RocpkgInputError("verify", "give OUT (a built tree) or -a ARTIFACTS (a plan)")
+    if args.json:
+        json.dump(report.to_dict(), sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    else:
+        _print_verify_summary(report)
+    for line in report.warnings:
+        print(f"warning: {line}", file=sys.stderr)
+    for problem in report.problems:
+        print(problem.line(), file=sys.stderr)
+    return 2 if report.problems else 0
+
+
+def _print_verify_summary(report) -> None:
+    print(f"verify {report.source}: {', '.join(report.formats)}")
+    for fmt in report.formats:
+        c = report.counts.get(fmt, {})
+        ids = "; ".join(f"{t}: {', '.join(v)}" for t, v in report.targets.get(fmt, {}).items()) or "-"
+        mine = sum(1 for p in report.problems if p.format == fmt)
+        print(f"== {fmt}: {c.get('packages', 0)} packages, {c.get('host_binaries', 0)} host binaries with kernels, "
+              f"{c.get('archives', 0)} archives, {c.get('lookups', 0)} archive lookups, "
+              f"{c.get('kernels_checked', 0)} kernels checked, {mine} problems")
+        print(f"  target IDs: {ids}")
+        mine = [c for c in report.closures if c.format == fmt]
+        print(f"  {len(mine)} meta-package closures computed; per family alias:")
+        for closure in mine:
+            if closure.kind == "alias":
+                print(f"  {closure.family} <- {closure.root} ({len(closure.packages)} packages)")
+                for target, names in closure.devices.items():
+                    print(f"      {target}: {', '.join(names)}")
+        print(f"  external: {', '.join(report.externals.get(fmt, [])) or '-'}")
+    print("OK: no problem found" if report.ok else f"FAILED: {len(report.problems)} problems")
+
+
 def _register_commands(sub) -> None:
     """Subcommand parsers; each sets `func` to its handler."""
     p = sub.add_parser("plan", help="show the package set and its relations")
@@ -170,6 +219,12 @@ def _register_commands(sub) -> None:
     p.add_argument("--base-url", default=None, help="URL OUT is served at, for rocm.list/rocm.repo "
                                                     "(default file://OUT)")
     p.set_defaults(func=_cmd_repo)
+
+    p = sub.add_parser("verify", help="prove every host binary finds its kernels, before or after building")
+    p.add_argument("out", metavar="OUT", nargs="?", help="a built tree (deb/pool/main, rpm/<arch>) to read back")
+    _add_plan_options(p, artifacts_required=False)
+    p.add_argument("--json", action="store_true", help="machine-readable report (schema rocpkg-verify/1)")
+    p.set_defaults(func=_cmd_verify)
 
     from rocpkg import cli_build  # build, demo, detect
 

@@ -449,8 +449,8 @@ def _classify_tree(release: _Release) -> None:
 
 
 def _kinds_after_payload(release: _Release) -> None:
-    """Files, meta or family packages once the payload listing is known; a package named
-    for a target that ships files but belongs to no host is reported."""
+    """Files, meta, family and alias packages once the payload listing is known; a package
+    named for a target that ships files but belongs to no host is reported."""
     for name, spec in release.specs.items():
         if spec.kind in (m.KIND_HOST, m.KIND_DEVICE):
             continue
@@ -462,6 +462,11 @@ def _kinds_after_payload(release: _Release) -> None:
             release.problem("device-host", name, "", spec.target,
                             "ships files for a target but pins no host package at its own version "
                             "(is it a device package that lost its host dependency?)")
+    for spec in release.specs.values():
+        # an alias pins the family meta of its family (rocm-gfx110x -> rocm7.1-gfx110x)
+        if spec.kind == m.KIND_META and spec.family and any(
+                release.specs[dep].family == spec.family for dep in _pins(spec) if dep in release.specs):
+            spec.kind = m.KIND_ALIAS
 
 
 class _Bounded(io.RawIOBase):
