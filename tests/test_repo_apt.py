@@ -230,3 +230,17 @@ def test_rocpkg_repo_command_reports_a_replaced_package_with_exit_2(repo, signer
     assert main(["repo", str(repo), "--gpg-home", signer.gnupg_home, "--sign-key", signer.key_id]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"error: {repo}/deb/pool/main/rocm-host_7.1.0-1_amd64.deb: rocm-host 7.1.0-1 amd64 has sha256")
+
+
+def test_a_later_publish_with_an_older_date_still_reaches_apt_clients(tmp_path, signer):
+    """apt silently keeps a Release newer than the one offered; the Date never goes back."""
+    out = tmp_path / "out"
+    write_chain(out, "deb", chain=CHAIN[:4])
+    repo_apt.publish_apt(out, signer=signer, source_date_epoch=SDE)
+    apt = client(out, tmp_path / "client")
+    assert apt.run("update").returncode == 0
+    write_chain(out, "deb", chain=CHAIN[4:])
+    repo_apt.publish_apt(out, signer=signer, source_date_epoch=SDE - 86400)
+    assert deb822.Release((out / "deb/dists/stable/Release").read_text())["Date"] == "Tue, 14 Nov 2023 22:13:20 GMT"
+    assert apt.run("update").returncode == 0
+    assert "Inst rocm-docs" in apt.run("-s", "install", "rocm-docs").stdout

@@ -18,7 +18,7 @@ import io
 import lzma
 import os
 import time
-from email.utils import formatdate
+from email.utils import formatdate, parsedate_to_datetime
 
 from debian import deb822
 from debian.debian_support import Version
@@ -51,7 +51,8 @@ def publish_apt(out_dir: str | os.PathLike, *, suite: str = "stable", codename: 
         signer.check()              # an unusable key fails here, before any work
     deb_root = os.path.join(os.fspath(out_dir), "deb")
     suite_dir = os.path.join(deb_root, "dists", suite)
-    date = _release_time(source_date_epoch)
+    # apt ignores a Release dated before the one it holds: never go back in time.
+    date = max(_release_time(source_date_epoch), _published_date(suite_dir))
 
     stanzas = [_packages_stanza(deb_root, rel) for rel in _pool_files(deb_root)]
     previous = _published_packages(suite_dir)
@@ -177,12 +178,24 @@ def _published_packages(suite_dir: str) -> dict[tuple[str, str, str], tuple[str,
     return published
 
 
-def _published_architectures(suite_dir: str) -> set[str]:
+def _published_release(suite_dir: str) -> deb822.Release:
     release = os.path.join(suite_dir, "Release")
     if not os.path.isfile(release):
-        return set()
+        return deb822.Release()
     with open(release, encoding="utf-8") as f:
-        return set(deb822.Release(f).get("Architectures", "").split())
+        return deb822.Release(f)
+
+
+def _published_architectures(suite_dir: str) -> set[str]:
+    return set(_published_release(suite_dir).get("Architectures", "").split())
+
+
+def _published_date(suite_dir: str) -> int:
+    date = _published_release(suite_dir).get("Date")
+    try:
+        return int(parsedate_to_datetime(date).timestamp()) if date else 0
+    except (TypeError, ValueError):
+        return 0
 
 
 def _refuse_conflicts(deb_root: str, stanzas: list[deb822.Packages],
