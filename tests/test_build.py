@@ -1,0 +1,220 @@
+"""`rocpkg build`: a maintainer builds a whole release into OUT, runs it again after a
+change and only what changed is rewritten, resumes a killed build, and splits a release
+over CI runners whose trees merge into the same bytes."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from rocpkg.build import assemble_manifest, assign_shards, shard_weight
+from rocpkg.errors import RocpkgInputError
+from rocpkg.catalog import scan
+from rocpkg.config import load_config
+from rocpkg.plan import make_plan
+
+ROCPKG = [sys.executable, "-m", "rocpkg.cli"]
+
+
+def rocpkg(*args, check: bool = True, **kw) -> subprocess.CompletedProcess:
+    result = subprocess.run(ROCPKG + [str(a) for a in args], capture_output=True, text=True, **kw)
+    if check:
+        assert result.returncode == 0, f"rocpkg {' '.join(map(str, args))}:\n{result.stdout}\n{result.stderr}"
+    return result
+
+
+def make_artifacts(path: Path, size_mb: float = 1.0) -> Path:
+    rocpkg("sample-artifacts", path, "--size-mb", size_mb)
+    return path
+
+
+def load_plan(artifacts: Path):
+    config = load_config(None)
+    return make_plan(config, scan(str(artifacts), config.settings["families"]))
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def output_files(out: Path) -> dict[str, bytes]:
+    """Every file a build publishes (not its private state), relative path -> sha256."""
+    found = {}
+    for path in sorted(out.rglob("*")):
+        rel = path.relative_to(out).as_posix()
+        if path.is_file() and not rel.startswith((".rocpkg/", "manifest.d/")):
+            found[rel] = sha256(path)
+    return found
+
+
+def stats(out: Path) -> dict[str, tuple[int, int]]:
+    return {rel: (os.stat(out / rel).st_mtime_ns, os.stat(out / rel).st_ino)
+            for rel in output_files(out) if rel != "manifest.json"}
+
+
+@pytest.fixture(scope="module")
+def artifacts(tmp_path_factory) -> Path:
+    return make_artifacts(tmp_path_factory.mktemp("build") / "artifacts")
+
+
+@pytest.fixture(scope="module")
+def built(artifacts, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("build") / "out"
+    rocpkg("build", "-a", artifacts, "-o", out)
+    return out
+
+
+def test_build_writes_pools_metadata_and_a_manifest_with_every_package(artifacts, built):
+    plan = load_plan(artifacts)
+    manifest = json.loads((built / "manifest.json").read_text())
+    listed = {(e["format"], e["name"]) for e in manifest["packages"]}
+    assert listed == {(fmt, s.name) for fmt, specs in plan.packages.items() for s in specs}
+    for entry in manifest["packages"]:
+        path = built / entry["file"]
+        assert entry["sha256"] == sha256(path) and entry["size"] == path.stat().st_size
+        if entry["format"] == "deb":
+            assert entry["file"].startswith("deb/pool/main/")
+            assert (built / "control" / f"{entry['name']}.control").is_file()
+        else:
+            assert entry["file"].startswith(f"rpm/{entry['arch']}/")
+            assert (built / "control" / f"{entry['name']}.spec").is_file()
+    device = next(e for e in manifest["packages"] if e["kind"] == "device" and e["format"] == "deb")
+    assert device["target"] and device["depends"]
+    assert [(e["format"], e["name"]) for e in manifest["packages"]] == sorted(listed)
+
+
+def test_the_packages_are_accepted_by_dpkg_and_rpm(built):
+    manifest = json.loads((built / "manifest.json").read_text())
+    deb = next(e for e in manifest["packages"] if e["format"] == "deb" and e["kind"] == "device")
+    info = subprocess.run(["dpkg-deb", "--info", built / deb["file"]], capture_output=True, text=True, check=True)
+    assert f"Package: {deb['name']}" in info.stdout
+    rpm = next(e for e in manifest["packages"] if e["format"] == "rpm" and e["kind"] == "device")
+    query = subprocess.run(["rpm", "-qp", "--qf", "%{NAME}", built / rpm["file"]], capture_output=True, text=True,
+                           check=True)
+    assert query.stdout == rpm["name"]
+
+
+def test_a_second_build_rewrites_nothing(artifacts, built):
+    before = stats(built)
+    manifest_before = (built / "manifest.json").read_bytes()
+    result = rocpkg("build", "-a", artifacts, "-o", built)
+    assert stats(built) == before
+    assert (built / "manifest.json").read_bytes() == manifest_before
+    totals = next(line for line in result.stdout.splitlines() if line.startswith("all "))
+    packages = len(json.loads(manifest_before)["packages"])
+    assert totals.split()[1:3] == ["0", str(packages)]  # built 0, every package up to date
+    print(result.stdout.splitlines()[-1])
+
+
+def test_a_changed_source_file_rebuilds_exactly_the_packages_that_ship_it(tmp_path):
+    artifacts = make_artifacts(tmp_path / "artifacts")
+    out = tmp_path / "out"
+    rocpkg("build", "-a", artifacts, "-o", out)
+    plan = load_plan(artifacts)
+    archive = next(f.source for s in plan.packages["deb"] if s.kind == "device" and s.target == "gfx942"
+                   for f in s.files if f.source.endswith("_gfx942.kpack"))
+    shipping = {(fmt, s.filename) for fmt, specs in plan.packages.items() for s in specs
+                if any(f.source == archive for f in s.files)}
+    assert len(shipping) == 2  # its device package, once per format
+    before = stats(out)
+    data = bytearray(Path(archive).read_bytes())
+    data[-1] ^= 0xFF  # same size, other bytes (the TOC's last byte: still a file of that size)
+    Path(archive).write_bytes(bytes(data))
+
+    rocpkg("build", "-a", artifacts, "-o", out)
+    after = stats(out)
+    changed = {rel for rel in before if after[rel] != before[rel]}
+    expected = {f"deb/pool/main/{name}" if fmt == "deb" else f"rpm/x86_64/{name}" for fmt, name in shipping}
+    expected |= {f"control/{name.split('_')[0]}.control" for fmt, name in shipping if fmt == "deb"}
+    expected |= {f"control/{name.rsplit('-', 2)[0]}.spec" for fmt, name in shipping if fmt == "rpm"}
+    assert changed == expected
+    manifest = json.loads((out / "manifest.json").read_text())
+    for entry in manifest["packages"]:
+        assert entry["sha256"] == sha256(out / entry["file"])
+
+
+def test_a_killed_build_run_again_gives_the_bytes_of_an_uninterrupted_one(tmp_path):
+    artifacts = make_artifacts(tmp_path / "artifacts", size_mb=16)
+    interrupted, reference = tmp_path / "interrupted", tmp_path / "reference"
+    proc = subprocess.Popen(ROCPKG + ["build", "-a", str(artifacts), "-o", str(interrupted), "-j", "1"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        if any(p.suffix in (".deb", ".rpm") for p in interrupted.glob("*/**/*")):
+            break
+        time.sleep(0.01)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    assert not (interrupted / "manifest.json").exists()
+    partial = [p for p in interrupted.rglob("*") if p.suffix in (".deb", ".rpm")]
+    print(f"killed after {len(partial)} packages")
+
+    resumed = rocpkg("build", "-a", artifacts, "-o", interrupted, "-j", "1")
+    rocpkg("build", "-a", artifacts, "-o", reference, "-j", "2")
+    assert output_files(interrupted) == output_files(reference)
+    assert not [p for p in interrupted.rglob("*.tmp-*")]
+    totals = next(line for line in resumed.stdout.splitlines() if line.startswith("all ")).split()
+    rebuilt, kept = int(totals[1]), int(totals[2])
+    assert kept >= 1 and rebuilt >= 1  # the packages finished before the kill were kept
+    print(resumed.stdout.splitlines()[-1])
+
+
+def test_two_shards_merged_equal_the_unsharded_build(artifacts, built, tmp_path):
+    shard_dirs = [tmp_path / "runner1", tmp_path / "runner2"]
+    for index, out in enumerate(shard_dirs, 1):
+        rocpkg("build", "-a", artifacts, "-o", out, "--shard", f"{index}/2")
+        assert not (out / "manifest.json").exists()
+        assert (out / "manifest.d" / f"shard-{index}-of-2.json").is_file()
+    parts = [set(output_files(out)) for out in shard_dirs]
+    assert parts[0] and parts[1] and not parts[0] & parts[1]
+
+    merged = tmp_path / "merged"
+    for out in shard_dirs:  # what a CI job does after downloading every runner's artifact
+        shutil.copytree(out, merged, dirs_exist_ok=True)
+    assemble_manifest(merged)
+    assert output_files(merged) == output_files(built)
+
+
+def test_shards_are_size_balanced_and_deterministic(artifacts):
+    plan = load_plan(artifacts)
+    specs = [s for fmt in ("deb", "rpm") for s in plan.packages[fmt]]
+    for n in (2, 3, 4):
+        parts = assign_shards(specs, n)
+        assert sorted(s.filename for part in parts for s in part) == sorted(s.filename for s in specs)
+        loads = [sum(shard_weight(s) for s in part) for part in parts]
+        assert max(loads) - min(loads) <= max(shard_weight(s) for s in specs)
+        again = assign_shards(list(reversed(specs)), n)
+        assert [[s.filename for s in p] for p in again] == [[s.filename for s in p] for p in parts]
+
+
+def test_a_missing_shard_is_refused_when_merging(artifacts, tmp_path):
+    out = tmp_path / "out"
+    rocpkg("build", "-a", artifacts, "-o", out, "--shard", "2/3", "--formats", "deb")
+    with pytest.raises(RocpkgInputError, match="shard 1 of 3 is missing"):
+        assemble_manifest(out)
+
+
+def test_bad_shard_and_jobs_are_input_errors(artifacts, tmp_path):
+    for args, message in ((["--shard", "3/2"], "--shard"), (["--shard", "x"], "--shard"), (["-j", "0"], "-j")):
+        result = rocpkg("build", "-a", artifacts, "-o", tmp_path / "o", *args, check=False)
+        assert result.returncode == 2
+        assert result.stderr.startswith(f"error: {message}:")
+
+
+def test_source_date_epoch_from_the_environment_dates_the_packages(artifacts, tmp_path):
+    out = tmp_path / "out"
+    env = {**os.environ, "SOURCE_DATE_EPOCH": "1234567890"}
+    rocpkg("build", "-a", artifacts, "-o", out, "--formats", "deb", env=env)
+    manifest = json.loads((out / "manifest.json").read_text())
+    deb = next(e for e in manifest["packages"] if e["kind"] == "host")
+    listing = subprocess.run(["dpkg-deb", "-c", out / deb["file"]], capture_output=True, text=True, check=True)
+    assert listing.stdout and all(" 2009-02-13 23:31 " in line for line in listing.stdout.splitlines())
