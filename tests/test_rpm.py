@@ -18,6 +18,8 @@ import subprocess
 from dataclasses import dataclass, replace
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 import rpmfile
 import zstandard
 
@@ -571,3 +573,23 @@ def test_epoch_and_noarch_reach_the_header(tmp_path, sources):
     assert run("rpm", "-K", "--nosignature", path).stdout.strip().endswith("digests OK")
     lint = run("rpmlint", "--ignore-unused-rpmlintrc", "-r", RPMLINTRC, path, check=False).stdout
     assert " 0 errors" in lint, lint
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(flips=st.lists(st.tuples(st.integers(0, 6000), st.integers(0, 255)), min_size=1, max_size=8),
+       cut=st.one_of(st.none(), st.integers(0, 8000)))
+def test_damaged_files_are_refused_cleanly(tmp_path, built, flips, cut):
+    """Any damage to lead or headers gives RocpkgInputError or a readable result, never
+    another exception."""
+    with open(built.tool, "rb") as f:
+        data = bytearray(f.read())
+    for offset, value in flips:
+        if offset < len(data):
+            data[offset] = value
+    damaged = tmp_path / "damaged.rpm"
+    damaged.write_bytes(bytes(data[:cut]))
+    try:
+        info = rpm.read_rpm(damaged)
+    except RocpkgInputError:
+        return
+    assert info.header_end <= info.size
