@@ -17,6 +17,7 @@ from repo_helpers import (CHAIN, META, META_CLOSURE, AptClient, apt_source_line,
 from rocpkg import repo_apt
 from rocpkg.cli import main
 from rocpkg.errors import RocpkgInputError
+from rocpkg.sign import Signer
 
 SDE = 1700000000
 
@@ -244,3 +245,22 @@ def test_a_later_publish_with_an_older_date_still_reaches_apt_clients(tmp_path, 
     assert deb822.Release((out / "deb/dists/stable/Release").read_text())["Date"] == "Tue, 14 Nov 2023 22:13:20 GMT"
     assert apt.run("update").returncode == 0
     assert "Inst rocm-docs" in apt.run("-s", "install", "rocm-docs").stdout
+
+
+def test_a_publish_that_fails_to_sign_leaves_the_published_repository_as_it_was(repo, tmp_path, signer):
+    class BrokenSigner(Signer):
+        def clearsign(self, data: bytes) -> bytes:
+            raise RocpkgInputError("--sign-key", "the smartcard was unplugged")
+
+    suite = repo / "deb/dists/stable"
+    before = {p.relative_to(suite): p.read_bytes() for p in suite.rglob("*") if p.is_file()}
+    write_package(repo, "deb", "rocm-extra", "all", [], {})
+    with pytest.raises(RocpkgInputError, match="unplugged"):
+        repo_apt.publish_apt(repo, signer=BrokenSigner(signer.gnupg_home, signer.key_id), source_date_epoch=SDE)
+    after = {p.relative_to(suite): p.read_bytes() for p in suite.rglob("*") if p.is_file()}
+    assert {k: v for k, v in after.items() if "by-hash" not in k.parts} == \
+        {k: v for k, v in before.items() if "by-hash" not in k.parts}
+    assert all(after[k] == v for k, v in before.items())      # new by-hash files only added
+    apt = client(repo, tmp_path / "client")
+    assert apt.run("update").returncode == 0
+    assert planned_installs(apt.run("-s", "install", META).stdout) == META_CLOSURE

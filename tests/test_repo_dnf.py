@@ -16,6 +16,7 @@ from repo_helpers import (CHAIN, META, META_CLOSURE, DnfClient, kill_gpg_agent, 
 from rocpkg import repo_dnf
 from rocpkg.cli import main
 from rocpkg.errors import RocpkgInputError
+from rocpkg.sign import Signer
 
 SDE = 1700000000
 REPO = "{http://linux.duke.edu/metadata/repo}"
@@ -209,3 +210,20 @@ def test_rocpkg_repo_command_with_a_missing_key_exits_2_naming_it(tmp_path, sign
     assert main(["repo", str(out), "--gpg-home", signer.gnupg_home, "--sign-key", "nobody@example.org"]) == 2
     assert "error: --sign-key: no secret key 'nobody@example.org'" in capsys.readouterr().err
     assert not (out / "rpm/repodata").exists()
+
+
+def test_a_publish_that_fails_to_sign_leaves_the_published_repository_as_it_was(repo, tmp_path, signer):
+    class BrokenSigner(Signer):
+        def detached_armored(self, data: bytes) -> bytes:
+            raise RocpkgInputError("--sign-key", "the smartcard was unplugged")
+
+    repodata = repo / "rpm/repodata"
+    before = {p.name: p.read_bytes() for p in repodata.iterdir()}
+    write_package(repo, "rpm", "rocm-extra", "all", [], {})
+    with pytest.raises(RocpkgInputError, match="unplugged"):
+        repo_dnf.publish_dnf(repo, signer=BrokenSigner(signer.gnupg_home, signer.key_id), source_date_epoch=SDE)
+    after = {p.name: p.read_bytes() for p in repodata.iterdir()}
+    assert all(after[name] == data for name, data in before.items())
+    dnf = dnf_client(repo, tmp_path / "client")
+    install = dnf.run("install", META)
+    assert install.returncode == 0, install.stdout + install.stderr
