@@ -103,11 +103,12 @@ class Built:
 
 
 def tool_spec(src_dir) -> PackageSpec:
-    """Files, directories, a symlink, an executable and a shared library (so %post and
-    %postun refresh the linker cache)."""
+    """Files (one empty), directories, a symlink, an executable and a shared library (so
+    %post and %postun refresh the linker cache)."""
     script = source(src_dir, "rocm-smi", b"#!/bin/sh\necho 'GPU 0: ready'\n")
     lib = source(src_dir, "librocm-core.so.1.0.0", bytes(range(256)) * 64)
     doc = source(src_dir, "README", "Ünïcode docs\n".encode())
+    empty = source(src_dir, "empty.conf", b"")
     files = [
         FileEntry(PREFIX, DIR, 0o755),
         FileEntry(f"{PREFIX}/bin", DIR, 0o755),
@@ -119,6 +120,7 @@ def tool_spec(src_dir) -> PackageSpec:
         FileEntry(f"{PREFIX}/share", DIR, 0o755),
         FileEntry(f"{PREFIX}/share/doc", DIR, 0o755),
         file_entry(f"{PREFIX}/share/doc/README", doc),
+        file_entry(f"{PREFIX}/share/empty.conf", empty),
     ]
     return spec("rocm-core7.1", files, depends=["glibc >= 2.28"], provides=["rocm-core-abi = 1"],
                 prefix=PREFIX, scripts={"postinst": "postinst.j2", "postrm": "postrm.j2"})
