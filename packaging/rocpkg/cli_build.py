@@ -197,7 +197,7 @@ def _cmd_demo(args) -> int:
         ok = getattr(result.verify, "ok", not problems)
         print(f"verify: {'ok' if ok else 'PROBLEMS'}")
         for problem in problems or []:
-            print(f"  {problem}")
+            print(f"  {problem.line() if hasattr(problem, 'line') else problem}")
     print(f"demo done in {time.perf_counter() - started:.1f} s")
     print("\n".join(_install_instructions(result)))
     return 0 if result.verify is None or getattr(result.verify, "ok", True) else 1

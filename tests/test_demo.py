@@ -1,0 +1,95 @@
+"""`rocpkg demo OUT`: a newcomer gets a signed APT and DNF repository of a sample release
+in under a minute, and the commands it prints work: apt and dnf install the family
+package of a gfx110X card and no other target's kernels."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from repo_helpers import AptClient, DnfClient, planned_installs
+from rocpkg import repo_dnf
+from rocpkg.model import KIND_META, BuildOptions, PackageSpec
+from rocpkg.rpm import write_rpm
+
+# What a distribution's base repository provides and the release depends on (rocm-llvm's
+# RPMRequires, rocm-smi's python3): stand-ins for the OS repo an empty installroot lacks.
+RPM_BASE = [("glibc", "2.38"), ("libstdc++", "13.2"), ("python3", "3.12")]
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+    out = tmp_path_factory.mktemp("demo") / "out"
+    started = time.perf_counter()
+    result = subprocess.run([sys.executable, "-m", "rocpkg.cli", "demo", str(out)], capture_output=True, text=True)
+    elapsed = time.perf_counter() - started
+    print(f"\nrocpkg demo took {elapsed:.1f} s ({os.cpu_count()} CPUs)")
+    assert result.returncode == 0, result.stdout + result.stderr
+    yield out, result
+    subprocess.run(["gpgconf", "--homedir", str(out / "gnupg"), "--kill", "all"], capture_output=True)
+
+
+def test_demo_builds_both_formats_signed_repositories_and_says_how_to_install(demo):
+    out, result = demo
+    manifest = json.loads((out / "manifest.json").read_text())
+    formats = {e["format"] for e in manifest["packages"]}
+    targets = {e["target"] for e in manifest["packages"] if e["kind"] == "device"}
+    assert formats == {"deb", "rpm"}
+    assert {"gfx942", "gfx1100", "gfx1101"} <= targets
+    for signed in ("deb/dists/stable/InRelease", "deb/dists/stable/Release.gpg", "rpm/repodata/repomd.xml.asc",
+                   "rocm.gpg", "rocm.asc", "rocm.list", "rocm.repo"):
+        assert (out / signed).is_file(), signed
+    assert "verify: ok" in result.stdout
+    assert "sudo apt install rocm-gfx110x" in result.stdout
+    assert "sudo dnf install rocm-gfx110X" in result.stdout
+    assert f"sudo cp {out}/rocm.list /etc/apt/sources.list.d/rocm.list" in result.stdout
+
+
+def test_apt_installs_the_gfx110x_family_from_the_demo_repository(demo, tmp_path):
+    out, _ = demo
+    line = (out / "rocm.list").read_text().replace("/usr/share/keyrings/rocm.gpg", str(out / "rocm.gpg"))
+    apt = AptClient(tmp_path / "apt", line)
+    # this machine's own dpkg status: the system libraries the release depends on are there
+    shutil.copy("/var/lib/dpkg/status", tmp_path / "apt/var/lib/dpkg/status")
+    update = apt.run("update")
+    assert update.returncode == 0 and "NO_PUBKEY" not in update.stderr, update.stdout + update.stderr
+    install = apt.run("install", "-s", "rocm-gfx110x")
+    assert install.returncode == 0, install.stdout + install.stderr
+    installs = planned_installs(install.stdout)
+    assert {"rocm-gfx110x", "rocm7.1-gfx110x", "rocm-blas7.1-gfx1100", "rocm-blas7.1-gfx1101",
+            "rocm-blas-host7.1"} <= installs
+    assert not [name for name in installs if "gfx942" in name or "gfx120" in name]
+
+
+def base_repository(root: Path) -> Path:
+    """An unsigned repository of empty stand-ins for the OS packages, and its .repo file."""
+    for name, version in RPM_BASE:
+        spec = PackageSpec(format="rpm", name=name, version=version, release="1", arch="x86_64", kind=KIND_META,
+                           summary=f"{name} stand-in", description="Stands in for the OS package.",
+                           maintainer="t <t@example.org>", license="MIT")
+        (root / "rpm/x86_64").mkdir(parents=True, exist_ok=True)
+        write_rpm(spec, str(root / "rpm/x86_64"), BuildOptions(source_date_epoch=1700000000))
+    repo_dnf.publish_dnf(root)
+    repo_file = root / "base.repo"
+    repo_file.write_text(f"[base]\nname=base\nbaseurl=file://{root}/rpm\ngpgcheck=0\nrepo_gpgcheck=0\n")
+    return repo_file
+
+
+def test_dnf_installs_the_gfx110X_family_with_signatures_checked(demo, tmp_path):
+    out, _ = demo
+    dnf = DnfClient(tmp_path / "dnf", out / "rocm.repo", out / "rocm.asc")
+    shutil.copy(base_repository(tmp_path / "base"), dnf.reposdir / "base.repo")
+    install = dnf.run("install", "rocm-gfx110X")
+    assert install.returncode == 0, install.stdout + install.stderr
+    installed = dnf.installed()
+    assert {"rocm-gfx110x", "rocm7.1-gfx110x", "rocm-blas7.1-gfx1100", "rocm-blas7.1-gfx1101",
+            "rocm-blas-host7.1"} <= installed
+    assert not [name for name in installed if "gfx942" in name or "gfx120" in name]
+    kpack = dnf.root / "opt/rocm/core-7.1"
+    assert list(kpack.rglob("*_gfx1100.kpack")) and not list(kpack.rglob("*_gfx942.kpack"))
