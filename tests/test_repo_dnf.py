@@ -227,3 +227,13 @@ def test_a_publish_that_fails_to_sign_leaves_the_published_repository_as_it_was(
     dnf = dnf_client(repo, tmp_path / "client")
     install = dnf.run("install", META)
     assert install.returncode == 0, install.stdout + install.stderr
+
+
+def test_signing_a_repository_first_published_unsigned_signs_its_packages(tmp_path, signer):
+    out = tmp_path / "out"
+    write_chain(out, "rpm")
+    repo_dnf.publish_dnf(out, source_date_epoch=SDE)
+    repo_dnf.publish_dnf(out, signer=signer, source_date_epoch=SDE, sign_packages=True)
+    dnf = dnf_client(out, tmp_path / "client")
+    install = dnf.run("install", META)
+    assert install.returncode == 0, install.stdout + install.stderr

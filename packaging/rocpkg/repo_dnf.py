@@ -79,10 +79,12 @@ def publish_dnf(out_dir: str | os.PathLike, *, signer: Signer | None = None,
 
     written: list[str] = []
     files = _rpm_files(rpm_root)
+    unsigned_digests: dict[str, str] = {}
     if sign_packages and signer is not None:
-        written += _sign_packages([os.path.join(rpm_root, rel) for rel in files], signer)
+        unsigned_digests = _sign_packages([os.path.join(rpm_root, rel) for rel in files], signer)
+        written += sorted(unsigned_digests)
     packages = [_read_package(rpm_root, rel, source_date_epoch) for rel in files]
-    _refuse_conflicts(packages, published)
+    _refuse_conflicts(packages, published, unsigned_digests)
     packages.sort(key=lambda p: (p.name, p.arch, p.epoch, p.version, p.release, p.href))
 
     records = []
@@ -180,11 +182,24 @@ def _read_package(rpm_root: str, rel: str, source_date_epoch: int | None) -> _Pa
                     release=header[Tag.RELEASE])
 
 
-def _sign_packages(paths: list[str], signer: Signer) -> list[str]:
-    """Header-sign every unsigned RPM; one gpg process per package, so several at once."""
+def _sign_packages(paths: list[str], signer: Signer) -> dict[str, str]:
+    """Header-sign every RPM that has no header signature yet (one gpg process per
+    package, so several at once). Returns path -> sha256 of its bytes before signing,
+    for the packages signed: signing a package published unsigned is no conflict."""
+    def sign(path: str) -> str | None:
+        if _has_header_signature(path):
+            return None
+        before = hash_file(path).hexdigest()
+        return before if sign_rpm_header(path, signer) else None
+
     with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
-        signed = list(pool.map(lambda path: sign_rpm_header(path, signer), paths))
-    return [path for path, did in zip(paths, signed) if did]
+        digests = list(pool.map(sign, paths))
+    return {path: digest for path, digest in zip(paths, digests) if digest}
+
+
+def _has_header_signature(path: str) -> bool:
+    signature = rpm.read_rpm(path).signature
+    return rpm.SigTag.RSA in signature or rpm.SigTag.DSA in signature
 
 
 def _files(header: dict) -> list[tuple[str, str]]:
@@ -266,7 +281,10 @@ def _published_packages(repodata: str, hrefs: dict[str, str]) -> dict[tuple, tup
     return published
 
 
-def _refuse_conflicts(packages: list[_Package], published: dict[tuple, tuple[str, str]]) -> None:
+def _refuse_conflicts(packages: list[_Package], published: dict[tuple, tuple[str, str]],
+                      unsigned_digests: dict[str, str]) -> None:
+    """Same NEVRA must mean the same bytes, in the tree and against the published
+    primary; a package that differs only by the header signature just added is fine."""
     problems = []
     seen: dict[tuple, _Package] = {}
     for pkg in packages:
@@ -277,7 +295,7 @@ def _refuse_conflicts(packages: list[_Package], published: dict[tuple, tuple[str
             continue
         seen[key] = pkg
         old = published.get(key)
-        if old and old[1] != pkg.checksum:
+        if old and old[1] not in (pkg.checksum, unsigned_digests.get(pkg.path)):
             problems.append((pkg.path, f"{pkg.nevra} has sha256 {pkg.checksum} but the published "
                                        f"{old[0]} has sha256 {old[1]}; refusing to replace a "
                                        f"published package (bump the version or release)"))
