@@ -264,3 +264,12 @@ def test_a_publish_that_fails_to_sign_leaves_the_published_repository_as_it_was(
     apt = client(repo, tmp_path / "client")
     assert apt.run("update").returncode == 0
     assert planned_installs(apt.run("-s", "install", META).stdout) == META_CLOSURE
+
+
+def test_apt_fetches_the_indexes_by_hash(repo, tmp_path):
+    for index in (repo / "deb/dists/stable/main/binary-amd64").glob("Packages*"):
+        index.unlink()                     # only by-hash/ copies left to fetch
+    apt = client(repo, tmp_path / "client")
+    update = apt.run("update")
+    assert update.returncode == 0 and "W:" not in update.stderr, update.stderr
+    assert planned_installs(apt.run("-s", "install", META).stdout) == META_CLOSURE
