@@ -366,6 +366,24 @@ def test_a_vanished_source_names_package_and_path_and_leaves_no_file(tmp_path):
     assert not out.exists() or os.listdir(out) == []
 
 
+def test_a_source_that_shrinks_between_the_passes_leaves_no_partial_rpm(tmp_path, monkeypatch):
+    victim = source(tmp_path, "victim.bin", b"x" * 100_000)
+    package = spec("rocm-victim7.1", [file_entry(f"{PREFIX}/victim.bin", victim)])
+    first_pass = rpm.digest_sources
+
+    def digest_then_truncate(*args):
+        digests = first_pass(*args)
+        os.truncate(victim, 10)             # another process rewrites the artifact
+        return digests
+
+    monkeypatch.setattr(rpm, "digest_sources", digest_then_truncate)
+    out = tmp_path / "out"
+    with pytest.raises(RocpkgInputError, match="shrank while being packed") as error:
+        rpm.write_rpm(package, str(out), options())
+    assert error.value.problems[0][0] == f"rocm-victim7.1: {PREFIX}/victim.bin"
+    assert os.listdir(out) == []
+
+
 def test_a_source_that_changed_size_is_refused(tmp_path):
     grown = source(tmp_path, "grown.bin", b"x" * 100)
     package = spec("rocm-grown7.1", [replace(file_entry(f"{PREFIX}/grown.bin", grown), size=99)])
