@@ -4,6 +4,7 @@ is rendered here and never spell a field themselves.
 """
 from __future__ import annotations
 
+import functools
 import gzip
 import importlib.resources
 import posixpath
@@ -95,6 +96,12 @@ def make_environment() -> jinja2.Environment:
     env.filters["deb_relations"] = deb_relations
     env.filters["shquote"] = shlex.quote
     return env
+
+
+@functools.lru_cache(maxsize=1)
+def _environment() -> jinja2.Environment:
+    """One shared environment, so each template is compiled once per process."""
+    return make_environment()
 
 
 # -- filters ---------------------------------------------------------------------------
@@ -216,7 +223,7 @@ def render_script(name: str, spec: PackageSpec, options: BuildOptions) -> str:
     template_name = spec.scripts[name]
     if "/" not in template_name:
         template_name = f"scripts/{template_name}"
-    env = make_environment()
+    env = _environment()
     try:
         return env.get_template(template_name).render(
             script=name, **script_context(spec, options, spec.format)
@@ -253,7 +260,7 @@ def render_deb(spec: PackageSpec, options: BuildOptions) -> RenderedDeb:
     unknown = sorted(set(spec.scripts) - set(SCRIPT_NAMES))
     if unknown:
         raise RocpkgInputError([(spec.name, f"unknown maintainer script {unknown[0]!r}")])
-    env = make_environment()
+    env = _environment()
     date = changelog_date(options.source_date_epoch)
     year = datetime.fromtimestamp(options.source_date_epoch, tz=timezone.utc).year
     changelog = env.get_template("deb/changelog.j2").render(spec=spec, options=options, date=date)
