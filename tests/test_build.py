@@ -180,8 +180,10 @@ def test_two_shards_merged_equal_the_unsharded_build(artifacts, built, tmp_path)
     merged = tmp_path / "merged"
     for out in shard_dirs:  # what a CI job does after downloading every runner's artifact
         shutil.copytree(out, merged, dirs_exist_ok=True)
-    assemble_manifest(merged)
-    assert output_files(merged) == output_files(built)
+    rocpkg("repo", merged)  # indexes the union and joins the manifest parts
+    release = output_files(built)
+    assert {rel: digest for rel, digest in output_files(merged).items() if rel in release} == release
+    assert (merged / "deb/dists/stable/Release").is_file() and (merged / "rpm/repodata/repomd.xml").is_file()
 
 
 def test_shards_are_size_balanced_and_deterministic(artifacts):
@@ -218,3 +220,22 @@ def test_source_date_epoch_from_the_environment_dates_the_packages(artifacts, tm
     deb = next(e for e in manifest["packages"] if e["kind"] == "host")
     listing = subprocess.run(["dpkg-deb", "-c", out / deb["file"]], capture_output=True, text=True, check=True)
     assert listing.stdout and all(" 2009-02-13 23:31 " in line for line in listing.stdout.splitlines())
+
+
+def test_rpms_signed_later_by_rocpkg_repo_stay_recorded_and_are_not_rebuilt(artifacts, tmp_path):
+    from repo_helpers import kill_gpg_agent, make_signer
+
+    out = tmp_path / "out"
+    rocpkg("build", "-a", artifacts, "-o", out, "--formats", "rpm")
+    signer, home = make_signer()
+    try:
+        rocpkg("repo", out, "--gpg-home", home, "--sign-key", signer.key_id)
+    finally:
+        kill_gpg_agent(home)
+    manifest = json.loads((out / "manifest.json").read_text())
+    for entry in manifest["packages"]:
+        assert entry["sha256"] == sha256(out / entry["file"])
+    signed = stats(out)
+    again = rocpkg("build", "-a", artifacts, "-o", out, "--formats", "rpm")
+    assert stats(out) == signed  # the build keeps the signed files
+    assert next(line for line in again.stdout.splitlines() if line.startswith("all ")).split()[1] == "0"

@@ -139,6 +139,11 @@ def _cmd_repo(args) -> int:
         raise RocpkgInputError(out, "no deb/pool or rpm directory to index")
     for line in done:
         print(line + (f", signed by {signer.fingerprint}" if signer else ", unsigned"))
+    from rocpkg.build import sync_manifest
+
+    manifest = sync_manifest(out)  # joins shards' manifest parts; rehashes RPMs signed just now
+    if manifest:
+        print(f"manifest: {manifest}")
     return 0
 
 
