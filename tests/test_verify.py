@@ -308,3 +308,44 @@ def test_cli_refuses_a_tree_and_a_plan_at_once(clean):
     done = rocpkg("verify", str(out), "-a", str(artifacts))
     assert done.returncode == 2
     assert done.stderr.startswith("error: verify: give either OUT")
+
+
+def test_library_packaged_as_generic_while_its_kernels_are_per_target(artifacts, config):
+    binary = artifacts / "core-hip_lib_generic" / "clr" / "stage" / "lib" / "libclr.so.1.0"
+    marker = Marker(["../.kpack/core-hip_lib_@GFXARCH@.kpack"], f"core-hip/lib/{binary.name}")
+    binary.write_bytes(build_host_elf({".rocm_kpack_ref": encode_marker(marker)}, soname=binary.name))
+
+    report = verify_plan(plan_of(config, artifacts), config)
+
+    assert report.checks == {"generic-binary"}
+    assert {(p.format, p.package, p.target) for p in report.problems} == {
+        (fmt, "rocm-hip7.1", t) for fmt in ("deb", "rpm") for t in ("gfx942", "gfx942:xnack+", "gfx1100")}
+
+
+def test_archive_that_does_not_list_its_target(artifacts, config):
+    archive = artifacts / "blas_lib_gfx1100" / "rocBLAS" / "stage" / ".kpack" / "blas_lib_gfx1100.kpack"
+    with KpackReader(archive) as reader:
+        entries = [(e.key, e.arch, reader.get(e.key, e.arch)) for e in reader.entries()]
+        group, family, scheme = reader.group_name, reader.gfx_arch_family, reader.scheme
+    archive.unlink()
+    with KpackWriter(archive, group, family, ["gfx1101"], scheme=scheme) as writer:
+        for key, arch, data in entries:
+            writer.add(key, arch, data)
+
+    report = verify_plan(plan_of(config, artifacts), config)
+
+    assert report.checks == {"archive-target"}
+    assert {(p.format, p.package, p.path, p.target) for p in report.problems} == {
+        (fmt, "rocm-blas7.1-gfx1100", f"{PREFIX}/.kpack/blas_lib_gfx1100.kpack", "gfx1100") for fmt in ("deb", "rpm")}
+
+
+def test_truncated_package_is_reported_unreadable_not_a_crash(built_deb):
+    _, out = built_deb
+    package = next((out / "deb" / "pool" / "main").glob("rocm-llvm-dev7.1_*.deb"))
+    with open(package, "r+b") as fh:
+        fh.truncate(package.stat().st_size - 200)
+
+    report = verify_tree(out)
+
+    assert report.checks == {"unreadable"}
+    assert [p.package for p in report.problems] == ["rocm-llvm-dev7.1"]
