@@ -159,6 +159,20 @@ def dpkg(root: Path, *args: str) -> subprocess.CompletedProcess:
 # -- dpkg-deb reads what rocpkg writes ----------------------------------------------------
 
 
+@pytest.mark.parametrize("package", ["library", "meta", "scripted"])
+def test_every_package_passes_dpkg_deb_info_and_contents(package, request, tmp_path):
+    spec = request.getfixturevalue(package)
+    path = build(spec, tmp_path / "out")
+    info = run("dpkg-deb", "--info", str(path)).stdout
+    assert f"Package: {spec.name}" in info
+    for script in spec.scripts:
+        assert f" {script} " in info
+    contents = dpkg_contents(path)
+    assert {owner for _, owner, _ in contents.values()} == {"root/root"}
+    planned = {"./" + f.path.lstrip("/") + ("/" if f.type == DIR else ""): f.size for f in spec.files}
+    assert {name: contents[name][2] for name in planned} == planned
+
+
 def test_dpkg_deb_lists_files_with_sizes_modes_and_root_owner(library, tmp_path):
     path = build(library, tmp_path / "out")
     run("dpkg-deb", "--info", str(path))
@@ -395,9 +409,10 @@ def test_an_unreadable_source_is_refused(library, sources, tmp_path):
     assert_refused(library, tmp_path / "out", "/opt/rocm-7.1.0/lib/libhip.so.7")
 
 
-def test_a_name_tar_cannot_hold_is_refused(library, sources, tmp_path):
-    library.files.append(payload_file(sources, "release", f"{PREFIX}/bad\nname", 0o644))
-    assert_refused(library, tmp_path / "out", "bad\nname", "newline")
+@pytest.mark.parametrize("name, why", [("bad\nname", "newline"), ("bad\udcffname", "UTF-8")])
+def test_a_name_tar_cannot_hold_is_refused(library, sources, tmp_path, name, why):
+    library.files.append(payload_file(sources, "release", f"{PREFIX}/{name}", 0o644))
+    assert_refused(library, tmp_path / "out", name, why)
 
 
 def test_a_data_member_over_the_ar_size_limit_is_refused(library, tmp_path, monkeypatch):
