@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import zstandard
 
 from rocpkg.errors import RocpkgInputError
-from rocpkg.model import DIR, FILE, SYMLINK, BuiltPackage
+from rocpkg.model import DIR, FILE, SYMLINK, BuildOptions, BuiltPackage, FileEntry, PackageSpec
 from rocpkg.render import render_spec
 from rocpkg.streams import AtomicOutput, HashingWriter, copy_stream, hash_file
 
@@ -704,7 +704,7 @@ def _sorted_unique(relations) -> list[tuple[str, int, str]]:
     return sorted(set(relations), key=lambda r: (r[0].encode(), r[2], r[1]))
 
 
-def checked_files(spec) -> list:
+def checked_files(spec: PackageSpec) -> list[FileEntry]:
     """The spec's files sorted as rpm sorts them (bytewise by path), after refusing what
     rpm would mis-install: relative or unnormalised paths, duplicates, system dirs."""
     problems = []
@@ -731,7 +731,7 @@ def checked_files(spec) -> list:
     return sorted(spec.files, key=lambda e: e.path.encode("utf-8", "surrogateescape"))
 
 
-def digest_sources(spec, files, threads: int = 0) -> dict[str, str]:
+def digest_sources(spec: PackageSpec, files: list[FileEntry], threads: int = 0) -> dict[str, str]:
     """Pass 1: SHA-256 of every regular file (the header needs them before the payload),
     checking that each source still has its planned size. Files are hashed in parallel
     (hashlib releases the GIL); every unreadable or resized source is reported at once."""
@@ -755,7 +755,7 @@ def digest_sources(spec, files, threads: int = 0) -> dict[str, str]:
     return {e.path: hexdigest for e, (hexdigest, _) in zip(regular, results)}
 
 
-def _entry_size(entry) -> int:
+def _entry_size(entry: FileEntry) -> int:
     if entry.type == FILE:
         return entry.size
     if entry.type == SYMLINK:
@@ -763,13 +763,13 @@ def _entry_size(entry) -> int:
     return 0
 
 
-def _entry_mode(entry) -> int:
+def _entry_mode(entry: FileEntry) -> int:
     kind = _S_IFREG if entry.type == FILE else _S_IFDIR if entry.type == DIR else _S_IFLNK
     perms = 0o777 if kind == _S_IFLNK else entry.mode & 0o7777
     return kind | perms
 
 
-def file_tags(files, digests: dict[str, str], mtime: int, large: bool) -> dict:
+def file_tags(files: list[FileEntry], digests: dict[str, str], mtime: int, large: bool) -> dict:
     """DIRNAMES/BASENAMES/DIRINDEXES and the per-file arrays rpm, dnf and rpmlint read."""
     if not files:
         return {}
@@ -821,7 +821,8 @@ def _i18n(text: str) -> tuple[int, list[str]]:
     return (TYPE_I18NSTRING, [text])
 
 
-def build_header(spec, parsed: ParsedSpec, options, files, digests: dict[str, str],
+def build_header(spec: PackageSpec, parsed: ParsedSpec, options: BuildOptions,
+                 files: list[FileEntry], digests: dict[str, str],
                  payload_digest: str, payload_digest_alt: str) -> dict:
     """Every main-header tag, from the parsed spec text (metadata) and the plan (files).
     Digests are fixed-length hex, so a placeholder header has the final header's size."""
@@ -989,7 +990,7 @@ def _signature_tags(header: bytes, md5: bytes, size: int, payload_size: int) -> 
     return tags
 
 
-def write_rpm(spec, out_dir: str, options) -> "BuiltPackage":
+def write_rpm(spec: PackageSpec, out_dir: str, options: BuildOptions) -> BuiltPackage:
     """Write out_dir/<spec.filename>, streaming: (1) hash the sources; (2) lead,
     placeholder signature, placeholder header, then the compressed cpio while hashing
     both streams; (3) rewrite the header with the payload digests (same length); (4)
