@@ -33,6 +33,7 @@ packages and relations:
   meta-foreign-target  a target, family or alias package's closure holds another target's
                     device package
   file-conflict     two packages of one format ship the same path (directories excepted)
+  duplicate-package (built tree) two package files of one name: verify checks one release
   relation          a relation resolves neither inside the repository nor to an external
                     package
   unreadable        a marker, archive or package that cannot be read
@@ -271,34 +272,41 @@ def verify_tree(out_dir: str | os.PathLike, *, jobs: int = 0) -> VerifyReport:
     workers = jobs or min(8, os.cpu_count() or 1)
     with tempfile.TemporaryDirectory(prefix="rocpkg-verify-") as spill, ThreadPoolExecutor(workers) as pool:
         for fmt in report.formats:
-            read_meta = _read_deb_meta if fmt == "deb" else _read_rpm_meta
-            metas = list(pool.map(read_meta, found[fmt]))
-            specs: dict[str, m.PackageSpec] = {}
-            files_of: dict[str, str] = {}
-            release = _Release(fmt, specs, lambda name: False, {f: list(t) for f, t in kt.FAMILIES.items()})
-            for path, spec, error in metas:
-                if error is not None:
-                    release.problem("unreadable", os.path.basename(path), path, "", error)
-                elif spec.name in specs:
-                    release.problem("file-conflict", spec.name, path, "", "a second package file of this name")
-                else:
-                    specs[spec.name] = spec
-                    files_of[spec.name] = path
-            release.is_external = _outside(_namespace(specs))
-            _classify_tree(release)
-            read_payload = _read_deb_payload if fmt == "deb" else _read_rpm_payload
-            jobs_list = [(spec, files_of[spec.name], spill) for spec in specs.values()]
-            for spec, result in zip(specs.values(), pool.map(lambda job: read_payload(*job), jobs_list)):
-                files, markers, archives, problems = result
-                if files is not None:
-                    spec.files = files
-                release.markers.update(markers)
-                release.archives.update(archives)
-                release.problems.extend(problems)
-            _kinds_after_payload(release)
-            _check_release(release, report)
+            _check_release(_read_tree_release(fmt, found[fmt], pool, spill), report)
     _finish(report)
     return report
+
+
+def _read_tree_release(fmt: str, package_files: list[str], pool: ThreadPoolExecutor, spill: str) -> _Release:
+    """One format's packages: metadata first (cheap, decides host and device packages),
+    then one streamed pass over each payload."""
+    read_meta = _read_deb_meta if fmt == "deb" else _read_rpm_meta
+    specs: dict[str, m.PackageSpec] = {}
+    files_of: dict[str, str] = {}
+    release = _Release(fmt, specs, lambda name: False, {f: list(t) for f, t in kt.FAMILIES.items()})
+    for path, spec, error in pool.map(read_meta, package_files):
+        if error is not None:
+            release.problem("unreadable", os.path.basename(path), path, "", error)
+        elif spec.name in specs:
+            release.problem("duplicate-package", spec.name, path, "",
+                            f"a second package of this name (besides {os.path.basename(files_of[spec.name])}): "
+                            f"verify checks one release")
+        else:
+            specs[spec.name] = spec
+            files_of[spec.name] = path
+    release.is_external = _outside(_namespace(specs))
+    _classify_tree(release)
+    read_payload = _read_deb_payload if fmt == "deb" else _read_rpm_payload
+    names = list(specs)
+    results = pool.map(read_payload, [specs[n] for n in names], [files_of[n] for n in names], [spill] * len(names))
+    for name, (files, markers, archives, problems) in zip(names, results):
+        if files is not None:
+            specs[name].files = files
+        release.markers.update(markers)
+        release.archives.update(archives)
+        release.problems.extend(problems)
+    _kinds_after_payload(release)
+    return release
 
 
 def _package_files(out_dir: str) -> dict[str, list[str]]:
