@@ -156,7 +156,7 @@ def _cmd_verify(args) -> int:
     if args.out:
         if args.artifacts or args.config:
             raise RocpkgInputError("verify", "give either OUT (a built tree) or -c/-a (a plan), not both")
-        report = verify_tree(args.out)
+        report = verify_tree(args.out, formats=_formats(args))
     elif args.artifacts:
         from rocpkg.config import load_config
 

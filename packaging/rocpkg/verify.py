@@ -258,7 +258,7 @@ def _read_marker_file(path: str) -> Marker | None:
 
 # -- a built tree ---------------------------------------------------------------------------
 
-def verify_tree(out_dir: str | os.PathLike, *, jobs: int = 0) -> VerifyReport:
+def verify_tree(out_dir: str | os.PathLike, *, formats: Iterable[str] = ("deb", "rpm"), jobs: int = 0) -> VerifyReport:
     """Check the packages under OUT/deb/pool/main and OUT/rpm/<arch>/ as built: names,
     relations and files from their metadata, markers and archives from their payloads.
     Which package is whose device package is read from the relations themselves: a device
@@ -266,9 +266,9 @@ def verify_tree(out_dir: str | os.PathLike, *, jobs: int = 0) -> VerifyReport:
     meta-package pins both."""
     out_dir = os.path.abspath(os.fspath(out_dir))
     found = _package_files(out_dir)
-    if not any(found.values()):
+    if not any(found[f] for f in formats):
         raise RocpkgInputError(out_dir, "no .deb under deb/pool/main and no .rpm under rpm/<arch>/: nothing to verify")
-    report = VerifyReport(source=out_dir, formats=[f for f in ("deb", "rpm") if found[f]])
+    report = VerifyReport(source=out_dir, formats=[f for f in ("deb", "rpm") if found[f] and f in formats])
     workers = jobs or min(8, os.cpu_count() or 1)
     with tempfile.TemporaryDirectory(prefix="rocpkg-verify-") as spill, ThreadPoolExecutor(workers) as pool:
         for fmt in report.formats:
