@@ -106,7 +106,9 @@ class AptClient:
     """apt-get confined to root/: its own sources, lists, cache and an empty dpkg status.
     Signatures are enforced: the only trusted key is the one in the source's signed-by."""
 
-    def __init__(self, root: Path, source_line: str):
+    def __init__(self, root: Path, source_line: str, status_file: Path | None = None):
+        """status_file: the dpkg status apt resolves against; default an empty one (a
+        bare system), /var/lib/dpkg/status lets system dependencies (libc6...) resolve."""
         self.root = root
         for d in ("etc/apt/apt.conf.d", "etc/apt/preferences.d", "etc/apt/sources.list.d",
                   "etc/apt/trusted.gpg.d", "var/lib/apt/lists/partial",
@@ -122,7 +124,7 @@ class AptClient:
             "Dir::Etc::trustedparts": str(root / "etc/apt/trusted.gpg.d"),
             "Dir::Etc::preferencesparts": str(root / "etc/apt/preferences.d"),
             "Dir::State": str(root / "var/lib/apt"),
-            "Dir::State::status": str(root / "var/lib/dpkg/status"),
+            "Dir::State::status": str(status_file or root / "var/lib/dpkg/status"),
             "Dir::Cache": str(root / "var/cache/apt"),
             "Dir::Log": str(root / "var/log/apt"),
             "APT::Architecture": "amd64", "APT::Architectures": "amd64",
