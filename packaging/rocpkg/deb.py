@@ -32,7 +32,7 @@ from debian.deb822 import Deb822
 
 from rocpkg.errors import RocpkgInputError
 from rocpkg.model import DIR, FILE, SYMLINK, BuildOptions, BuiltPackage, FileEntry, PackageSpec
-from rocpkg.render import RenderedDeb, render_deb
+from rocpkg.render import render_deb
 from rocpkg.streams import CHUNK, AtomicOutput, HashingWriter, copy_stream
 
 AR_MAGIC = b"!<arch>\n"
@@ -216,7 +216,7 @@ def _md5_pass(spec: PackageSpec, tree: list[_DataEntry], threads: int) -> dict[s
     return {e.path: r for e, r in zip(sources, results)}
 
 
-def _md5sums(tree: list[_DataEntry], prints: dict[str, _Fingerprint], conffiles: list[str]) -> bytes:
+def _md5sums(tree: list[_DataEntry], fingerprints: dict[str, _Fingerprint], conffiles: list[str]) -> bytes:
     """dh_md5sums' format and choice: regular files except conffiles, paths without '/'."""
     lines = []
     for item in tree:
@@ -224,7 +224,7 @@ def _md5sums(tree: list[_DataEntry], prints: dict[str, _Fingerprint], conffiles:
         if entry.type != FILE or entry.path in conffiles:
             continue
         md5 = (hashlib.md5(item.content, usedforsecurity=False).hexdigest()
-               if item.content is not None else prints[entry.path].md5)
+               if item.content is not None else fingerprints[entry.path].md5)
         lines.append(f"{md5}  {entry.path[1:]}\n")
     return "".join(lines).encode("utf-8")
 
@@ -292,14 +292,15 @@ def _compressor(kind: str, options: BuildOptions, sink):
     raise RocpkgInputError([("compression", f"unknown compression {kind!r} (zstd, xz, gzip)")])
 
 
-def _control_tar(rendered: RenderedDeb, md5sums: bytes, conffiles: list[str], mtime: int) -> bytes:
+def _control_tar(control: str, scripts: dict[str, str], md5sums: bytes, conffiles: list[str],
+                 mtime: int) -> bytes:
     """control.tar: ./, control, md5sums, conffiles (if any), maintainer scripts."""
-    members: list[tuple[str, bytes, int]] = [("./control", rendered.control.encode("utf-8"), 0o644),
+    members: list[tuple[str, bytes, int]] = [("./control", control.encode("utf-8"), 0o644),
                                               ("./md5sums", md5sums, 0o644)]
     if conffiles:
         members.append(("./conffiles", "".join(f"{p}\n" for p in conffiles).encode("utf-8"), 0o644))
-    for name in sorted(rendered.scripts):
-        members.append((f"./{name}", rendered.scripts[name].encode("utf-8"), 0o755))
+    for name in sorted(scripts):
+        members.append((f"./{name}", scripts[name].encode("utf-8"), 0o755))
     out = io.BytesIO()
     out.write(_tar_header(_tarinfo("./", tarfile.DIRTYPE, 0o755, mtime)))
     for name, data, mode in members:
@@ -359,14 +360,14 @@ def _write_payload_file(tar_out, spec: PackageSpec, entry: FileEntry, seen: _Fin
 
 
 def _write_data_tar(tar_out, spec: PackageSpec, tree: list[_DataEntry],
-                    prints: dict[str, _Fingerprint], sde: int) -> None:
+                    fingerprints: dict[str, _Fingerprint], sde: int) -> None:
     """Stream the whole data.tar into tar_out (a compressor)."""
     offset = 0
     for item in tree:
         entry = item.entry
         name = _tar_name(entry.path)
         if entry.type == FILE and item.content is None:
-            offset += _write_payload_file(tar_out, spec, entry, prints[entry.path], sde)
+            offset += _write_payload_file(tar_out, spec, entry, fingerprints[entry.path], sde)
             continue
         if entry.type == FILE:
             header = _tar_header(_tarinfo(name, tarfile.REGTYPE, _normalised_mode(entry.mode), sde, len(item.content)))
@@ -389,8 +390,8 @@ class _MemberTooLarge(Exception):
 
 def _ar_header(name: str, size: int, mtime: int) -> bytes:
     if size > AR_MAX_MEMBER_SIZE:
-        raise _MemberTooLarge(f"{name} is {size} bytes, over the ar format's 10-digit limit of "
-                         f"{AR_MAX_MEMBER_SIZE} bytes")
+        raise _MemberTooLarge(f"{name} is {size} bytes, over the ar format's 10-digit limit "
+                              f"of {AR_MAX_MEMBER_SIZE} bytes")
     header = f"{name:<16}{mtime:<12}{0:<6}{0:<6}{0o100644:<8o}{size:<10}`\n".encode("ascii")
     assert len(header) == AR_HEADER_SIZE
     return header
@@ -409,40 +410,22 @@ def write_deb(spec: PackageSpec, out_dir: str, options: BuildOptions) -> BuiltPa
     leaves no file behind."""
     if spec.format != "deb":
         raise RocpkgInputError([(spec.name, f"a {spec.format!r} spec given to the .deb writer")])
-    compression = options.compression
-    if compression not in COMPRESSIONS:
-        raise RocpkgInputError([(spec.name, f"unknown compression {compression!r} (zstd, xz, gzip)")])
-    sde = options.source_date_epoch
+    if options.compression not in COMPRESSIONS:
+        raise RocpkgInputError([(spec.name, f"unknown compression {options.compression!r} (zstd, xz, gzip)")])
     rendered = render_deb(spec, options)
-    control_fields = _parse_control(spec, rendered.control)
+    control_text = _parse_control(spec, rendered.control).dump()
     tree = _data_tree(spec, rendered.doc_files)
     conffiles = [d.entry.path for d in tree if d.entry.type == FILE and d.entry.path.startswith("/etc/")]
-    prints = _md5_pass(spec, tree, options.threads)
-    rendered.control = control_fields.dump()
-    control_kind, control_ext = _control_compression(compression)
-    control_member = _compress_bytes(
-        control_kind, _control_tar(rendered, _md5sums(tree, prints, conffiles), conffiles, sde))
-    data_name = f"data.tar.{COMPRESSIONS[compression]}"
+    fingerprints = _md5_pass(spec, tree, options.threads)
+    control_tar = _control_tar(control_text, rendered.scripts, _md5sums(tree, fingerprints, conffiles),
+                               conffiles, options.source_date_epoch)
 
     path = os.path.join(out_dir, spec.filename)
     with AtomicOutput(path, "w+b") as out:
         try:
-            out.write(AR_MAGIC)
-            _ar_member(out, "debian-binary", DEBIAN_BINARY, sde)
-            _ar_member(out, f"control.tar.{control_ext}", control_member, sde)
-            data_header_at = out.tell()
-            out.write(_ar_header(data_name, 0, sde))
-            counted = HashingWriter(out, ())
-            compressor = _compressor(compression, options, counted)
-            _write_data_tar(compressor, spec, tree, prints, sde)
-            compressor.close()
-            out.seek(data_header_at)
-            out.write(_ar_header(data_name, counted.count, sde))
+            _write_ar(out, spec, control_tar, tree, fingerprints, options)
         except _MemberTooLarge as exc:
             raise RocpkgInputError([(f"{spec.name}: {spec.filename}", str(exc))]) from None
-        out.seek(0, os.SEEK_END)
-        if counted.count % 2:
-            out.write(b"\n")
         out.flush()
         out.seek(0)
         digest = HashingWriter(None, ("sha256",))
@@ -450,6 +433,30 @@ def write_deb(spec: PackageSpec, out_dir: str, options: BuildOptions) -> BuiltPa
     installed = spec.payload_size + sum(len(d) for d in rendered.doc_files.values())
     return BuiltPackage(spec=spec, path=path, size=digest.count, sha256=digest.hexdigest(),
                         installed_size=installed)
+
+
+def _write_ar(out: BinaryIO, spec: PackageSpec, control_tar: bytes, tree: list[_DataEntry],
+              fingerprints: dict[str, _Fingerprint], options: BuildOptions) -> None:
+    """The ar archive: debian-binary, control.tar.*, then data.tar.* compressed straight
+    into `out`, its header's size patched once the compressed size is known."""
+    sde = options.source_date_epoch
+    control_kind, control_ext = _control_compression(options.compression)
+    data_name = f"data.tar.{COMPRESSIONS[options.compression]}"
+    out.write(AR_MAGIC)
+    _ar_member(out, "debian-binary", DEBIAN_BINARY, sde)
+    _ar_member(out, f"control.tar.{control_ext}", _compress_bytes(control_kind, control_tar), sde)
+    data_header_at = out.tell()
+    out.write(_ar_header(data_name, 0, sde))
+    counted = HashingWriter(out, ())
+    compressor = _compressor(options.compression, options, counted)
+    _write_data_tar(compressor, spec, tree, fingerprints, sde)
+    compressor.close()
+    data_header = _ar_header(data_name, counted.count, sde)
+    out.seek(data_header_at)
+    out.write(data_header)
+    out.seek(0, os.SEEK_END)
+    if counted.count % 2:
+        out.write(b"\n")
 
 
 def _parse_control(spec: PackageSpec, text: str) -> Deb822:
