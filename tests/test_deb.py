@@ -428,6 +428,35 @@ def test_a_package_without_maintainer_is_refused(meta, tmp_path):
 # -- big files ----------------------------------------------------------------------------
 
 
+@pytest.fixture
+def sparse_spec(tmp_path: Path) -> PackageSpec:
+    """20 MiB, mostly holes, with data at the start, in the middle and in the last byte:
+    several 4 MiB zstd jobs, and holes the writer fills without reading them."""
+    sparse = tmp_path / "sparse.bin"
+    with open(sparse, "wb") as f:
+        f.write(b"start" * 1000)
+        f.seek(5 * 2**20 + 123)
+        f.write(os.urandom(3 * 2**20))
+        f.seek(20 * 2**20 - 1)
+        f.write(b"!")
+    return make_spec("amdrocm-sparse7.1", KIND_FILES, [
+        FileEntry(PREFIX, DIR, 0o755),
+        FileEntry(f"{PREFIX}/sparse.bin", FILE, 0o644, str(sparse), 20 * 2**20),
+    ])
+
+
+def test_a_sparse_file_comes_out_byte_for_byte(sparse_spec, tmp_path):
+    run("dpkg-deb", "-x", str(build(sparse_spec, tmp_path / "out")), str(tmp_path / "x"))
+    extracted = tmp_path / "x" / PREFIX.lstrip("/") / "sparse.bin"
+    assert extracted.read_bytes() == Path(sparse_spec.files[1].source).read_bytes()
+
+
+def test_the_number_of_compressor_threads_does_not_change_the_bytes(sparse_spec, tmp_path):
+    one = build(sparse_spec, tmp_path / "one", threads=1).read_bytes()
+    assert build(sparse_spec, tmp_path / "four", threads=4).read_bytes() == one
+
+
+
 def test_a_sparse_9_gib_file_packs_and_dpkg_deb_sees_its_size(tmp_path):
     """Over 8 GiB the GNU tar header stores the size in base-256; dpkg must accept it."""
     big = tmp_path / "big.bin"

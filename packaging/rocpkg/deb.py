@@ -14,6 +14,7 @@ the (compressed, just-written) output back once.
 """
 from __future__ import annotations
 
+import errno
 import gzip
 import hashlib
 import io
@@ -148,6 +149,24 @@ class _SourceChanged(Exception):
     """The source file is not the size it was planned (or first read) with."""
 
 
+def _next_data(fd: int, position: int, size: int) -> int:
+    """Offset of the next byte of data at or after position (size if only a hole is
+    left). A file system that can't tell (EINVAL, EOPNOTSUPP) has no holes."""
+    try:
+        return min(os.lseek(fd, position, os.SEEK_DATA), size)
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:
+            return size
+        return position
+
+
+def _next_hole(fd: int, position: int, size: int) -> int:
+    try:
+        return min(os.lseek(fd, position, os.SEEK_HOLE), size)
+    except OSError:
+        return size
+
+
 def _source_chunks(source: BinaryIO, size: int) -> Iterator[bytes | memoryview]:
     """Exactly `size` bytes of an open file, in chunks of at most CHUNK. Holes of a sparse
     file come from a shared zero buffer instead of read(): the kernel would only hand back
@@ -156,17 +175,14 @@ def _source_chunks(source: BinaryIO, size: int) -> Iterator[bytes | memoryview]:
     fd = source.fileno()
     position = 0
     while position < size:
-        try:
-            data_at = min(os.lseek(fd, position, os.SEEK_DATA), size)
-        except OSError:                      # ENXIO: only a hole up to the end of file
-            data_at = size
+        data_at = _next_data(fd, position, size)
         while position < data_at:
             step = min(CHUNK, data_at - position)
             yield _ZEROS[:step]
             position += step
         if position >= size:
             break
-        hole_at = min(os.lseek(fd, position, os.SEEK_HOLE), size)
+        hole_at = _next_hole(fd, position, size)
         source.seek(position)
         while position < hole_at:
             chunk = source.read(min(CHUNK, hole_at - position))
