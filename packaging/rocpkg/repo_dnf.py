@@ -439,7 +439,7 @@ def _primary_dependencies(header: dict, files: set[str]):
                 if flags & _PRE_FLAGS:
                     pre = "1"
             epoch, version, release = _split_evr(evr)
-            attrs = {"name": name, "flags": _FLAG_NAMES.get(flags & 0xF) if evr else None,
+            attrs = {"name": name, "flags": _FLAG_NAMES.get(flags & 0xF),
                      "epoch": epoch, "ver": version, "rel": release, "pre": pre}
             key = tuple(attrs.values())
             if key in seen:
@@ -499,7 +499,7 @@ def _repomd_bytes(records: list[dict], revision: int) -> bytes:
         ET.SubElement(data, "size").text = str(record["size"])
         ET.SubElement(data, "open-size").text = str(record["open-size"])
     ET.indent(root)
-    return ET.tostring(root, encoding="UTF-8", xml_declaration=True) + b"\n"
+    return b'<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="utf-8") + b"\n"
 
 
 # -- small helpers ------------------------------------------------------------------------
