@@ -245,6 +245,9 @@ def main(argv: list[str] | None = None) -> int:
         for where, what in exc.problems:
             _err(where, what)
         return 2
+    except BrokenPipeError:  # `rocpkg plan | head`: the reader left, nothing is wrong
+        sys.stderr.close()
+        return 0
     except KeyboardInterrupt:
         _err("", "interrupted")
         return 130
