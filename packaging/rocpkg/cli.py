@@ -246,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
             _err(where, what)
         return 2
     except BrokenPipeError:  # `rocpkg plan | head`: the reader left, nothing is wrong
-        sys.stderr.close()
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except KeyboardInterrupt:
         _err("", "interrupted")
