@@ -469,5 +469,5 @@ def test_a_sparse_9_gib_file_packs_and_dpkg_deb_sees_its_size(tmp_path):
     ])
     started = time.monotonic()
     path = build(spec, tmp_path / "out")
-    assert time.monotonic() - started < 120
+    assert time.monotonic() - started < 300         # ~25 s on 2 cores: holes are never read
     assert dpkg_contents(path)["./opt/rocm-7.1.0/big.bin"][2] == 9663676416
