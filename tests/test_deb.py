@@ -293,6 +293,25 @@ def test_dpkg_installs_and_removes_in_a_throwaway_root(library, meta, scripted, 
     assert not (root / "opt").exists() and not (root / "usr").exists()   # nothing left behind
 
 
+def test_files_under_etc_become_conffiles(sources, tmp_path):
+    """An /etc/ld.so.conf.d entry is the admin's to edit: dpkg must track it as a conffile."""
+    (sources / "rocm.conf").write_text(f"{PREFIX}/lib\n")
+    spec = make_spec("amdrocm-ldconfig7.1", KIND_FILES, [
+        payload_file(sources, "rocm.conf", "/etc/ld.so.conf.d/rocm-7.1.0.conf", 0o644),
+    ])
+    path = build(spec, tmp_path / "out")
+    assert read_deb_control_file(str(path), "conffiles") == b"/etc/ld.so.conf.d/rocm-7.1.0.conf\n"
+    assert b"rocm-7.1.0.conf" not in read_deb_control_file(str(path), "md5sums")
+    root = throwaway_root(tmp_path / "root")
+    dpkg(root, "-i", str(path))
+    conffiles = run("dpkg-query", "--root", str(root), "-W", "-f", "${Conffiles}", spec.name).stdout
+    assert "/etc/ld.so.conf.d/rocm-7.1.0.conf" in conffiles
+
+
+def test_a_package_without_etc_files_has_no_conffiles_member(library, tmp_path):
+    assert read_deb_control_file(str(build(library, tmp_path / "out")), "conffiles") is None
+
+
 def test_dpkg_refuses_the_meta_package_without_its_members(meta, tmp_path):
     root = throwaway_root(tmp_path / "root")
     result = run("dpkg", "--root", str(root), "-i", str(build(meta, tmp_path / "out")), check=False)
