@@ -273,3 +273,16 @@ def test_apt_fetches_the_indexes_by_hash(repo, tmp_path):
     update = apt.run("update")
     assert update.returncode == 0 and "W:" not in update.stderr, update.stderr
     assert planned_installs(apt.run("-s", "install", META).stdout) == META_CLOSURE
+
+
+def test_unreadable_debs_in_the_pool_are_all_named_and_nothing_is_published(repo, signer):
+    suite = repo / "deb/dists/stable"
+    before = {p.relative_to(suite): p.read_bytes() for p in suite.rglob("*") if p.is_file()}
+    pool = repo / "deb/pool/main"
+    (pool / "truncated_1_amd64.deb").write_bytes((pool / "rocm-host_7.1.0-1_amd64.deb").read_bytes()[:300])
+    (pool / "not-a-deb_1_all.deb").write_bytes(b"hello\n")
+    with pytest.raises(RocpkgInputError) as refused:
+        repo_apt.publish_apt(repo, signer=signer, source_date_epoch=SDE)
+    assert sorted(where for where, _ in refused.value.problems) == \
+        [str(pool / "not-a-deb_1_all.deb"), str(pool / "truncated_1_amd64.deb")]
+    assert {p.relative_to(suite): p.read_bytes() for p in suite.rglob("*") if p.is_file()} == before

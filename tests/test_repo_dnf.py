@@ -237,3 +237,16 @@ def test_signing_a_repository_first_published_unsigned_signs_its_packages(tmp_pa
     dnf = dnf_client(out, tmp_path / "client")
     install = dnf.run("install", META)
     assert install.returncode == 0, install.stdout + install.stderr
+
+
+def test_unreadable_rpms_are_all_named_and_nothing_is_published(repo, signer):
+    repodata = repo / "rpm/repodata"
+    before = {p.name: p.read_bytes() for p in repodata.iterdir()}
+    host = repo / "rpm/x86_64/rocm-host-7.1.0-1.x86_64.rpm"
+    (repo / "rpm/x86_64/truncated-1-1.x86_64.rpm").write_bytes(host.read_bytes()[:200])
+    (repo / "rpm/noarch/not-an-rpm-1-1.noarch.rpm").write_bytes(b"hello\n")
+    with pytest.raises(RocpkgInputError) as refused:
+        repo_dnf.publish_dnf(repo, signer=signer, source_date_epoch=SDE, sign_packages=True)
+    assert sorted(where.split(":")[0] for where, _ in refused.value.problems) == \
+        [str(repo / "rpm/noarch/not-an-rpm-1-1.noarch.rpm"), str(repo / "rpm/x86_64/truncated-1-1.x86_64.rpm")]
+    assert {p.name: p.read_bytes() for p in repodata.iterdir()} == before

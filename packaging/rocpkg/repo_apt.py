@@ -54,7 +54,7 @@ def publish_apt(out_dir: str | os.PathLike, *, suite: str = "stable", codename: 
     # apt ignores a Release dated before the one it holds: never go back in time.
     date = max(_release_time(source_date_epoch), _published_date(suite_dir))
 
-    stanzas = [_packages_stanza(deb_root, rel) for rel in _pool_files(deb_root)]
+    stanzas = _collect(_packages_stanza, deb_root, _pool_files(deb_root))
     previous = _published_packages(suite_dir)
     _refuse_conflicts(deb_root, stanzas, previous)
 
@@ -138,6 +138,19 @@ def _packages_stanza(deb_root: str, rel: str) -> deb822.Packages:
             stanza[key] = value
     stanza.update({k: v for k, v in index.items() if k not in stanza})
     return stanza
+
+
+def _collect(read, root: str, rels: list[str]) -> list:
+    """read(root, rel) for each file, reporting every unreadable one at once."""
+    results, problems = [], []
+    for rel in rels:
+        try:
+            results.append(read(root, rel))
+        except RocpkgInputError as exc:
+            problems += exc.problems
+    if problems:
+        raise RocpkgInputError(problems)
+    return results
 
 
 def _read_control(path: str) -> deb822.Deb822:

@@ -83,7 +83,14 @@ def publish_dnf(out_dir: str | os.PathLike, *, signer: Signer | None = None,
     if sign_packages and signer is not None:
         unsigned_digests = _sign_packages([os.path.join(rpm_root, rel) for rel in files], signer)
         written += sorted(unsigned_digests)
-    packages = [_read_package(rpm_root, rel, source_date_epoch) for rel in files]
+    packages, problems = [], []
+    for rel in files:
+        try:
+            packages.append(_read_package(rpm_root, rel, source_date_epoch))
+        except RocpkgInputError as exc:
+            problems += exc.problems
+    if problems:
+        raise RocpkgInputError(problems)
     _refuse_conflicts(packages, published, unsigned_digests)
     packages.sort(key=lambda p: (p.name, p.arch, p.epoch, p.version, p.release, p.href))
 
@@ -187,8 +194,11 @@ def _sign_packages(paths: list[str], signer: Signer) -> dict[str, str]:
     package, so several at once). Returns path -> sha256 of its bytes before signing,
     for the packages signed: signing a package published unsigned is no conflict."""
     def sign(path: str) -> str | None:
-        if _has_header_signature(path):
-            return None
+        try:
+            if _has_header_signature(path):
+                return None
+        except RocpkgInputError:
+            return None          # unreadable: reported with every other one when indexing
         before = hash_file(path).hexdigest()
         return before if sign_rpm_header(path, signer) else None
 
