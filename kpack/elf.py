@@ -33,6 +33,7 @@ SHF_WRITE, SHF_ALLOC, SHF_EXECINSTR = 0x1, 0x2, 0x4
 PT_LOAD, PT_DYNAMIC = 1, 2
 DT_NULL, DT_STRTAB, DT_SONAME, DT_STRSZ = 0, 5, 14, 10
 
+PT_GNU_STACK = 0x6474E551
 _EHDR = struct.Struct("<16sHHIQQQIHHHHHH")
 _PHDR = struct.Struct("<IIQQQQQQ")
 _SHDR = struct.Struct("<IIQQQQIIQQ")
@@ -43,7 +44,8 @@ def _align(value: int, alignment: int) -> int:
 
 
 def _build_elf(*, machine: int, osabi: int, abi_version: int, flags: int,
-               sections: list[tuple[str, int, int, bytes, int, int]], dynamic: int | None) -> bytes:
+               sections: list[tuple[str, int, int, bytes, int, int]], dynamic: int | None,
+               gnu_stack: bool = False) -> bytes:
     """Lay out header, program headers, section data, .shstrtab and section headers.
 
     sections: (name, sh_type, sh_flags, data, sh_link, sh_entsize); section indices start
@@ -55,7 +57,7 @@ def _build_elf(*, machine: int, osabi: int, abi_version: int, flags: int,
     for name in names:
         name_offsets[name] = len(shstrtab)
         shstrtab += name.encode() + b"\0"
-    phnum = 1 + (dynamic is not None)
+    phnum = 1 + (dynamic is not None) + gnu_stack
     offset = _EHDR.size + phnum * _PHDR.size
     body = bytearray()
     placed = []  # (offset, size)
@@ -85,6 +87,8 @@ def _build_elf(*, machine: int, osabi: int, abi_version: int, flags: int,
         dyn_offset, dyn_size = placed[dynamic - 1]
         phdrs.append(_PHDR.pack(PT_DYNAMIC, 0x4 | 0x2, dyn_offset, dyn_offset, dyn_offset,
                                 dyn_size, dyn_size, 8))
+    if gnu_stack:  # a non-executable stack, as every toolchain marks host objects
+        phdrs.append(_PHDR.pack(PT_GNU_STACK, 0x4 | 0x2, 0, 0, 0, 0, 0, 16))
     ident = b"\x7fELF" + bytes([2, 1, 1, osabi, abi_version]) + b"\0" * 7
     header = _EHDR.pack(ident, ET_DYN, machine, 1, 0, _EHDR.size, shoff, flags, _EHDR.size,
                         _PHDR.size, phnum, _SHDR.size, len(shdrs), len(shdrs) - 1)
@@ -108,7 +112,7 @@ def build_host_elf(sections: dict[str, bytes], *, soname: str | None = None) -> 
                            (".dynamic", SHT_DYNAMIC, SHF_ALLOC | SHF_WRITE, b"\0" * 64,
                             dynstr_index, 16)]
         image = _build_elf(machine=EM_X86_64, osabi=ELFOSABI_NONE, abi_version=0, flags=0,
-                           sections=probe, dynamic=len(probe))
+                           sections=probe, dynamic=len(probe), gnu_stack=True)
         dynstr_addr = _section_offset(image, dynstr_index)
         table = struct.pack("<qQqQqQqQ", DT_SONAME, 1, DT_STRTAB, dynstr_addr,
                             DT_STRSZ, len(dynstr), DT_NULL, 0)
@@ -116,7 +120,7 @@ def build_host_elf(sections: dict[str, bytes], *, soname: str | None = None) -> 
                                  dynstr_index, 16)]
         dynamic = len(entries)
     return _build_elf(machine=EM_X86_64, osabi=ELFOSABI_NONE, abi_version=0, flags=0,
-                      sections=entries, dynamic=dynamic)
+                      sections=entries, dynamic=dynamic, gnu_stack=True)
 
 
 def _section_offset(image: bytes, index: int) -> int:

@@ -281,7 +281,7 @@ class _PlanBuilder:
             maintainer=f.get("Maintainer") or s["maintainer"], vendor=f.get("Vendor") or s["vendor"],
             license=f.get("License") or s["license"], homepage=f.get("Homepage") or s["homepage"],
             section=f.get("Section") or "devel", priority=f.get("Priority") or "optional",
-            group=f.get("Group") or "", files=list(files),
+            group=f.get("Group") or "", files=list(files), prefix=self.prefix,
         )
 
     def _apply(self, spec: m.PackageSpec, relations: dict[str, list[str]]) -> m.PackageSpec:
