@@ -54,6 +54,7 @@ def make_payload(staging: str, size: int) -> None:
 
 def measure(argv: list[str], env: dict | None = None) -> dict:
     """Run argv as a child; wall time, CPU time (user+sys) and peak RSS from wait4."""
+    os.sync()       # don't bill one run for the previous one's dirty pages
     start = time.monotonic()
     child = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     _, status, usage = os.wait4(child.pid, 0)
