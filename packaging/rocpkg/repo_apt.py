@@ -24,9 +24,10 @@ from debian import deb822
 from debian.debian_support import Version
 
 from rocpkg.deb import read_deb_control
+from rocpkg.digest_cache import DigestCache
 from rocpkg.errors import RocpkgInputError
 from rocpkg.sign import KEYRING_NAME, Signer
-from rocpkg.streams import AtomicOutput, hash_file
+from rocpkg.streams import AtomicOutput
 
 COMPONENT = "main"
 DEFAULT_ARCHITECTURES = ("amd64",)
@@ -54,7 +55,9 @@ def publish_apt(out_dir: str | os.PathLike, *, suite: str = "stable", codename: 
     # apt ignores a Release dated before the one it holds: never go back in time.
     date = max(_release_time(source_date_epoch), _published_date(suite_dir))
 
-    stanzas = _collect(_packages_stanza, deb_root, _pool_files(deb_root))
+    digests = DigestCache(out_dir, "deb")
+    stanzas = _collect(lambda root, rel: _packages_stanza(root, rel, digests), deb_root,
+                       _pool_files(deb_root))
     previous = _published_packages(suite_dir)
     _refuse_conflicts(deb_root, stanzas, previous)
 
@@ -89,6 +92,7 @@ def publish_apt(out_dir: str | os.PathLike, *, suite: str = "stable", codename: 
         _remove_stale_signatures(suite_dir)
     else:
         written += signer.export_public_keys(out_dir)
+    digests.save()
     return written
 
 
@@ -120,16 +124,16 @@ def _pool_files(deb_root: str) -> list[str]:
     return sorted(found)
 
 
-def _packages_stanza(deb_root: str, rel: str) -> deb822.Packages:
+def _packages_stanza(deb_root: str, rel: str, digests: DigestCache) -> deb822.Packages:
     """The .deb's own control stanza plus where it is and what its bytes hash to."""
     path = os.path.join(deb_root, rel)
     control = _read_control(path)
     for field in ("Package", "Version", "Architecture"):
         if not control.get(field):
             raise RocpkgInputError(path, f"control stanza has no {field} field")
-    digest = hash_file(path, ("sha256",))
-    index = {"Filename": rel.replace(os.sep, "/"), "Size": str(digest.count),
-             "SHA256": digest.hexdigest("sha256")}
+    filename = rel.replace(os.sep, "/")
+    sha256, size = digests.sha256(path, filename)
+    index = {"Filename": filename, "Size": str(size), "SHA256": sha256}
     stanza = deb822.Packages()
     for key, value in control.items():
         if key == "Description":

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from xml.sax.saxutils import XMLGenerator
 
 from rocpkg import rpm
+from rocpkg.digest_cache import DigestCache
 from rocpkg.errors import RocpkgInputError
 from rocpkg.rpm import Tag
 from rocpkg.sign import ARMORED_KEY_NAME, Signer, sign_rpm_header
@@ -83,10 +84,11 @@ def publish_dnf(out_dir: str | os.PathLike, *, signer: Signer | None = None,
     if sign_packages and signer is not None:
         unsigned_digests = _sign_packages([os.path.join(rpm_root, rel) for rel in files], signer)
         written += sorted(unsigned_digests)
+    digests = DigestCache(out_dir, "rpm")
     packages, problems = [], []
     for rel in files:
         try:
-            packages.append(_read_package(rpm_root, rel, source_date_epoch))
+            packages.append(_read_package(rpm_root, rel, source_date_epoch, digests))
         except RocpkgInputError as exc:
             problems += exc.problems
     if problems:
@@ -115,6 +117,7 @@ def publish_dnf(out_dir: str | os.PathLike, *, signer: Signer | None = None,
     _remove_unreferenced(repodata, keep={r["href"] for r in records} | set(previous.values()))
     if signer is not None:
         written += signer.export_public_keys(out_dir)
+    digests.save()
     return written
 
 
@@ -171,19 +174,20 @@ def _rpm_files(rpm_root: str) -> list[str]:
     return sorted(found)
 
 
-def _read_package(rpm_root: str, rel: str, source_date_epoch: int | None) -> _Package:
+def _read_package(rpm_root: str, rel: str, source_date_epoch: int | None,
+                  digests: DigestCache) -> _Package:
     path = os.path.join(rpm_root, rel)
     info = rpm.read_rpm(path)
     header = info.header
     for tag in (Tag.NAME, Tag.VERSION, Tag.RELEASE, Tag.ARCH):
         if not header.get(tag):
             raise RocpkgInputError(path, f"RPM header has no {tag.name} tag")
-    digest = hash_file(path, ("sha256",))
+    href = rel.replace(os.sep, "/")
+    sha256, size = digests.sha256(path, href)
     mtime = int(os.stat(path).st_mtime)
     if source_date_epoch is not None:
         mtime = min(mtime, int(source_date_epoch))
-    return _Package(info=info, href=rel.replace(os.sep, "/"), checksum=digest.hexdigest(),
-                    size=digest.count, file_time=mtime, name=header[Tag.NAME],
+    return _Package(info=info, href=href, checksum=sha256, size=size, file_time=mtime, name=header[Tag.NAME],
                     arch="src" if header.get(TAG_SOURCEPACKAGE) else header[Tag.ARCH],
                     epoch=_int(header.get(Tag.EPOCH)), version=header[Tag.VERSION],
                     release=header[Tag.RELEASE])
