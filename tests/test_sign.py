@@ -111,6 +111,7 @@ def test_a_key_that_is_not_there_is_bad_input_naming_it(signer):
 
 def test_a_passphrase_protected_eddsa_key_signs_with_its_passphrase_only(tmp_path):
     home = tempfile.mkdtemp(prefix="g", dir="/tmp")
+    Path(home, "gpg-agent.conf").write_text("s2k-count 65536\n")   # no key-stretching calibration
     try:
         subprocess.run(["gpg", "--homedir", home, "--batch", "--pinentry-mode", "loopback", "--passphrase",
                         "s3cret", "--quick-gen-key", "protected <p@example.org>", "ed25519", "sign", "never"],
