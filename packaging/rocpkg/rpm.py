@@ -746,7 +746,7 @@ def digest_sources(spec: PackageSpec, files: list[FileEntry], threads: int = 0) 
             return None, f"{entry.source} has {hashed.count} bytes, planned {entry.size}"
         return hashed.hexdigest(), ""
 
-    workers = max(1, min(threads or os.cpu_count() or 1, len(regular), 32))
+    workers = max(1, min(threads or os.cpu_count() or 1, len(regular), 8))
     with ThreadPoolExecutor(max_workers=workers) as pool:
         results = list(pool.map(digest, regular))
     problems = [(f"{spec.name}: {e.path}", why) for e, (_, why) in zip(regular, results) if why]
@@ -917,6 +917,12 @@ def build_header(spec: PackageSpec, parsed: ParsedSpec, options: BuildOptions,
     return tags
 
 
+# zstd workers each hold a few jobs: 4 MiB jobs and at most 8 workers bound the writer's
+# memory on any machine. Output depends on the job size, never on the worker count.
+ZSTD_JOB_SIZE = 4 << 20
+ZSTD_MAX_THREADS = 8
+
+
 class _Compressor:
     """One face (write/finish) over zstd, xz and gzip streams into a sink."""
 
@@ -925,8 +931,10 @@ class _Compressor:
         self.kind = options.compression
         level = options.compression_level
         if self.kind == "zstd":
-            threads = options.threads if options.threads > 0 else -1
-            self.stream = zstandard.ZstdCompressor(level=level, threads=threads).stream_writer(
+            threads = min(options.threads or os.cpu_count() or 1, ZSTD_MAX_THREADS)
+            parameters = zstandard.ZstdCompressionParameters.from_level(
+                max(1, min(level, 19)), threads=threads, job_size=ZSTD_JOB_SIZE)
+            self.stream = zstandard.ZstdCompressor(compression_params=parameters).stream_writer(
                 sink, closefd=False, write_return_read=True)
         elif self.kind == "xz":
             self.obj = lzma.LZMACompressor(format=lzma.FORMAT_XZ, check=lzma.CHECK_CRC32,
