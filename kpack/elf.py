@@ -28,10 +28,10 @@ EF_AMDGPU_GENERIC_VERSION_OFFSET = 24
 FEATURE_UNSUPPORTED, FEATURE_ANY, FEATURE_OFF, FEATURE_ON = 0, 1, 2, 3
 FEATURE_SHIFT = {"xnack": 8, "sramecc": 10}
 
-SHT_PROGBITS, SHT_STRTAB, SHT_DYNAMIC = 1, 3, 6
+SHT_PROGBITS, SHT_STRTAB, SHT_HASH, SHT_DYNAMIC, SHT_DYNSYM = 1, 3, 5, 6, 11
 SHF_WRITE, SHF_ALLOC, SHF_EXECINSTR = 0x1, 0x2, 0x4
 PT_LOAD, PT_DYNAMIC = 1, 2
-DT_NULL, DT_STRTAB, DT_SONAME, DT_STRSZ = 0, 5, 14, 10
+DT_NULL, DT_NEEDED, DT_HASH, DT_STRTAB, DT_SYMTAB, DT_STRSZ, DT_SYMENT, DT_SONAME = 0, 1, 4, 5, 6, 10, 11, 14
 
 PT_GNU_STACK = 0x6474E551
 _EHDR = struct.Struct("<16sHHIQQQIHHHHHH")
@@ -104,18 +104,25 @@ def build_host_elf(sections: dict[str, bytes], *, soname: str | None = None) -> 
         entries.append((name, SHT_PROGBITS, flags, bytes(data), 0, 0))
     dynamic = None
     if soname is not None:
-        dynstr = b"\0" + soname.encode() + b"\0"
-        dynstr_index = len(entries) + 1
-        # DT_STRTAB holds the address of .dynstr; allocated sections have addr == offset,
-        # which _build_elf decides, so lay out once to learn it, then fill it in.
-        probe = entries + [(".dynstr", SHT_STRTAB, SHF_ALLOC, dynstr, 0, 0),
-                           (".dynamic", SHT_DYNAMIC, SHF_ALLOC | SHF_WRITE, b"\0" * 64,
-                            dynstr_index, 16)]
+        # What a linker leaves in every shared object and the distro linters look for:
+        # DT_NEEDED libc, a symbol table (the null symbol) and its SysV hash table.
+        dynstr = b"\0" + soname.encode() + b"\0libc.so.6\0"
+        base = len(entries)
+        dynstr_index, dynsym_index, hash_index = base + 1, base + 2, base + 3
+        dynsym = b"\0" * 24
+        sysv_hash = struct.pack("<IIII", 1, 1, 0, 0)  # nbucket=1, nchain=1, bucket, chain
+        fixed = [(".dynstr", SHT_STRTAB, SHF_ALLOC, dynstr, 0, 0),
+                 (".dynsym", SHT_DYNSYM, SHF_ALLOC, dynsym, dynstr_index, 24),
+                 (".hash", SHT_HASH, SHF_ALLOC, sysv_hash, dynsym_index, 4)]
+        # addresses are file offsets, which _build_elf decides: lay out once to learn them
+        probe = entries + fixed + [(".dynamic", SHT_DYNAMIC, SHF_ALLOC | SHF_WRITE, b"\0" * 144,
+                                    dynstr_index, 16)]
         image = _build_elf(machine=EM_X86_64, osabi=ELFOSABI_NONE, abi_version=0, flags=0,
                            sections=probe, dynamic=len(probe), gnu_stack=True)
-        dynstr_addr = _section_offset(image, dynstr_index)
-        table = struct.pack("<qQqQqQqQ", DT_SONAME, 1, DT_STRTAB, dynstr_addr,
-                            DT_STRSZ, len(dynstr), DT_NULL, 0)
+        table = struct.pack("<" + "qQ" * 9, DT_SONAME, 1, DT_NEEDED, len(soname) + 2,
+                            DT_STRTAB, _section_offset(image, dynstr_index), DT_STRSZ, len(dynstr),
+                            DT_SYMTAB, _section_offset(image, dynsym_index), DT_SYMENT, 24,
+                            DT_HASH, _section_offset(image, hash_index), DT_NULL, 0, DT_NULL, 0)
         entries = probe[:-1] + [(".dynamic", SHT_DYNAMIC, SHF_ALLOC | SHF_WRITE, table,
                                  dynstr_index, 16)]
         dynamic = len(entries)

@@ -6,6 +6,7 @@ list. Writers pack what the plan says and nothing else.
 """
 from __future__ import annotations
 
+import dataclasses
 import posixpath
 import re
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ from rocpkg.config import Config, Definition, relation_names, validate_settings
 from rocpkg.errors import RocpkgInputError
 
 FORMATS = ("deb", "rpm")
+_SHARED_LIB = re.compile(r"/lib[^/]*\.so(\.[0-9]+)*$")
 SCRIPT_TEMPLATES = {"postinst": "postinst.j2", "prerm": "prerm.j2"}
 
 # Definition classes
@@ -274,6 +276,9 @@ class _PlanBuilder:
             arch = "all" if arch_independent else (f.get("Architecture") or s["deb_arch"])
         else:
             arch = "noarch" if arch_independent else (f.get("BuildArch") or s["rpm_arch"])
+        if fmt == "deb":  # Debian policy 10.9, what dh_fixperms does: shared objects are not executable
+            files = [dataclasses.replace(fe, mode=fe.mode & ~0o111) if fe.type == m.FILE and _SHARED_LIB.search(fe.path)
+                     else fe for fe in files]
         return m.PackageSpec(
             format=fmt, name=name, version=self.version, release=self.release, arch=arch, kind=kind,
             definition=d.name, target=target, family=family, epoch=self.epoch,
@@ -313,6 +318,8 @@ class _PlanBuilder:
         for fmt in formats:
             plan.packages[fmt] = self._format_packages(fmt, files, top)
         self._link_archive_providers(plan, files)
+        if "deb" in plan.packages:
+            self._add_libc_dependency(plan.packages["deb"])
         for fmt in formats:
             plan.packages[fmt].sort(key=lambda p: p.name)
             names = [p.name for p in plan.packages[fmt]]
@@ -462,6 +469,20 @@ class _PlanBuilder:
                     elif fmt == "deb" or "deb" not in plan.packages:
                         self.problems.append((p.name, what))
 
+    def _add_libc_dependency(self, specs: list[m.PackageSpec]) -> None:
+        """What dpkg-shlibdeps would add and package.json lists often forget: a package
+        whose ELF files need libc.so.6 depends on libc6 (Debian's C library)."""
+        needs: dict[str, bool] = {}
+        for spec in specs:
+            if any(n == "libc6" for rel in spec.depends for n in relation_names(rel)):
+                continue
+            for fe in spec.files:
+                if fe.type == m.FILE and fe.source not in needs:
+                    needs[fe.source] = _looks_elf(fe.source) and "libc.so.6" in _elf_needed(fe.source)
+                if fe.type == m.FILE and needs[fe.source]:
+                    spec.depends.insert(0, "libc6")
+                    break
+
     def _cycles(self) -> list[str]:
         graph = {n: [x for r in d.deb_relations.get("depends", []) for x in relation_names(r) if x in self.defs]
                  for n, d in self.defs.items()}
@@ -475,6 +496,19 @@ def _looks_elf(path: str) -> bool:
             return fh.read(4) == b"\x7fELF"
     except OSError:
         return False
+
+
+def _elf_needed(path: str) -> list[str]:
+    """DT_NEEDED entries of an ELF file ([] when it has none or cannot be parsed)."""
+    from elftools.common.exceptions import ELFError
+    from elftools.elf.elffile import ELFFile
+
+    try:
+        with open(path, "rb") as fh:
+            dynamic = ELFFile(fh).get_section_by_name(".dynamic")
+            return [t.needed for t in dynamic.iter_tags("DT_NEEDED")] if dynamic is not None else []
+    except (ELFError, OSError, ValueError, AttributeError):
+        return []
 
 
 def _normalise_external(fmt: str, relation: str) -> str:
