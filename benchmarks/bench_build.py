@@ -158,6 +158,8 @@ def child(kind: str, fmt: str, plan_json: str, out: str) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size-mb", type=float, default=256)
+    parser.add_argument("--targets", default="gfx942,gfx1100,gfx1101,gfx1201,gfx90a,gfx1030",
+                        help="sample targets (the generator caps each kernel at 8 MiB: more targets, more bytes)")
     parser.add_argument("-j", "--jobs", type=int, default=None, help="rocpkg build -j (default: CPU count)")
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
     parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
@@ -172,7 +174,8 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="bench-build-"))
     try:
         artifacts = work / "artifacts"
-        generated = measure(rocpkg + ["sample-artifacts", str(artifacts), "--size-mb", str(args.size_mb)], env)
+        generated = measure(rocpkg + ["sample-artifacts", str(artifacts), "--size-mb", str(args.size_mb),
+                                      "--targets", args.targets], env)
         plan_json = work / "plan.json"
         with open(plan_json, "w") as fh:
             subprocess.run(rocpkg + ["plan", "-a", str(artifacts), "--json"], stdout=fh, check=True, env=env)

@@ -393,14 +393,11 @@ def build_release(plan, out_dir: str | os.PathLike, *, formats: Iterable[str] | 
     else:
         chosen = every
     cores = os.cpu_count() or 1
-    jobs = max(1, min(jobs or cores, len(chosen) or 1))
-    threads = options.threads or max(1, cores // jobs)
-    options = dataclasses.replace(options, threads=threads)
     code = _code_fingerprint()
     signer_id = signer.fingerprint if signer is not None else ""
 
     os.makedirs(out_dir, exist_ok=True)
-    result = BuildResult(out_dir, "", shard=shard, jobs=jobs, threads=threads)
+    result = BuildResult(out_dir, "", shard=shard)
     with _OutLock(out_dir):
         _remove_stale_temporaries(out_dir)
         # biggest first: the long packages start early and the pool drains evenly
@@ -414,14 +411,19 @@ def build_release(plan, out_dir: str | os.PathLike, *, formats: Iterable[str] | 
             if progress is not None:
                 progress(BuildProgress(len(outcomes), len(order), done_bytes, total_bytes, outcome))
 
-        tasks, recorded = [], []
+        stale, recorded = [], []
         for spec in order:
             fingerprint = package_fingerprint(spec, options, code, signer_id)
             outcome = _up_to_date(spec, out_dir, fingerprint)
             if outcome is not None:
                 recorded.append(outcome)
             else:
-                tasks.append(_Task(spec, out_dir, options, fingerprint, signer))
+                stale.append((spec, fingerprint))
+        # threads never change a byte (module doc), so they are chosen for what is left to do
+        jobs = result.jobs = max(1, min(jobs or cores, len(stale) or 1))
+        result.threads = options.threads or max(1, cores // jobs)
+        options = dataclasses.replace(options, threads=result.threads)
+        tasks = [_Task(spec, out_dir, options, fingerprint, signer) for spec, fingerprint in stale]
 
         def finish(task: _Task | None, answer) -> None:
             nonlocal done_bytes
@@ -441,7 +443,7 @@ def build_release(plan, out_dir: str | os.PathLike, *, formats: Iterable[str] | 
         else:
             # fork (cheap, no __main__ guard needed), and every worker is forked at the
             # first submit, before the first progress callback may start a display thread
-            with ProcessPoolExecutor(max_workers=min(jobs, len(tasks)), mp_context=get_context("fork")) as pool:
+            with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("fork")) as pool:
                 pending = {pool.submit(_build_one, t): t for t in tasks}
                 report(None)
                 for outcome in recorded:
