@@ -34,8 +34,8 @@ import json
 import os
 import re
 import shutil
+import signal
 import time
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
 from multiprocessing import get_context
 from pathlib import Path
@@ -441,17 +441,23 @@ def build_release(plan, out_dir: str | os.PathLike, *, formats: Iterable[str] | 
             for task in tasks:
                 finish(task, _build_one(task))
         else:
-            # fork (cheap, no __main__ guard needed), and every worker is forked at the
-            # first submit, before the first progress callback may start a display thread
-            with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("fork")) as pool:
-                pending = {pool.submit(_build_one, t): t for t in tasks}
+            # fork (cheap, no __main__ guard needed); the workers exist before the first
+            # progress callback may start a display thread, and ignore Ctrl-C: the parent
+            # stops them (what they finished is kept by its state file, the rest is redone)
+            pool = get_context("fork").Pool(jobs, initializer=signal.signal, initargs=(signal.SIGINT, signal.SIG_IGN))
+            try:
+                answers = pool.imap_unordered(_build_one, tasks)
                 report(None)
                 for outcome in recorded:
                     finish(None, outcome)
-                while pending:
-                    ready, _ = wait(pending, return_when=FIRST_COMPLETED)
-                    for future in ready:
-                        finish(pending.pop(future), future.result())
+                for answer in answers:
+                    finish(None, answer)
+                pool.close()
+            except BaseException:
+                pool.terminate()
+                raise
+            finally:
+                pool.join()
         if problems:
             raise RocpkgInputError(problems)
 

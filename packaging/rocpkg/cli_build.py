@@ -49,13 +49,12 @@ class ProgressDisplay:
 
     def _rich(self, event) -> None:
         from rich.console import Console
-        from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn,
-                                   TimeRemainingColumn)
+        from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
         if self.bar is None:
             # the bar runs over payload bytes: they, not package counts, take the time
-            self.bar = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(binary_units=True),
-                                TextColumn("{task.fields[packages]} packages"), TimeElapsedColumn(),
+            self.bar = Progress(TextColumn("{task.description}"), BarColumn(bar_width=24),
+                                DownloadColumn(binary_units=True), TextColumn("{task.fields[packages]}"),
                                 TimeRemainingColumn(), TextColumn("{task.fields[current]}"),
                                 console=Console(stderr=True), transient=True)
             self.bar.start()
