@@ -531,7 +531,7 @@ class _MemberReader(io.RawIOBase):
 
 
 @contextmanager
-def _open_tar_member(path: str, prefix: str) -> Iterator[tarfile.TarFile]:
+def open_deb_tar(path: str, prefix: str) -> Iterator[tarfile.TarFile]:
     """Stream the tar inside the member whose name starts with `prefix` (control.tar or
     data.tar), decompressing on the fly."""
     member = next((m for m in iter_deb_members(path) if m.name.startswith(prefix)), None)
@@ -556,7 +556,7 @@ def _open_tar_member(path: str, prefix: str) -> Iterator[tarfile.TarFile]:
 
 def read_deb_control_file(path: str, name: str) -> bytes | None:
     """The bytes of one control.tar file (control, md5sums, postinst...), or None."""
-    with _open_tar_member(path, "control.tar") as tar:
+    with open_deb_tar(path, "control.tar") as tar:
         for info in tar:
             if info.name.removeprefix("./") == name and info.isfile():
                 return tar.extractfile(info).read()
@@ -575,7 +575,7 @@ def list_deb_files(path: str) -> list[tuple[str, int, int, str, str]]:
     """(install path, size, permission bits, FILE|DIR|SYMLINK|"hardlink"|"other",
     link target) of every data.tar member, streamed (the payload is never held)."""
     listing = []
-    with _open_tar_member(path, "data.tar") as tar:
+    with open_deb_tar(path, "data.tar") as tar:
         for info in tar:
             name = "/" + info.name.removeprefix(".").strip("/")
             if info.isreg():

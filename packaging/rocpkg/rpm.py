@@ -21,6 +21,7 @@ import lzma
 import os
 import struct
 import time
+import gzip
 import zlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -30,7 +31,7 @@ import zstandard
 from rocpkg.errors import RocpkgInputError
 from rocpkg.model import DIR, FILE, SYMLINK, BuildOptions, BuiltPackage, FileEntry, PackageSpec
 from rocpkg.render import render_spec
-from rocpkg.streams import AtomicOutput, HashingWriter, copy_stream, hash_file
+from rocpkg.streams import AtomicOutput, HashingWriter, copy_stream, hash_file, read_exact
 
 # ---------------------------------------------------------------------------
 # 1. tag table
@@ -414,6 +415,55 @@ class CpioWriter:
 LEAD_MAGIC = b"\xed\xab\xee\xdb"
 LEAD_SIZE = 96
 RESERVED_SPACE = 4128   # room for a later in-place header signature (RSA/EdDSA packet)
+
+
+# -- cpio reader: the payload as rpm2cpio would stream it ----------------------------------
+
+
+def open_payload_stream(fh, compressor: str):
+    """The decompressed cpio of an rpm whose file object sits at the payload offset."""
+    if compressor == "zstd":
+        return zstandard.ZstdDecompressor().stream_reader(fh, read_across_frames=True)
+    if compressor in ("xz", "lzma"):
+        return lzma.LZMAFile(fh)
+    if compressor == "gzip":
+        return gzip.GzipFile(fileobj=fh, mode="rb")
+    raise RocpkgInputError(fh.name, f"unsupported payload compressor {compressor!r}")
+
+
+def skip_cpio_pad(stream, consumed: int) -> None:
+    """cpio pads every header and every file's data to 4 bytes."""
+    if consumed % 4:
+        read_exact(stream, 4 - consumed % 4)
+
+
+def iter_cpio(stream, by_index: dict[int, FileEntry]):
+    """(header index or None, install path, data size) per cpio entry, stream positioned at
+    the entry's data. Both of rpm's forms: newc ("./path" and stat fields) and stripped
+    (07070X + the file's index in the header, which holds everything else)."""
+    paths = {fe.path: i for i, fe in by_index.items()}
+    while True:
+        magic = read_exact(stream, 6)
+        if magic == b"07070X":
+            index = int(read_exact(stream, 8), 16)
+            skip_cpio_pad(stream, 14)
+            fe = by_index.get(index)
+            if fe is None:
+                raise ValueError(f"stripped cpio entry {index} is not in the header's file list")
+            size = fe.size if fe.type == FILE else len(fe.link_target.encode()) if fe.type == SYMLINK else 0
+            yield index, fe.path, size
+        elif magic == b"070701":
+            fields = read_exact(stream, 104)
+            size = int(fields[48:56], 16)
+            namesize = int(fields[88:96], 16)
+            name = read_exact(stream, namesize).rstrip(b"\0").decode("utf-8", "surrogateescape")
+            skip_cpio_pad(stream, 110 + namesize)
+            if name == "TRAILER!!!":
+                return
+            path = "/" + name.removeprefix(".").strip("/")
+            yield paths.get(path), path, size
+        else:
+            raise ValueError(f"bad cpio magic {magic!r}")
 
 
 def encode_lead(nevr: str) -> bytes:

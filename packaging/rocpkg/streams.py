@@ -89,3 +89,29 @@ class AtomicOutput:
                 except FileNotFoundError:
                     pass
         return False
+
+
+def read_upto(stream, n: int) -> bytes:
+    """Up to n bytes, fewer only at the end of the stream (raw streams may return less)."""
+    chunks, got = [], 0
+    while got < n:
+        chunk = stream.read(n - got)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)
+
+
+def read_exact(stream, n: int) -> bytes:
+    """Exactly n bytes or EOFError: a truncated payload is an error, not a short read."""
+    data = read_upto(stream, n)
+    if len(data) != n:
+        raise EOFError(f"truncated: wanted {n} bytes, got {len(data)}")
+    return data
+
+
+def skip_exact(stream, n: int) -> None:
+    """Consume n bytes of a non-seekable stream in bounded chunks."""
+    while n > 0:
+        n -= len(read_exact(stream, min(CHUNK, n)))

@@ -49,9 +49,7 @@ read its marker section; of a kpack archive only its header and TOC are kept.
 """
 from __future__ import annotations
 
-import gzip
 import io
-import lzma
 import os
 import posixpath
 import re
@@ -69,7 +67,7 @@ from rocpkg import model as m
 from rocpkg.config import relation_names
 from rocpkg.errors import RocpkgInputError
 from rocpkg.plan import closure
-from rocpkg.streams import CHUNK, copy_stream
+from rocpkg.streams import CHUNK, copy_stream, read_exact, read_upto, skip_exact
 
 REPORT_SCHEMA = "rocpkg-verify/1"
 RELATION_FIELDS = ("depends", "pre_depends", "recommends", "suggests")
@@ -563,20 +561,20 @@ class _Inspector:
             self.problems.append(Problem("unreadable", self.spec.name, path, "-", str(exc), self.spec.format))
 
     def _archive(self, path: str, size: int, stream) -> _Archive:
-        head = _read_upto(stream, min(size, KPACK_HEAD))
+        head = read_upto(stream, min(size, KPACK_HEAD))
         pieces = [(0, head)]
         if len(head) >= 16 and head[:4] == b"KPAK":
             (toc_offset,) = struct.unpack_from("<Q", head, 8)
             if len(head) <= toc_offset < size:
                 if size - toc_offset > MAX_TOC:
                     raise KpackFormatError(f"TOC of {size - toc_offset} bytes is larger than verify reads")
-                _read_exact_skip(stream, toc_offset - len(head))
-                pieces.append((toc_offset, _read_exact(stream, size - toc_offset)))
+                skip_exact(stream, toc_offset - len(head))
+                pieces.append((toc_offset, read_exact(stream, size - toc_offset)))
         with KpackReader(_SparseImage(path, size, pieces)) as reader:
             return _archive_of(reader)
 
     def _marker(self, size: int, stream) -> Marker | None:
-        head = _read_upto(stream, min(size, 64))
+        head = read_upto(stream, min(size, 64))
         if not _looks_host_elf(head):
             return None
         fd, spilled = tempfile.mkstemp(dir=self.spill_dir, suffix=".elf")
@@ -591,12 +589,12 @@ class _Inspector:
 
 def _read_deb_payload(spec: m.PackageSpec, package_file: str, spill_dir: str):
     """One pass over data.tar: the file listing, and the inspector's look at each member."""
-    from rocpkg.deb import _open_tar_member  # the streaming data.tar reader of the .deb writer's module
+    from rocpkg.deb import open_deb_tar
 
     inspector = _Inspector(spec, spill_dir)
     files: list[m.FileEntry] = []
     try:
-        with _open_tar_member(package_file, "data.tar") as tar:
+        with open_deb_tar(package_file, "data.tar") as tar:
             for info in tar:
                 path = "/" + info.name.removeprefix(".").strip("/")
                 if path == "/":
@@ -618,21 +616,9 @@ def _read_deb_payload(spec: m.PackageSpec, package_file: str, spill_dir: str):
     return files, inspector.markers, inspector.archives, inspector.problems
 
 
-def _rpm_payload_stream(fh, compressor: str):
-    if compressor == "zstd":
-        import zstandard
-
-        return zstandard.ZstdDecompressor().stream_reader(fh, read_across_frames=True)
-    if compressor in ("xz", "lzma"):
-        return lzma.LZMAFile(fh)
-    if compressor == "gzip":
-        return gzip.GzipFile(fileobj=fh, mode="rb")
-    raise RocpkgInputError(fh.name, f"unsupported payload compressor {compressor!r}")
-
-
 def _read_rpm_payload(spec: m.PackageSpec, package_file: str, spill_dir: str):
     """One pass over the cpio payload, only when the header lists something to inspect."""
-    from rocpkg.rpm import Tag, read_rpm
+    from rocpkg.rpm import Tag, iter_cpio, open_payload_stream, read_rpm, skip_cpio_pad
 
     inspector = _Inspector(spec, spill_dir)
     by_index = {i: fe for i, fe in enumerate(spec.files)}
@@ -642,78 +628,19 @@ def _read_rpm_payload(spec: m.PackageSpec, package_file: str, spill_dir: str):
         info = read_rpm(package_file)
         with open(package_file, "rb") as fh:
             fh.seek(info.payload_offset)
-            stream = io.BufferedReader(_rpm_payload_stream(fh, info.first(Tag.PAYLOADCOMPRESSOR, "gzip")), CHUNK)
-            for index, path, size in _iter_cpio(stream, by_index):
+            stream = io.BufferedReader(open_payload_stream(fh, info.first(Tag.PAYLOADCOMPRESSOR, "gzip")), CHUNK)
+            for index, path, size in iter_cpio(stream, by_index):
                 body = _Bounded(stream, size)
                 fe = by_index.get(index) if index is not None else None
                 if fe is not None and fe.type == m.FILE and inspector.wants(path):
                     inspector.member(path, size, body)
                 body.skip()
-                _skip_pad(stream, size)
+                skip_cpio_pad(stream, size)
     except (RocpkgInputError, OSError, EOFError, ValueError) as exc:
         inspector.problems.append(Problem("unreadable", spec.name, package_file, "-", f"payload: {_why(exc)}", "rpm"))
     except Exception as exc:  # zstd / lzma errors of a corrupt payload
         inspector.problems.append(Problem("unreadable", spec.name, package_file, "-", f"payload: {exc}", "rpm"))
     return None, inspector.markers, inspector.archives, inspector.problems
-
-
-def _read_upto(stream, n: int) -> bytes:
-    """Up to n bytes, fewer only at the end of the stream (raw streams may return less)."""
-    chunks, got = [], 0
-    while got < n:
-        chunk = stream.read(n - got)
-        if not chunk:
-            break
-        chunks.append(chunk)
-        got += len(chunk)
-    return b"".join(chunks)
-
-
-def _read_exact(stream, n: int) -> bytes:
-    data = _read_upto(stream, n)
-    if len(data) != n:
-        raise EOFError(f"cpio payload truncated: wanted {n} bytes, got {len(data)}")
-    return data
-
-
-def _read_exact_skip(stream, n: int) -> None:
-    while n > 0:
-        got = len(_read_exact(stream, min(CHUNK, n)))
-        n -= got
-
-
-def _skip_pad(stream, consumed: int) -> None:
-    if consumed % 4:
-        _read_exact(stream, 4 - consumed % 4)
-
-
-def _iter_cpio(stream, by_index: dict[int, m.FileEntry]):
-    """(header index or None, install path, data size) per cpio entry, stream positioned at
-    the entry's data. Both of rpm's forms: newc ("./path" and stat fields) and stripped
-    (07070X + the file's index in the header, which holds everything else)."""
-    paths = {fe.path: i for i, fe in by_index.items()}
-    while True:
-        magic = _read_exact(stream, 6)
-        if magic == b"07070X":
-            index = int(_read_exact(stream, 8), 16)
-            _skip_pad(stream, 14)
-            fe = by_index.get(index)
-            if fe is None:
-                raise ValueError(f"stripped cpio entry {index} is not in the header's file list")
-            size = fe.size if fe.type == m.FILE else len(fe.link_target.encode()) if fe.type == m.SYMLINK else 0
-            yield index, fe.path, size
-        elif magic == b"070701":
-            fields = _read_exact(stream, 104)
-            size = int(fields[48:56], 16)
-            namesize = int(fields[88:96], 16)
-            name = _read_exact(stream, namesize).rstrip(b"\0").decode("utf-8", "surrogateescape")
-            _skip_pad(stream, 110 + namesize)
-            if name == "TRAILER!!!":
-                return
-            path = "/" + name.removeprefix(".").strip("/")
-            yield paths.get(path), path, size
-        else:
-            raise ValueError(f"bad cpio magic {magic!r}")
 
 
 # -- the checks -----------------------------------------------------------------------------
