@@ -276,6 +276,9 @@ class _PlanBuilder:
             arch = "all" if arch_independent else (f.get("Architecture") or s["deb_arch"])
         else:
             arch = "noarch" if arch_independent else (f.get("BuildArch") or s["rpm_arch"])
+        section = f.get("Section") or "devel"
+        if fmt == "deb" and kind in (m.KIND_META, m.KIND_ALIAS):
+            section = "metapackages"  # Debian's section for packages that only pull in others
         if fmt == "deb":  # Debian policy 10.9, what dh_fixperms does: shared objects are not executable
             files = [dataclasses.replace(fe, mode=fe.mode & ~0o111) if fe.type == m.FILE and _SHARED_LIB.search(fe.path)
                      else fe for fe in files]
@@ -285,7 +288,7 @@ class _PlanBuilder:
             summary=summary, description=long,
             maintainer=f.get("Maintainer") or s["maintainer"], vendor=f.get("Vendor") or s["vendor"],
             license=f.get("License") or s["license"], homepage=f.get("Homepage") or s["homepage"],
-            section=f.get("Section") or "devel", priority=f.get("Priority") or "optional",
+            section=section, priority=f.get("Priority") or "optional",
             group=f.get("Group") or "", files=list(files), prefix=self.prefix,
         )
 
