@@ -239,3 +239,46 @@ def test_rpms_signed_later_by_rocpkg_repo_stay_recorded_and_are_not_rebuilt(arti
     again = rocpkg("build", "-a", artifacts, "-o", out, "--formats", "rpm")
     assert stats(out) == signed  # the build keeps the signed files
     assert next(line for line in again.stdout.splitlines() if line.startswith("all ")).split()[1] == "0"
+
+
+def test_ctrl_c_stops_a_parallel_build_at_once_and_a_rerun_finishes_it(tmp_path):
+    artifacts = make_artifacts(tmp_path / "artifacts", size_mb=16)
+    out = tmp_path / "out"
+    proc = subprocess.Popen(ROCPKG + ["build", "-a", str(artifacts), "-o", str(out), "-j", "2"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        if any(p.suffix in (".deb", ".rpm") for p in out.glob("*/**/*")):
+            break
+        time.sleep(0.01)
+    os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole process group
+    started = time.monotonic()
+    _, err = proc.communicate(timeout=60)
+    print(f"stopped {time.monotonic() - started:.2f} s after Ctrl-C")
+    assert proc.returncode == 130 and err.rstrip().endswith("error: interrupted")
+    assert "Traceback" not in err
+    rocpkg("build", "-a", artifacts, "-o", out, "-j", "2")
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert all(entry["sha256"] == sha256(out / entry["file"]) for entry in manifest["packages"])
+
+
+def test_a_signed_build_with_repo_publishes_signed_repositories_and_rpms(artifacts, tmp_path):
+    from repo_helpers import kill_gpg_agent, make_signer
+
+    out = tmp_path / "out"
+    signer, home = make_signer()
+    try:
+        fingerprint = signer.fingerprint
+        result = rocpkg("build", "-a", artifacts, "-o", out, "--repo", "--gpg-home", home, "--sign-key", signer.key_id)
+    finally:
+        kill_gpg_agent(home)
+    assert f"signed by {fingerprint}" in result.stdout
+    for path in ("deb/dists/stable/InRelease", "rpm/repodata/repomd.xml.asc", "rocm.gpg", "rocm.asc"):
+        assert (out / path).is_file(), path
+    manifest = json.loads((out / "manifest.json").read_text())
+    rpm = next(e for e in manifest["packages"] if e["format"] == "rpm" and e["kind"] == "device")
+    assert rpm["sha256"] == sha256(out / rpm["file"])
+    db = tmp_path / "rpmdb"
+    subprocess.run(["rpm", "--dbpath", db, "--import", out / "rocm.asc"], check=True, capture_output=True)
+    check = subprocess.run(["rpm", "--dbpath", db, "-K", out / rpm["file"]], capture_output=True, text=True)
+    assert check.returncode == 0 and check.stdout.rstrip().endswith("digests signatures OK"), check.stdout
