@@ -100,6 +100,11 @@ class ByteSource:
             self.name = str(getattr(source, "name", "<stream>"))
             self.size = source.seek(0, os.SEEK_END)
 
+    @property
+    def fd(self) -> int | None:
+        """The descriptor when reading a path, for os.pread in hot loops; None for file objects."""
+        return self._fd
+
     def read_at(self, offset: int, size: int) -> bytes:
         if offset < 0 or size < 0 or offset + size > self.size:
             raise KpackFormatError(
@@ -449,12 +454,18 @@ class KpackReader:
         if not starts:
             starts.append(self.zstd_offset + 4)
         read_at, unpack = self._src.read_at, _U32.unpack
+        fd, pread = self._src.fd, os.pread
         position = starts[-1]
         while len(starts) <= ordinal + 1:
             if position + 4 > end:
                 raise KpackFormatError(f"frame {len(starts) - 1} starts past the end of the zstd area "
                                        f"({end})", where=position)
-            (size,) = unpack(read_at(position, 4))
+            # the hot loop of a first fetch deep in a large archive: a bare pread when the
+            # source is a path (its bounds are checked just above and below)
+            prefix = pread(fd, 4, position) if fd is not None else read_at(position, 4)
+            if len(prefix) != 4:
+                prefix = read_at(position, 4)
+            (size,) = unpack(prefix)
             if position + 4 + size > end:
                 raise KpackFormatError(f"frame {len(starts) - 1} of {size} bytes runs past the end of "
                                        f"the zstd area ({end})", where=position)
