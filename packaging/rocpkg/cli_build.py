@@ -142,8 +142,8 @@ def _cmd_build(args) -> int:
     if args.repo:
         from rocpkg.demo import publish
 
-        apt_list, dnf_repo = publish(os.path.abspath(args.output), suite=args.suite or settings["suite"], signer=signer,
-                                     source_date_epoch=sde)
+        apt_list, dnf_repo = publish(os.path.abspath(args.output), suite=args.suite or settings["suite"],
+                                     signer=signer, source_date_epoch=sde)
         print(f"repositories: {apt_list}, {dnf_repo}" + (f", signed by {signer.fingerprint}" if signer else
                                                         ", unsigned"))
     return 0
