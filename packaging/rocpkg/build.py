@@ -316,9 +316,11 @@ def _build_one(task: _Task) -> PackageOutcome | list[tuple[str, str]]:
 
 
 def _plan_digest(specs: list[m.PackageSpec]) -> str:
-    """Identifies the package set, so that manifest parts of different plans never merge."""
-    names = sorted(f"{s.format}/{s.filename}" for s in specs)
-    return hashlib.sha256("\n".join(names).encode()).hexdigest()
+    """Identifies the package set (names, versions, payload sizes, relations: nothing that
+    depends on where a runner keeps its artifacts), so that manifest parts of different
+    plans never merge."""
+    lines = sorted(json.dumps([s.format, s.filename, s.payload_size, s.depends]) for s in specs)
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest()
 
 
 def _manifest_bytes(plan_digest: str, version: str, release: str, entries: list[dict],
