@@ -323,7 +323,7 @@ def render_spec(spec: PackageSpec, options: BuildOptions) -> str:
         if name in spec.scripts
     ]
     date = datetime.fromtimestamp(options.source_date_epoch, tz=timezone.utc)
-    return make_environment().get_template("rpm/spec.j2").render(
+    return _environment().get_template("rpm/spec.j2").render(
         spec=spec,
         options=options,
         summary=deb_synopsis(spec.summary or spec.name),
