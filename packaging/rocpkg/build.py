@@ -134,6 +134,28 @@ def default_source_date_epoch(settings: dict) -> int:
     return EPOCH_BASE + 60 * steps + int(release[:6] or 0)
 
 
+def published_source_date_epoch(out_dir: str, environ=None) -> int | None:
+    """SOURCE_DATE_EPOCH for indexing OUT: the environment's, else the build's default for
+    the release its manifest names, so that re-indexing gives the same bytes; None when
+    neither is known."""
+    settings = None
+    parts = os.path.join(out_dir, MANIFEST_PARTS)
+    candidates = [os.path.join(out_dir, "manifest.json")] + \
+        (sorted(os.path.join(parts, n) for n in os.listdir(parts)) if os.path.isdir(parts) else [])
+    for path in candidates:  # the whole release's manifest, or any shard's part of it
+        try:
+            with open(path, encoding="utf-8") as fh:
+                doc = json.load(fh)
+            settings = {"version": str(doc["version"]), "release": str(doc["release"])}
+            break
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    value = (os.environ if environ is None else environ).get("SOURCE_DATE_EPOCH", "").strip()
+    if value or settings:
+        return source_date_epoch(settings or {"version": "0"}, environ)
+    return None
+
+
 def source_date_epoch(settings: dict, environ=None) -> int:
     """SOURCE_DATE_EPOCH from the environment, else default_source_date_epoch()."""
     value = (os.environ if environ is None else environ).get("SOURCE_DATE_EPOCH", "").strip()
@@ -348,8 +370,9 @@ def _remove_stale_temporaries(out_dir: str) -> None:
             os.unlink(os.path.join(out_dir, name))
 
 
-class _OutLock:
-    """One build per OUT at a time (flock: released by the kernel even after kill -9)."""
+class OutLock:
+    """One writer per OUT at a time, build or publish (flock: released by the kernel even
+    after kill -9)."""
 
     def __init__(self, out_dir: str):
         self.path = os.path.join(out_dir, LOCK_FILE)
@@ -362,7 +385,7 @@ class _OutLock:
         except BlockingIOError:
             self.fh.close()
             raise RocpkgInputError(os.path.dirname(os.path.dirname(self.path)),
-                                   "another rocpkg build is writing into this directory") from None
+                                   "another rocpkg build or repo is writing into this directory") from None
         return self
 
     def __exit__(self, *exc):
@@ -400,7 +423,7 @@ def build_release(plan, out_dir: str | os.PathLike, *, formats: Iterable[str] | 
 
     os.makedirs(out_dir, exist_ok=True)
     result = BuildResult(out_dir, "", shard=shard)
-    with _OutLock(out_dir):
+    with OutLock(out_dir):
         _remove_stale_temporaries(out_dir)
         # biggest first: the long packages start early and the pool drains evenly
         order = sorted(chosen, key=lambda s: (-s.payload_size, s.format, s.name))

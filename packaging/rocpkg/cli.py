@@ -113,18 +113,31 @@ def _cmd_sample_artifacts(args) -> int:
 
 def _cmd_repo(args) -> int:
     """Index (and with a key, sign) OUT/deb and OUT/rpm, and write the client snippets."""
-    from rocpkg import repo_apt, repo_dnf
+    from rocpkg.build import OutLock, published_source_date_epoch, sync_manifest
     from rocpkg.sign import Signer
 
     out = args.out
     if args.gpg_home and not args.sign_key:
         raise RocpkgInputError("--gpg-home", "given without --sign-key")
-    sde = int(os.environ["SOURCE_DATE_EPOCH"]) if os.environ.get("SOURCE_DATE_EPOCH") else None
+    sde = published_source_date_epoch(out)
     signer = None
     if args.sign_key:
         home = args.gpg_home or os.environ.get("GNUPGHOME") or os.path.expanduser("~/.gnupg")
         signer = Signer(home, args.sign_key, signature_time=sde)
     base = args.base_url.rstrip("/") if args.base_url else None
+    with OutLock(out):
+        done = _publish(out, args, signer, sde, base)
+    for line in done:
+        print(line + (f", signed by {signer.fingerprint}" if signer else ", unsigned"))
+    manifest = sync_manifest(out)  # joins shards' manifest parts; rehashes RPMs signed just now
+    if manifest:
+        print(f"manifest: {manifest}")
+    return 0
+
+
+def _publish(out, args, signer, sde, base) -> list[str]:
+    from rocpkg import repo_apt, repo_dnf
+
     done = []
     if os.path.isdir(os.path.join(out, "deb", "pool")):
         repo_apt.publish_apt(out, suite=args.suite, signer=signer, source_date_epoch=sde)
@@ -137,14 +150,7 @@ def _cmd_repo(args) -> int:
         done.append(f"dnf: {os.path.join(out, 'rpm', 'repodata')} (repo file rocm.repo)")
     if not done:
         raise RocpkgInputError(out, "no deb/pool or rpm directory to index")
-    for line in done:
-        print(line + (f", signed by {signer.fingerprint}" if signer else ", unsigned"))
-    from rocpkg.build import sync_manifest
-
-    manifest = sync_manifest(out)  # joins shards' manifest parts; rehashes RPMs signed just now
-    if manifest:
-        print(f"manifest: {manifest}")
-    return 0
+    return done
 
 
 def _cmd_verify(args) -> int:
