@@ -14,44 +14,15 @@ Prints figures only; nothing here asserts a time.
 from __future__ import annotations
 
 import argparse
-import io
 import os
 import shutil
 import statistics
 import tempfile
 import time
 
-from kpack.archive import KpackReader, KpackWriter
+from kpack.archive import CountingReader, KpackReader, KpackWriter
 
 ARCHES = ("gfx1100", "gfx1101")
-
-
-class CountingReader(io.RawIOBase):
-    """Counts the bytes and read calls the reader makes."""
-
-    def __init__(self, path):
-        self._file = open(path, "rb", buffering=0)
-        self.bytes_read = 0
-        self.reads = 0
-
-    def readable(self):
-        return True
-
-    def seekable(self):
-        return True
-
-    def seek(self, offset, whence=io.SEEK_SET):
-        return self._file.seek(offset, whence)
-
-    def read(self, size=-1):
-        data = self._file.read(size)
-        self.bytes_read += len(data)
-        self.reads += 1
-        return data
-
-    def close(self):
-        self._file.close()
-        super().close()
 
 
 def kernel_keys(count: int) -> list[tuple[str, str]]:

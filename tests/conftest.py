@@ -17,3 +17,14 @@ def shared_dir() -> Path:
     if not (candidate / "fixtures").is_dir():
         pytest.skip(f"shared fixtures not found at {candidate}")
     return candidate
+
+
+@pytest.fixture(scope="module")
+def signer():
+    """A throwaway gpg key (signatures dated 2023-11-14, so that they are reproducible),
+    its agent stopped when the module is done."""
+    from repo_helpers import kill_gpg_agent, make_signer
+
+    signer, home = make_signer(signature_time=1700000000)
+    yield signer
+    kill_gpg_agent(home)

@@ -3,7 +3,6 @@ reads, and every kind of damage reported as KpackFormatError with what and where
 from __future__ import annotations
 
 import glob
-import io
 import shutil
 import struct
 
@@ -11,37 +10,8 @@ import msgpack
 import pytest
 import zstandard
 
-from kpack.archive import KpackReader, KpackWriter, read_toc_arches
+from kpack.archive import CountingReader, KpackReader, KpackWriter, read_toc_arches
 from kpack.errors import KpackFormatError
-
-
-class CountingReader(io.RawIOBase):
-    """A file object that counts the bytes the reader asks for."""
-
-    def __init__(self, path):
-        self._file = open(path, "rb", buffering=0)
-        self.bytes_read = 0
-        self.reads = 0
-        self.name = str(path)
-
-    def readable(self):
-        return True
-
-    def seekable(self):
-        return True
-
-    def seek(self, offset, whence=io.SEEK_SET):
-        return self._file.seek(offset, whence)
-
-    def read(self, size=-1):
-        data = self._file.read(size)
-        self.bytes_read += len(data)
-        self.reads += 1
-        return data
-
-    def close(self):
-        self._file.close()
-        super().close()
 
 
 @pytest.fixture

@@ -15,21 +15,14 @@ from pathlib import Path
 import pytest
 from debian import deb822
 
-from repo_helpers import (CHAIN, META, META_CLOSURE, AptClient, apt_source_line, kill_gpg_agent,
-                          make_signer, planned_installs, write_chain, write_package)
+from repo_helpers import (CHAIN, META, META_CLOSURE, AptClient, apt_source_line,
+                          planned_installs, write_chain, write_package)
 from rocpkg import repo_apt
 from rocpkg.cli import main
 from rocpkg.errors import RocpkgInputError
 from rocpkg.sign import Signer
 
 SDE = 1700000000
-
-
-@pytest.fixture(scope="module")
-def signer():
-    signer, home = make_signer(signature_time=SDE)
-    yield signer
-    kill_gpg_agent(home)
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from repo_helpers import (CHAIN, META, META_CLOSURE, DnfClient, kill_gpg_agent, make_signer,
+from repo_helpers import (CHAIN, META, META_CLOSURE, DnfClient,
                           rpmbuild_package, write_chain, write_package)
 from rocpkg import repo_dnf
 from rocpkg.cli import main
@@ -20,13 +20,6 @@ from rocpkg.sign import Signer
 
 SDE = 1700000000
 REPO = "{http://linux.duke.edu/metadata/repo}"
-
-
-@pytest.fixture(scope="module")
-def signer():
-    signer, home = make_signer(signature_time=SDE)
-    yield signer
-    kill_gpg_agent(home)
 
 
 @pytest.fixture

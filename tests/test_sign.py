@@ -10,20 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from repo_helpers import kill_gpg_agent, make_signer, write_package
+from repo_helpers import write_package
 from rocpkg import rpm
 from rocpkg.errors import RocpkgInputError
 from rocpkg.sign import RPMSIGTAG_DSA, RPMSIGTAG_RSA, Signer, sign_rpm_header
 
 SDE = 1700000000
 RELEASE_TEXT = b"Origin: rocpkg\nSuite: stable\n"
-
-
-@pytest.fixture(scope="module")
-def signer():
-    signer, home = make_signer(signature_time=SDE)
-    yield signer
-    kill_gpg_agent(home)
 
 
 @pytest.fixture
