@@ -15,7 +15,10 @@ import pytest
 
 from repo_helpers import AptClient, DnfClient, planned_installs
 from rocpkg import repo_dnf
+from rocpkg.catalog import scan
+from rocpkg.config import load_config
 from rocpkg.model import KIND_META, BuildOptions, PackageSpec
+from rocpkg.plan import closure, make_plan
 from rocpkg.rpm import write_rpm
 
 # What a distribution's base repository provides and the release depends on (rocm-llvm's
@@ -51,6 +54,12 @@ def test_demo_builds_both_formats_signed_repositories_and_says_how_to_install(de
     assert f"sudo cp {out}/rocm.list /etc/apt/sources.list.d/rocm.list" in result.stdout
 
 
+def planned_closure(out: Path, fmt: str, root: str) -> set[str]:
+    """What the plan says `install root` must bring, computed offline from the demo's artifacts."""
+    plan = make_plan(load_config(None), scan(out / "artifacts"))
+    return set(closure(plan.by_name(fmt), root)[0])
+
+
 def test_apt_installs_the_gfx110x_family_from_the_demo_repository(demo, tmp_path):
     out, _ = demo
     line = (out / "rocm.list").read_text().replace("/usr/share/keyrings/rocm.gpg", str(out / "rocm.gpg"))
@@ -65,6 +74,7 @@ def test_apt_installs_the_gfx110x_family_from_the_demo_repository(demo, tmp_path
     assert {"rocm-gfx110x", "rocm7.1-gfx110x", "rocm-blas7.1-gfx1100", "rocm-blas7.1-gfx1101",
             "rocm-blas-host7.1"} <= installs
     assert not [name for name in installs if "gfx942" in name or "gfx120" in name]
+    assert installs == planned_closure(out, "deb", "rocm-gfx110x")
 
 
 def base_repository(root: Path) -> Path:
@@ -91,5 +101,6 @@ def test_dnf_installs_the_gfx110X_family_with_signatures_checked(demo, tmp_path)
     assert {"rocm-gfx110x", "rocm7.1-gfx110x", "rocm-blas7.1-gfx1100", "rocm-blas7.1-gfx1101",
             "rocm-blas-host7.1"} <= installed
     assert not [name for name in installed if "gfx942" in name or "gfx120" in name]
+    assert installed - {name for name, _ in RPM_BASE} == planned_closure(out, "rpm", "rocm-gfx110x")
     kpack = dnf.root / "opt/rocm/core-7.1"
     assert list(kpack.rglob("*_gfx1100.kpack")) and not list(kpack.rglob("*_gfx942.kpack"))
