@@ -366,17 +366,16 @@ def test_a_vanished_source_names_package_and_path_and_leaves_no_file(tmp_path):
     assert not out.exists() or os.listdir(out) == []
 
 
-def test_a_source_that_shrinks_between_the_passes_leaves_no_partial_rpm(tmp_path, monkeypatch):
+def test_a_source_that_shrinks_after_the_check_leaves_no_partial_rpm(tmp_path, monkeypatch):
     victim = source(tmp_path, "victim.bin", b"x" * 100_000)
     package = spec("rocm-victim7.1", [file_entry(f"{PREFIX}/victim.bin", victim)])
-    first_pass = rpm.digest_sources
+    check = rpm.check_sources
 
-    def digest_then_truncate(*args):
-        digests = first_pass(*args)
+    def check_then_truncate(*args):
+        check(*args)
         os.truncate(victim, 10)             # another process rewrites the artifact
-        return digests
 
-    monkeypatch.setattr(rpm, "digest_sources", digest_then_truncate)
+    monkeypatch.setattr(rpm, "check_sources", check_then_truncate)
     out = tmp_path / "out"
     with pytest.raises(RocpkgInputError, match="shrank while being packed") as error:
         rpm.write_rpm(package, str(out), options())

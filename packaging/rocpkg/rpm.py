@@ -23,7 +23,6 @@ import struct
 import time
 import gzip
 import zlib
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import zstandard
@@ -781,28 +780,25 @@ def checked_files(spec: PackageSpec) -> list[FileEntry]:
     return sorted(spec.files, key=lambda e: e.path.encode("utf-8", "surrogateescape"))
 
 
-def digest_sources(spec: PackageSpec, files: list[FileEntry], threads: int = 0) -> dict[str, str]:
-    """Pass 1: SHA-256 of every regular file (the header needs them before the payload),
-    checking that each source still has its planned size. Files are hashed in parallel
-    (hashlib releases the GIL); every unreadable or resized source is reported at once."""
-    regular = [e for e in files if e.type == FILE]
-
-    def digest(entry):
+def check_sources(spec: PackageSpec, files: list[FileEntry]) -> None:
+    """Before a byte is written: every regular file's source is readable and has its planned
+    size; every problem is reported at once. (Its SHA-256 is taken while it streams into the
+    payload, and the header rewritten afterwards: one read of each source.)"""
+    problems = []
+    for entry in files:
+        if entry.type != FILE:
+            continue
         try:
-            hashed = hash_file(entry.source)
+            size = os.stat(entry.source).st_size
         except OSError as exc:
-            return None, f"cannot read {entry.source}: {exc.strerror}"
-        if hashed.count != entry.size:
-            return None, f"{entry.source} has {hashed.count} bytes, planned {entry.size}"
-        return hashed.hexdigest(), ""
-
-    workers = max(1, min(threads or os.cpu_count() or 1, len(regular), 8))
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        results = list(pool.map(digest, regular))
-    problems = [(f"{spec.name}: {e.path}", why) for e, (_, why) in zip(regular, results) if why]
+            problems.append((f"{spec.name}: {entry.path}", f"cannot read {entry.source}: {exc.strerror}"))
+            continue
+        if not os.access(entry.source, os.R_OK):
+            problems.append((f"{spec.name}: {entry.path}", f"cannot read {entry.source}: permission denied"))
+        elif size != entry.size:
+            problems.append((f"{spec.name}: {entry.path}", f"{entry.source} has {size} bytes, planned {entry.size}"))
     if problems:
         raise RocpkgInputError(problems)
-    return {e.path: hexdigest for e, (hexdigest, _) in zip(regular, results)}
 
 
 def _entry_size(entry: FileEntry) -> int:
@@ -1010,8 +1006,10 @@ class _Compressor:
             self.sink.write(self.obj.flush())
 
 
-def _stream_payload(spec, files, payload_sink, large: bool, mtime: int) -> None:
-    """Pass 2: the cpio archive of every entry, file bytes streamed from the sources."""
+def _stream_payload(spec, files, payload_sink, large: bool, mtime: int) -> dict[str, str]:
+    """The cpio archive of every entry, file bytes streamed from the sources; returns the
+    SHA-256 of each regular file, taken on the way (the header's FILEDIGESTS)."""
+    digests = {}
     cpio = CpioWriter(payload_sink, stripped=large)
     for index, entry in enumerate(files):
         size = _entry_size(entry)
@@ -1022,7 +1020,9 @@ def _stream_payload(spec, files, payload_sink, large: bool, mtime: int) -> None:
             where = f"{spec.name}: {entry.path}"
             try:
                 with open(entry.source, "rb") as src:
-                    copy_stream(src, cpio, size)
+                    hashed = HashingWriter(cpio, ("sha256",))
+                    copy_stream(src, hashed, size)
+                    digests[entry.path] = hashed.hexdigest()
                     if src.read(1):
                         raise RocpkgInputError(where, f"{entry.source} grew while being packed")
             except EOFError:
@@ -1031,6 +1031,7 @@ def _stream_payload(spec, files, payload_sink, large: bool, mtime: int) -> None:
                 raise RocpkgInputError(where, f"{entry.source} vanished or unreadable: "
                                        f"{exc.strerror}") from None
     cpio.finish()
+    return digests
 
 
 def _signature_tags(header: bytes, md5: bytes, size: int, payload_size: int) -> dict:
@@ -1049,11 +1050,13 @@ def _signature_tags(header: bytes, md5: bytes, size: int, payload_size: int) -> 
 
 
 def write_rpm(spec: PackageSpec, out_dir: str, options: BuildOptions) -> BuiltPackage:
-    """Write out_dir/<spec.filename>, streaming: (1) hash the sources; (2) lead,
-    placeholder signature, placeholder header, then the compressed cpio while hashing
-    both streams; (3) rewrite the header with the payload digests (same length); (4)
-    compute the signature (reading the payload back for MD5) and rewrite it in its
-    fixed-size slot. Written through AtomicOutput: a failure leaves no partial file."""
+    """Write out_dir/<spec.filename>, streaming: (1) check the sources; (2) lead,
+    placeholder signature, placeholder header (every digest zeros: digests are fixed-length
+    hex, so the header's length does not depend on them), then the compressed cpio while
+    hashing each file and both streams; (3) rewrite the header with the real file and
+    payload digests (same length); (4) compute the signature (reading the payload back
+    for MD5) and rewrite it in its fixed-size slot. Each source is read once. Written
+    through AtomicOutput: a failure leaves no partial file."""
     if spec.format != "rpm":
         raise RocpkgInputError(spec.name, f"not an rpm spec (format {spec.format!r})")
     try:
@@ -1061,10 +1064,11 @@ def write_rpm(spec: PackageSpec, out_dir: str, options: BuildOptions) -> BuiltPa
     except ValueError as exc:
         raise RocpkgInputError(f"{spec.name}: spec", str(exc)) from None
     files = checked_files(spec)
-    digests = digest_sources(spec, files, options.threads)
+    check_sources(spec, files)
     large = any(_entry_size(e) >= _LARGE for e in files)
     placeholder = "0" * 64
-    header_tags = build_header(spec, parsed, options, files, digests, placeholder, placeholder)
+    placeholders = {e.path: placeholder for e in files if e.type == FILE}
+    header_tags = build_header(spec, parsed, options, files, placeholders, placeholder, placeholder)
     header = encode_header(header_tags, Tag.HEADERIMMUTABLE)
     # The largest signature this package can need fixes the size of its slot.
     sig_area = len(encode_signature(_signature_tags(header, bytes(16), _LARGE + 1, _LARGE + 1),
@@ -1080,7 +1084,7 @@ def write_rpm(spec: PackageSpec, out_dir: str, options: BuildOptions) -> BuiltPa
         compressed = HashingWriter(out, ("sha256",))
         compressor = _Compressor(compressed, options)
         uncompressed = HashingWriter(compressor, ("sha256",))
-        _stream_payload(spec, files, uncompressed, large, options.source_date_epoch)
+        digests = _stream_payload(spec, files, uncompressed, large, options.source_date_epoch)
         compressor.finish()
         header_tags = build_header(spec, parsed, options, files, digests,
                                    compressed.hexdigest(), uncompressed.hexdigest())
