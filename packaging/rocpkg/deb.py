@@ -23,7 +23,6 @@ import os
 import posixpath
 import stat
 import tarfile
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import BinaryIO, Iterator
@@ -55,16 +54,6 @@ class _DataEntry:
 
     entry: FileEntry
     content: bytes | None = None
-
-
-@dataclass(frozen=True)
-class _Fingerprint:
-    """What the md5 pass saw of a source file; the packing pass insists on the same."""
-
-    md5: str
-    size: int
-    mtime_ns: int
-    inode: int
 
 
 @dataclass(frozen=True)
@@ -194,53 +183,48 @@ def _source_chunks(source: BinaryIO, size: int) -> Iterator[bytes | memoryview]:
         raise _SourceChanged(f"it has {os.fstat(fd).st_size} bytes now")
 
 
-# -- pass 1: md5sums ---------------------------------------------------------------------
+# -- before writing: the sources are there ----------------------------------------------
 
 
-def _fingerprint(path: str, planned_size: int) -> _Fingerprint | str:
-    """md5 of a source file, or the reason it can't be packed."""
-    try:
-        with open(path, "rb") as source:
-            info = os.fstat(source.fileno())
+def _check_sources(spec: PackageSpec, tree: list[_DataEntry]) -> None:
+    """Every planned source is a readable regular file of its planned size; every bad one
+    is reported at once, before a byte is written. (Its md5 is taken while it streams into
+    data.tar, and control.tar rewritten afterwards: one read of each source.)"""
+    problems = []
+    for item in tree:
+        entry = item.entry
+        if entry.type != FILE or item.content is not None:
+            continue
+        try:
+            info = os.stat(entry.source)
+        except FileNotFoundError:
+            why = "the source file is missing (vanished since planning?)"
+        except OSError as exc:
+            why = f"the source file can't be read: {exc.strerror or exc}"
+        else:
             if not stat.S_ISREG(info.st_mode):
-                return "the source is not a regular file"
-            if info.st_size != planned_size:
-                return (f"the source file has {info.st_size} bytes, the plan says {planned_size}"
-                        " (changed since planning?)")
-            digest = hashlib.md5(usedforsecurity=False)
-            for chunk in _source_chunks(source, planned_size):
-                digest.update(chunk)
-    except FileNotFoundError:
-        return "the source file is missing (vanished since planning?)"
-    except OSError as exc:
-        return f"the source file can't be read: {exc.strerror or exc}"
-    except _SourceChanged as exc:
-        return f"the source file changed while it was read: {exc}"
-    return _Fingerprint(digest.hexdigest(), planned_size, info.st_mtime_ns, info.st_ino)
-
-
-def _md5_pass(spec: PackageSpec, tree: list[_DataEntry], threads: int) -> dict[str, _Fingerprint]:
-    """Fingerprint every planned source file; report every bad one at once."""
-    sources = [d.entry for d in tree if d.entry.type == FILE and d.content is None]
-    workers = max(1, min(threads or os.cpu_count() or 1, 8, len(sources) or 1))
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        results = list(pool.map(lambda e: _fingerprint(e.source, e.size), sources))
-    problems = [(f"{spec.name}: {e.path}", f"{r} ({e.source})")
-                for e, r in zip(sources, results) if isinstance(r, str)]
+                why = "the source is not a regular file"
+            elif info.st_size != entry.size:
+                why = f"the source file has {info.st_size} bytes, the plan says {entry.size} (changed since planning?)"
+            elif not os.access(entry.source, os.R_OK):
+                why = "the source file can't be read: permission denied"
+            else:
+                continue
+        problems.append((f"{spec.name}: {entry.path}", f"{why} ({entry.source})"))
     if problems:
         raise RocpkgInputError(problems)
-    return {e.path: r for e, r in zip(sources, results)}
 
 
-def _md5sums(tree: list[_DataEntry], fingerprints: dict[str, _Fingerprint], conffiles: list[str]) -> bytes:
-    """dh_md5sums' format and choice: regular files except conffiles, paths without '/'."""
+def _md5sums(tree: list[_DataEntry], digests: dict[str, str], conffiles: list[str]) -> bytes:
+    """dh_md5sums' format and choice: regular files except conffiles, paths without '/'.
+    A source not yet read gets 32 zeros: the line has the same length either way."""
     lines = []
     for item in tree:
         entry = item.entry
         if entry.type != FILE or entry.path in conffiles:
             continue
         md5 = (hashlib.md5(item.content, usedforsecurity=False).hexdigest()
-               if item.content is not None else fingerprints[entry.path].md5)
+               if item.content is not None else digests.get(entry.path, "0" * 32))
         lines.append(f"{md5}  {entry.path[1:]}\n")
     return "".join(lines).encode("utf-8")
 
@@ -322,23 +306,22 @@ def _control_tar(control: str, scripts: dict[str, str], md5sums: bytes, conffile
     for name, data, mode in members:
         out.write(_tar_header(_tarinfo(name, tarfile.REGTYPE, mode, mtime, len(data))))
         out.write(data + _tar_padding(len(data)))
-    out.write(_tar_end(out.tell()))
+    # two zero blocks end the archive; no padding to a 10 KiB record: the member is
+    # stored uncompressed (see _compress_control) and the readers do not need it
+    out.write(b"\0" * (2 * tarfile.BLOCKSIZE))
     return out.getvalue()
 
 
-def _control_compression(data_compression: str) -> tuple[str, bytes]:
-    """control.tar is tiny; gzip (or xz with xz data) is what every dpkg, apt and lintian
-    reads (Debian 12's lintian still rejects control.tar.zst)."""
-    return ("xz", "xz") if data_compression == "xz" else ("gzip", "gz")
+def _compress_control(control_tar: bytes) -> bytes:
+    """control.tar.gz in stored deflate blocks: its size then depends on the tar's length
+    alone, so the member can be written before data.tar with placeholder md5sums and
+    rewritten in place once they are known. (gzip is what every dpkg, apt and lintian
+    reads; Debian 12's lintian rejects control.tar.zst and an uncompressed control.tar.
+    The member is a few KiB: compressing it would save nothing worth a second read.)"""
+    return gzip.compress(control_tar, compresslevel=0, mtime=0)
 
 
-def _compress_bytes(kind: str, data: bytes) -> bytes:
-    if kind == "xz":
-        return lzma.compress(data, format=lzma.FORMAT_XZ, preset=9)
-    return gzip.compress(data, compresslevel=9, mtime=0)
-
-
-# -- pass 2: data.tar ------------------------------------------------------------------
+# -- data.tar ------------------------------------------------------------------
 
 
 def _normalised_mode(mode: int) -> int:
@@ -346,8 +329,8 @@ def _normalised_mode(mode: int) -> int:
     return mode & 0o7755
 
 
-def _write_payload_file(tar_out, spec: PackageSpec, entry: FileEntry, seen: _Fingerprint, sde: int) -> int:
-    """Header + bytes of one source file; returns the tar bytes written."""
+def _write_payload_file(tar_out, spec: PackageSpec, entry: FileEntry, sde: int) -> tuple[int, str]:
+    """Header + bytes of one source file; returns the tar bytes written and the file's md5."""
     where = f"{spec.name}: {entry.path}"
     try:
         source = open(entry.source, "rb")
@@ -357,33 +340,38 @@ def _write_payload_file(tar_out, spec: PackageSpec, entry: FileEntry, seen: _Fin
         raise RocpkgInputError([(where, f"the source file can't be read: {exc.strerror} ({entry.source})")]) from None
     with source:
         info = os.fstat(source.fileno())
-        if (info.st_size, info.st_mtime_ns, info.st_ino) != (seen.size, seen.mtime_ns, seen.inode):
-            raise RocpkgInputError([(where, f"the source file changed while packing ({entry.source})")])
+        if info.st_size != entry.size:
+            raise RocpkgInputError([(where, f"the source file changed while packing: it has {info.st_size} "
+                                            f"bytes, the plan says {entry.size} ({entry.source})")])
         mtime = min(int(info.st_mtime), sde)
+        digest = hashlib.md5(usedforsecurity=False)
         header = _tar_header(_tarinfo(_tar_name(entry.path), tarfile.REGTYPE,
                                       _normalised_mode(entry.mode), mtime, entry.size))
         tar_out.write(header)
         try:
             for chunk in _source_chunks(source, entry.size):
                 tar_out.write(chunk)
+                digest.update(chunk)
         except _SourceChanged as exc:
             raise RocpkgInputError([(where, f"the source file changed while packing: {exc} ({entry.source})")]) from None
         except OSError as exc:
             raise RocpkgInputError([(where, f"the source file can't be read: {exc.strerror} ({entry.source})")]) from None
     padding = _tar_padding(entry.size)
     tar_out.write(padding)
-    return len(header) + entry.size + len(padding)
+    return len(header) + entry.size + len(padding), digest.hexdigest()
 
 
-def _write_data_tar(tar_out, spec: PackageSpec, tree: list[_DataEntry],
-                    fingerprints: dict[str, _Fingerprint], sde: int) -> None:
-    """Stream the whole data.tar into tar_out (a compressor)."""
+def _write_data_tar(tar_out, spec: PackageSpec, tree: list[_DataEntry], sde: int) -> dict[str, str]:
+    """Stream the whole data.tar into tar_out (a compressor); returns the md5 of every
+    source file, taken on the way."""
     offset = 0
+    digests = {}
     for item in tree:
         entry = item.entry
         name = _tar_name(entry.path)
         if entry.type == FILE and item.content is None:
-            offset += _write_payload_file(tar_out, spec, entry, fingerprints[entry.path], sde)
+            written, digests[entry.path] = _write_payload_file(tar_out, spec, entry, sde)
+            offset += written
             continue
         if entry.type == FILE:
             header = _tar_header(_tarinfo(name, tarfile.REGTYPE, _normalised_mode(entry.mode), sde, len(item.content)))
@@ -395,6 +383,7 @@ def _write_data_tar(tar_out, spec: PackageSpec, tree: list[_DataEntry],
         tar_out.write(block)
         offset += len(block)
     tar_out.write(_tar_end(offset))
+    return digests
 
 
 # -- ar ---------------------------------------------------------------------------------
@@ -432,14 +421,16 @@ def write_deb(spec: PackageSpec, out_dir: str, options: BuildOptions) -> BuiltPa
     control_text = _parse_control(spec, rendered.control).dump()
     tree = _data_tree(spec, rendered.doc_files)
     conffiles = [d.entry.path for d in tree if d.entry.type == FILE and d.entry.path.startswith("/etc/")]
-    fingerprints = _md5_pass(spec, tree, options.threads)
-    control_tar = _control_tar(control_text, rendered.scripts, _md5sums(tree, fingerprints, conffiles),
-                               conffiles, options.source_date_epoch)
+    _check_sources(spec, tree)
+
+    def control_member(digests: dict[str, str]) -> bytes:
+        return _compress_control(_control_tar(control_text, rendered.scripts, _md5sums(tree, digests, conffiles),
+                                              conffiles, options.source_date_epoch))
 
     path = os.path.join(out_dir, spec.filename)
     with AtomicOutput(path, "w+b") as out:
         try:
-            _write_ar(out, spec, control_tar, tree, fingerprints, options)
+            _write_ar(out, spec, control_member, tree, options)
         except _MemberTooLarge as exc:
             raise RocpkgInputError([(f"{spec.name}: {spec.filename}", str(exc))]) from None
         out.flush()
@@ -451,22 +442,29 @@ def write_deb(spec: PackageSpec, out_dir: str, options: BuildOptions) -> BuiltPa
                         installed_size=installed)
 
 
-def _write_ar(out: BinaryIO, spec: PackageSpec, control_tar: bytes, tree: list[_DataEntry],
-              fingerprints: dict[str, _Fingerprint], options: BuildOptions) -> None:
-    """The ar archive: debian-binary, control.tar.*, then data.tar.* compressed straight
-    into `out`, its header's size patched once the compressed size is known."""
+def _write_ar(out: BinaryIO, spec: PackageSpec, control_member, tree: list[_DataEntry],
+              options: BuildOptions) -> None:
+    """The ar archive: debian-binary, control.tar.gz with placeholder md5sums, then
+    data.tar.* compressed straight into `out`; then the data member's size and the real
+    md5sums are patched in place (both keep their length)."""
     sde = options.source_date_epoch
-    control_kind, control_ext = _control_compression(options.compression)
     data_name = f"data.tar.{COMPRESSIONS[options.compression]}"
     out.write(AR_MAGIC)
     _ar_member(out, "debian-binary", DEBIAN_BINARY, sde)
-    _ar_member(out, f"control.tar.{control_ext}", _compress_bytes(control_kind, control_tar), sde)
+    control_at = out.tell()
+    placeholder = control_member({})
+    _ar_member(out, "control.tar.gz", placeholder, sde)
     data_header_at = out.tell()
     out.write(_ar_header(data_name, 0, sde))
     counted = HashingWriter(out, ())
     compressor = _compressor(options.compression, options, counted)
-    _write_data_tar(compressor, spec, tree, fingerprints, sde)
+    digests = _write_data_tar(compressor, spec, tree, sde)
     compressor.close()
+    control = control_member(digests)
+    if len(control) != len(placeholder):
+        raise AssertionError("control.tar.gz changed length when the md5sums were filled in")
+    out.seek(control_at)
+    _ar_member(out, "control.tar.gz", control, sde)
     data_header = _ar_header(data_name, counted.count, sde)
     out.seek(data_header_at)
     out.write(data_header)
