@@ -284,3 +284,12 @@ def test_a_signed_build_with_repo_publishes_signed_repositories_and_rpms(artifac
     subprocess.run(["rpm", "--dbpath", db, "--import", out / "rocm.asc"], check=True, capture_output=True)
     check = subprocess.run(["rpm", "--dbpath", db, "-K", out / rpm["file"]], capture_output=True, text=True)
     assert check.returncode == 0 and check.stdout.rstrip().endswith("digests signatures OK"), check.stdout
+
+
+def test_an_output_directory_that_cannot_be_created_exits_2_with_one_line(artifacts, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    result = rocpkg("build", "-a", artifacts, "-o", blocker / "out", check=False)
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1].startswith(f"error: {blocker}")
