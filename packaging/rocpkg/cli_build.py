@@ -150,8 +150,12 @@ def _cmd_build(args) -> int:
 
 
 def _install_instructions(result) -> list[str]:
+    from rocpkg.detect import install_names
+
     out = result.out_dir
     families = result.plan.families
+    names = {fam: install_names(fam, result.plan.settings["naming"]["alias"], result.plan.abi) for fam in families}
+    width = max((len(n[0]) for n in names.values()), default=0)
     lines = ["", f"Repositories are in {out}. To install from them on this machine:", "",
              "  Debian/Ubuntu (apt):"]
     if result.keyring:
@@ -162,7 +166,7 @@ def _install_instructions(result) -> list[str]:
                      "sudo tee /etc/apt/sources.list.d/rocm.list")
     lines.append("    sudo apt update")
     for fam in families:
-        lines.append(f"    sudo apt install rocm-{fam.lower()}      # {', '.join(families[fam])}")
+        lines.append(f"    sudo apt install {names[fam][0]:<{width}}  # {', '.join(families[fam])}")
     lines += ["", "  Fedora/RHEL (dnf):"]
     if result.keyring:
         lines.append(f"    sudo cp {result.dnf_repo} /etc/yum.repos.d/rocm.repo")
@@ -170,7 +174,7 @@ def _install_instructions(result) -> list[str]:
         lines.append(f"    printf '[rocm]\\nname=rocm\\nbaseurl=file://{out}/rpm\\ngpgcheck=0\\n' | "
                      "sudo tee /etc/yum.repos.d/rocm.repo")
     for fam in families:
-        lines.append(f"    sudo dnf install rocm-{fam}      # {', '.join(families[fam])}")
+        lines.append(f"    sudo dnf install {names[fam][1]:<{width}}  # {', '.join(families[fam])}")
     lines += ["", "  Which one is yours: rocpkg detect"]
     return lines
 
