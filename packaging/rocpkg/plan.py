@@ -225,12 +225,9 @@ class _PlanBuilder:
         in-release names become the right versioned/host/device names, system names stay."""
         names = relation_names(relation)
         internal = [n for n in names if n in self.defs]
-        if not internal:
-            if context in ("device",):
-                return []
-            return [_normalise_external(fmt, relation)]
-        if len(names) > 1:  # alternatives mixing in-release names: keep the first mapped name
-            relation = internal[0]
+        if not internal:  # system packages: the host side depends on them, device code does not
+            return [] if context == "device" else [_normalise_external(fmt, relation)]
+        # alternatives naming in-release packages resolve to the first of them
         dep = self.defs[internal[0]]
         cls = self.classes[dep.name]
         if context == "device":
@@ -570,7 +567,7 @@ def _strongly_connected(graph: dict[str, list[str]]) -> list[list[str]]:
     return sorted(result)
 
 
-def closure(specs: dict[str, m.PackageSpec], root: str, fmt: str | None = None) -> tuple[list[str], list[str]]:
+def closure(specs: dict[str, m.PackageSpec], root: str) -> tuple[list[str], list[str]]:
     """Offline install closure of `root` inside one format's package set: the sorted names
     it pulls in, and the relations nothing in the set satisfies (external or missing).
     Alternatives take the first name the set has, as apt and dnf would here."""

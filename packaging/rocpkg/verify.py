@@ -676,7 +676,7 @@ class _Checker:
     # helpers
     def closure(self, root: str) -> tuple[list[str], list[str]]:
         if root not in self._closures:
-            self._closures[root] = closure(self.specs, root, self.fmt)
+            self._closures[root] = closure(self.specs, root)
         return self._closures[root]
 
     def shipped(self, root: str) -> dict[str, str]:
