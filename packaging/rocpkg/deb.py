@@ -312,13 +312,14 @@ def _control_tar(control: str, scripts: dict[str, str], md5sums: bytes, conffile
     return out.getvalue()
 
 
-def _compress_control(control_tar: bytes) -> bytes:
+def _compress_control(control_tar: bytes, stored: bool) -> bytes:
     """control.tar.gz in stored deflate blocks: its size then depends on the tar's length
     alone, so the member can be written before data.tar with placeholder md5sums and
     rewritten in place once they are known. (gzip is what every dpkg, apt and lintian
     reads; Debian 12's lintian rejects control.tar.zst and an uncompressed control.tar.
-    The member is a few KiB: compressing it would save nothing worth a second read.)"""
-    return gzip.compress(control_tar, compresslevel=0, mtime=0)
+    The member is a few KiB: compressing it would save nothing worth a second read.)
+    A package without source files knows its md5sums up front: its member is compressed."""
+    return gzip.compress(control_tar, compresslevel=0 if stored else 9, mtime=0)
 
 
 # -- data.tar ------------------------------------------------------------------
@@ -423,9 +424,11 @@ def write_deb(spec: PackageSpec, out_dir: str, options: BuildOptions) -> BuiltPa
     conffiles = [d.entry.path for d in tree if d.entry.type == FILE and d.entry.path.startswith("/etc/")]
     _check_sources(spec, tree)
 
+    has_sources = any(d.entry.type == FILE and d.content is None for d in tree)
+
     def control_member(digests: dict[str, str]) -> bytes:
         return _compress_control(_control_tar(control_text, rendered.scripts, _md5sums(tree, digests, conffiles),
-                                              conffiles, options.source_date_epoch))
+                                              conffiles, options.source_date_epoch), stored=has_sources)
 
     path = os.path.join(out_dir, spec.filename)
     with AtomicOutput(path, "w+b") as out:
