@@ -1,1 +1,0 @@
-"""The kpack archive format, GPU target IDs and device-code detection."""
