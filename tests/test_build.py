@@ -293,3 +293,18 @@ def test_an_output_directory_that_cannot_be_created_exits_2_with_one_line(artifa
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
     assert result.stderr.strip().splitlines()[-1].startswith(f"error: {blocker}")
+
+
+def test_the_indexers_reuse_the_digests_the_build_took(built):
+    """The build hands each package's sha256 to the repository digest cache: `rocpkg repo`
+    then reads no package again, and what it publishes matches the manifest."""
+    from rocpkg.digest_cache import DigestCache
+
+    manifest = json.loads((built / "manifest.json").read_text())
+    for entry in manifest["packages"]:
+        root = built / entry["format"]
+        key = str((built / entry["file"]).relative_to(root))
+        cached = DigestCache(built, entry["format"]).entries[key]
+        assert cached[4] == entry["sha256"] and cached[0] == entry["size"]
+        stat = (built / entry["file"]).stat()
+        assert cached[:4] == [stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino]

@@ -486,6 +486,7 @@ def build_release(plan, out_dir: str | os.PathLike, *, formats: Iterable[str] | 
         if problems:
             raise RocpkgInputError(problems)
 
+        _remember_digests(out_dir, outcomes)
         specs_version = plan.settings["version"], plan.settings["release"]
         entries = [o.manifest_entry() for o in outcomes]
         if shard is None:
@@ -500,6 +501,22 @@ def build_release(plan, out_dir: str | os.PathLike, *, formats: Iterable[str] | 
     result.packages = sorted(outcomes, key=lambda o: (o.format, o.name))
     result.seconds = time.perf_counter() - started
     return result
+
+
+def _remember_digests(out_dir: str, outcomes: list[PackageOutcome]) -> None:
+    """Hand the sha256 each writer took to the repository indexers' digest cache
+    (createrepo_c's model: hash while writing, never read a file twice)."""
+    from rocpkg.digest_cache import DigestCache
+
+    for fmt, root in (("deb", os.path.join(out_dir, "deb")), ("rpm", os.path.join(out_dir, "rpm"))):
+        built = [o for o in outcomes if o.format == fmt]
+        if not built:
+            continue
+        cache = DigestCache(out_dir, fmt)
+        for outcome in built:
+            path = os.path.join(out_dir, outcome.file)
+            cache.remember(path, os.path.relpath(path, root).replace(os.sep, "/"), outcome.sha256)
+        cache.save(prune=False)
 
 
 def assemble_manifest(out_dir: str | os.PathLike) -> str | None:

@@ -49,10 +49,18 @@ class DigestCache:
             self.seen[key] = stamp + [digest.hexdigest()]
         return digest.hexdigest(), digest.count
 
-    def save(self) -> None:
-        """Keep the entries of the files looked up this time (the others are gone)."""
+    def remember(self, path: str, key: str, sha256: str) -> None:
+        """Record a digest its writer took of the file it has just written (the build
+        hashes each package as it finishes it), so the next publish reads none of them.
+        The file's stamp is taken now, after the rename into place."""
+        self.seen[key] = self.entries[key] = [*_stamp(path), sha256]
+
+    def save(self, prune: bool = True) -> None:
+        """Keep the entries of the files looked up this time (the others are gone); a
+        build (prune=False) keeps the entries of the packages it did not touch too."""
+        kept = self.seen if prune else {**self.entries, **self.seen}
         with AtomicOutput(self.path) as f:
-            f.write(json.dumps(self.seen, sort_keys=True, indent=0).encode("utf-8"))
+            f.write(json.dumps(kept, sort_keys=True, indent=0).encode("utf-8"))
 
 
 def _stamp(path: str) -> tuple[int, int, int, int]:
