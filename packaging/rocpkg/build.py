@@ -301,8 +301,6 @@ def _write_atomic(path: str, data: bytes) -> None:
 def _build_one(task: _Task) -> PackageOutcome | list[tuple[str, str]]:
     """Write one package, its rendered metadata and its state; bad input comes back as
     a problem list (exceptions lose their structure crossing processes)."""
-    from rocpkg.render import render_deb, render_spec
-
     spec, out_dir = task.spec, task.out_dir
     started = time.perf_counter()
     try:
@@ -312,19 +310,17 @@ def _build_one(task: _Task) -> PackageOutcome | list[tuple[str, str]]:
             from rocpkg.deb import write_deb
 
             built = write_deb(spec, target_dir, task.options)
-            metadata = render_deb(spec, task.options).control
         else:
             from rocpkg.rpm import write_rpm
 
             built = write_rpm(spec, target_dir, task.options)
-            metadata = render_spec(spec, task.options)
             if task.signer is not None:
                 from rocpkg.sign import sign_rpm_header
 
                 if sign_rpm_header(built.path, task.signer):
                     whole = hash_file(built.path)
                     built = dataclasses.replace(built, size=whole.count, sha256=whole.hexdigest())
-        _write_atomic(_control_path(out_dir, spec), metadata.encode("utf-8"))
+        _write_atomic(_control_path(out_dir, spec), built.metadata.encode("utf-8"))
         st = os.stat(built.path)
         state = {"fingerprint": task.fingerprint, "file": os.path.relpath(built.path, out_dir),
                  "size": built.size, "sha256": built.sha256, "mtime_ns": st.st_mtime_ns, "ino": st.st_ino}
@@ -554,6 +550,31 @@ def assemble_manifest(out_dir: str | os.PathLike) -> str | None:
     path = os.path.join(out_dir, "manifest.json")
     _write_atomic(path, _manifest_bytes(first["plan"], first["version"], first["release"], entries))
     return path
+
+
+def publish_repositories(out_dir: str, *, suite: str, signer=None, source_date_epoch: int | None = None,
+                         base_url: str | None = None) -> tuple[dict[str, str], str | None]:
+    """Index (and with a signer, sign) what OUT holds: OUT/deb/pool as an APT repository,
+    OUT/rpm as a DNF one; write the client snippets; bring manifest.json in line (RPM
+    headers signed in place changed their bytes). Holds the OUT lock. Returns
+    ({"deb": rocm.list, "rpm": rocm.repo} for the formats present, the manifest's path)."""
+    from rocpkg import repo_apt, repo_dnf
+
+    base = base_url.rstrip("/") if base_url else None
+    snippets: dict[str, str] = {}
+    with OutLock(out_dir):
+        if os.path.isdir(os.path.join(out_dir, "deb", "pool")):
+            repo_apt.publish_apt(out_dir, suite=suite, signer=signer, source_date_epoch=source_date_epoch)
+            snippets["deb"] = repo_apt.write_client_snippet(out_dir, suite=suite, base_url=base and f"{base}/deb")
+        if os.path.isdir(os.path.join(out_dir, "rpm")):
+            repo_dnf.publish_dnf(out_dir, signer=signer, source_date_epoch=source_date_epoch,
+                                 sign_packages=signer is not None)
+            snippets["rpm"] = repo_dnf.write_client_snippet(out_dir, base_url=base and f"{base}/rpm",
+                                                            gpgkey_url=base and f"{base}/rocm.asc")
+        if not snippets:
+            raise RocpkgInputError(out_dir, "no deb/pool or rpm directory to index")
+        manifest = sync_manifest(out_dir)  # joins shards' manifest parts; rehashes RPMs signed just now
+    return snippets, manifest
 
 
 def sync_manifest(out_dir: str | os.PathLike) -> str | None:

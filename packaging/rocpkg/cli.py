@@ -113,7 +113,7 @@ def _cmd_sample_artifacts(args) -> int:
 
 def _cmd_repo(args) -> int:
     """Index (and with a key, sign) OUT/deb and OUT/rpm, and write the client snippets."""
-    from rocpkg.build import OutLock, published_source_date_epoch, sync_manifest
+    from rocpkg.build import publish_repositories, published_source_date_epoch
     from rocpkg.sign import Signer
 
     out = args.out
@@ -124,33 +124,16 @@ def _cmd_repo(args) -> int:
     if args.sign_key:
         home = args.gpg_home or os.environ.get("GNUPGHOME") or os.path.expanduser("~/.gnupg")
         signer = Signer(home, args.sign_key, signature_time=sde)
-    base = args.base_url.rstrip("/") if args.base_url else None
-    with OutLock(out):
-        done = _publish(out, args, signer, sde, base)
-    for line in done:
-        print(line + (f", signed by {signer.fingerprint}" if signer else ", unsigned"))
-    manifest = sync_manifest(out)  # joins shards' manifest parts; rehashes RPMs signed just now
+    snippets, manifest = publish_repositories(out, suite=args.suite, signer=signer, source_date_epoch=sde,
+                                              base_url=args.base_url)
+    signed = f", signed by {signer.fingerprint}" if signer else ", unsigned"
+    if "deb" in snippets:
+        print(f"apt: {os.path.join(out, 'deb', 'dists', args.suite)} (source line in rocm.list){signed}")
+    if "rpm" in snippets:
+        print(f"dnf: {os.path.join(out, 'rpm', 'repodata')} (repo file rocm.repo){signed}")
     if manifest:
         print(f"manifest: {manifest}")
     return 0
-
-
-def _publish(out, args, signer, sde, base) -> list[str]:
-    from rocpkg import repo_apt, repo_dnf
-
-    done = []
-    if os.path.isdir(os.path.join(out, "deb", "pool")):
-        repo_apt.publish_apt(out, suite=args.suite, signer=signer, source_date_epoch=sde)
-        repo_apt.write_client_snippet(out, suite=args.suite, base_url=base and f"{base}/deb")
-        done.append(f"apt: {os.path.join(out, 'deb', 'dists', args.suite)} (source line in rocm.list)")
-    if os.path.isdir(os.path.join(out, "rpm")):
-        repo_dnf.publish_dnf(out, signer=signer, source_date_epoch=sde, sign_packages=signer is not None)
-        repo_dnf.write_client_snippet(out, base_url=base and f"{base}/rpm",
-                                      gpgkey_url=base and f"{base}/rocm.asc")
-        done.append(f"dnf: {os.path.join(out, 'rpm', 'repodata')} (repo file rocm.repo)")
-    if not done:
-        raise RocpkgInputError(out, "no deb/pool or rpm directory to index")
-    return done
 
 
 def _cmd_verify(args) -> int:

@@ -140,12 +140,10 @@ def _cmd_build(args) -> int:
         display.close()
     print_summary(result)
     if args.repo:
-        from rocpkg.demo import publish
-
-        apt_list, dnf_repo = publish(os.path.abspath(args.output), suite=args.suite or settings["suite"],
-                                     signer=signer, source_date_epoch=sde)
-        print(f"repositories: {apt_list}, {dnf_repo}" + (f", signed by {signer.fingerprint}" if signer else
-                                                        ", unsigned"))
+        snippets, _ = b.publish_repositories(os.path.abspath(args.output), suite=args.suite or settings["suite"],
+                                             signer=signer, source_date_epoch=sde)
+        print(f"repositories: {', '.join(snippets.values())}" + (f", signed by {signer.fingerprint}" if signer
+                                                                  else ", unsigned"))
     return 0
 
 

@@ -442,7 +442,7 @@ def write_deb(spec: PackageSpec, out_dir: str, options: BuildOptions) -> BuiltPa
         copy_stream(out, digest)
     installed = spec.payload_size + sum(len(d) for d in rendered.doc_files.values())
     return BuiltPackage(spec=spec, path=path, size=digest.count, sha256=digest.hexdigest(),
-                        installed_size=installed)
+                        installed_size=installed, metadata=rendered.control)
 
 
 def _write_ar(out: BinaryIO, spec: PackageSpec, control_member, tree: list[_DataEntry],

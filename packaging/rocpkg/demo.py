@@ -63,20 +63,6 @@ def stop_gpg_agent(home: str) -> None:
         subprocess.run(["gpgconf", "--homedir", home, "--kill", "gpg-agent"], capture_output=True)
 
 
-def publish(out_dir: str, *, suite: str, signer, source_date_epoch: int) -> tuple[str, str]:
-    """Index OUT/deb and OUT/rpm (RPMs are already signed by the build) and write the
-    client snippets; returns (rocm.list, rocm.repo)."""
-    from rocpkg import repo_apt, repo_dnf
-
-    repo_apt.publish_apt(out_dir, suite=suite, signer=signer, source_date_epoch=source_date_epoch)
-    apt_list = repo_apt.write_client_snippet(out_dir, suite=suite)
-    repo_dnf.publish_dnf(out_dir, signer=signer, source_date_epoch=source_date_epoch,
-                         sign_packages=signer is not None)
-    dnf_repo = repo_dnf.write_client_snippet(out_dir)
-    b.sync_manifest(out_dir)
-    return apt_list, dnf_repo
-
-
 def run_demo(out_dir: str | os.PathLike, *, targets=DEMO_TARGETS, jobs: int | None = None,
              progress=None, size_mb: float = 1.0) -> DemoResult:
     """Sample artifacts into OUT/artifacts, build deb+rpm into OUT, publish both
@@ -116,7 +102,8 @@ def run_demo(out_dir: str | os.PathLike, *, targets=DEMO_TARGETS, jobs: int | No
         built = b.build_release(plan, out_dir, options=options, jobs=jobs, progress=progress, signer=signer)
         step("build")
         suite = plan.settings["suite"]
-        apt_list, dnf_repo = publish(out_dir, suite=suite, signer=signer, source_date_epoch=sde)
+        snippets, _ = b.publish_repositories(out_dir, suite=suite, signer=signer, source_date_epoch=sde)
+        apt_list, dnf_repo = snippets["deb"], snippets["rpm"]
         step("repositories")
         result = DemoResult(out_dir, artifacts, plan, built, suite, gnupg_home=home or "",
                             key_fingerprint=signer.fingerprint if signer else "", apt_list=apt_list,

@@ -123,3 +123,4 @@ class BuiltPackage:
     size: int
     sha256: str
     installed_size: int = 0     # bytes of payload
+    metadata: str = ""          # the rendered control stanza (deb) or spec (rpm), for OUT/control

@@ -47,13 +47,16 @@ def publish_apt(out_dir: str | os.PathLike, *, suite: str = "stable", codename: 
 
     Returns the paths written. Raises RocpkgInputError for an unreadable .deb or a
     package already published with different bytes (all such problems at once).
+    source_date_epoch dates the index; the caller resolves SOURCE_DATE_EPOCH
+    (build.published_source_date_epoch), None means now.
     """
     if signer is not None:
         signer.check()              # an unusable key fails here, before any work
     deb_root = os.path.join(os.fspath(out_dir), "deb")
     suite_dir = os.path.join(deb_root, "dists", suite)
     # apt ignores a Release dated before the one it holds: never go back in time.
-    date = max(_release_time(source_date_epoch), _published_date(suite_dir))
+    now = int(time.time()) if source_date_epoch is None else int(source_date_epoch)
+    date = max(now, _published_date(suite_dir))
 
     digests = DigestCache(out_dir, "deb")
     stanzas = _collect(lambda root, rel: _packages_stanza(root, rel, digests), deb_root,
@@ -258,14 +261,6 @@ def _release(listed: list[tuple[str, bytes]], *, suite: str, codename: str, orig
         release[field] = [{algorithm: hashlib.new(algorithm, data).hexdigest(),
                            "size": str(len(data)), "name": rel} for rel, data in listed]
     return release
-
-
-def _release_time(source_date_epoch: int | None) -> int:
-    if source_date_epoch is not None:
-        return int(source_date_epoch)
-    if os.environ.get("SOURCE_DATE_EPOCH"):
-        return int(os.environ["SOURCE_DATE_EPOCH"])
-    return int(time.time())
 
 
 def _gzip(data: bytes) -> bytes:

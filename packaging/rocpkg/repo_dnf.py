@@ -69,12 +69,14 @@ def publish_dnf(out_dir: str | os.PathLike, *, signer: Signer | None = None,
 
     Returns the paths written. Raises RocpkgInputError for unreadable RPMs and for a
     package already published with different bytes (all such problems at once).
+    source_date_epoch dates the index; the caller resolves SOURCE_DATE_EPOCH
+    (build.published_source_date_epoch), None means now.
     """
     if signer is not None:
         signer.check()              # an unusable key fails here, before any work
     rpm_root = os.path.join(os.fspath(out_dir), "rpm")
     repodata = os.path.join(rpm_root, "repodata")
-    when = _publish_time(source_date_epoch)
+    when = int(time.time()) if source_date_epoch is None else int(source_date_epoch)
     previous = _published_metadata(repodata)
     published = _published_packages(repodata, previous)
 
@@ -539,14 +541,6 @@ def _archive_size(info: rpm.RpmInfo) -> int:
     return (_int(info.signature.get(SIGTAG_LONGARCHIVESIZE))
             or _int(info.signature.get(rpm.SigTag.PAYLOADSIZE))
             or _int(info.header.get(Tag.ARCHIVESIZE)))
-
-
-def _publish_time(source_date_epoch: int | None) -> int:
-    if source_date_epoch is not None:
-        return int(source_date_epoch)
-    if os.environ.get("SOURCE_DATE_EPOCH"):
-        return int(os.environ["SOURCE_DATE_EPOCH"])
-    return int(time.time())
 
 
 def _as_url(location: str) -> str:

@@ -1060,7 +1060,8 @@ def write_rpm(spec: PackageSpec, out_dir: str, options: BuildOptions) -> BuiltPa
     if spec.format != "rpm":
         raise RocpkgInputError(spec.name, f"not an rpm spec (format {spec.format!r})")
     try:
-        parsed = parse_spec(render_spec(spec, options))
+        spec_text = render_spec(spec, options)
+        parsed = parse_spec(spec_text)
     except ValueError as exc:
         raise RocpkgInputError(f"{spec.name}: spec", str(exc)) from None
     files = checked_files(spec)
@@ -1107,4 +1108,4 @@ def write_rpm(spec: PackageSpec, out_dir: str, options: BuildOptions) -> BuiltPa
         out.flush()
     whole = hash_file(path)
     return BuiltPackage(spec=spec, path=path, size=whole.count, sha256=whole.hexdigest(),
-                        installed_size=sum(_entry_size(e) for e in files))
+                        installed_size=sum(_entry_size(e) for e in files), metadata=spec_text)
