@@ -36,13 +36,6 @@ NS_REPO = "http://linux.duke.edu/metadata/repo"
 
 CHANGELOG_LIMIT = 10        # createrepo_c's default --changelog-limit
 
-# Tags rocpkg.rpm's table does not name (rpmtag.h).
-SIGTAG_LONGARCHIVESIZE = 271
-TAG_SOURCEPACKAGE = 1106
-TAG_SUPPLEMENTNAME, TAG_SUPPLEMENTVERSION, TAG_SUPPLEMENTFLAGS = 5052, 5053, 5054
-TAG_ENHANCENAME, TAG_ENHANCEVERSION, TAG_ENHANCEFLAGS = 5055, 5056, 5057
-
-RPMFILE_GHOST = 1 << 6
 # Requires that must be satisfied before a scriptlet runs: createrepo_c's pre="1".
 _PRE_FLAGS = (1 << 5) | (1 << 6) | (1 << 7) | (1 << 9) | (1 << 10)  # POSTTRANS PREREQ PRETRANS PRE POST
 _FLAG_NAMES = {rpm.RPMSENSE_LESS: "LT", rpm.RPMSENSE_GREATER: "GT", rpm.RPMSENSE_EQUAL: "EQ",
@@ -54,9 +47,9 @@ _DEPENDENCY_KINDS = (  # primary element, name tag, flags tag, version tag
     ("conflicts", Tag.CONFLICTNAME, Tag.CONFLICTFLAGS, Tag.CONFLICTVERSION),
     ("obsoletes", Tag.OBSOLETENAME, Tag.OBSOLETEFLAGS, Tag.OBSOLETEVERSION),
     ("suggests", Tag.SUGGESTNAME, Tag.SUGGESTFLAGS, Tag.SUGGESTVERSION),
-    ("enhances", TAG_ENHANCENAME, TAG_ENHANCEFLAGS, TAG_ENHANCEVERSION),
+    ("enhances", Tag.ENHANCENAME, Tag.ENHANCEFLAGS, Tag.ENHANCEVERSION),
     ("recommends", Tag.RECOMMENDNAME, Tag.RECOMMENDFLAGS, Tag.RECOMMENDVERSION),
-    ("supplements", TAG_SUPPLEMENTNAME, TAG_SUPPLEMENTFLAGS, TAG_SUPPLEMENTVERSION),
+    ("supplements", Tag.SUPPLEMENTNAME, Tag.SUPPLEMENTFLAGS, Tag.SUPPLEMENTVERSION),
 )
 # XML 1.0 cannot carry these at all, escaped or not.
 _XML_INVALID = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
@@ -190,7 +183,7 @@ def _read_package(rpm_root: str, rel: str, source_date_epoch: int | None,
     if source_date_epoch is not None:
         mtime = min(mtime, int(source_date_epoch))
     return _Package(info=info, href=href, checksum=sha256, size=size, file_time=mtime, name=header[Tag.NAME],
-                    arch="src" if header.get(TAG_SOURCEPACKAGE) else header[Tag.ARCH],
+                    arch="src" if header.get(Tag.SOURCEPACKAGE) else header[Tag.ARCH],
                     epoch=_int(header.get(Tag.EPOCH)), version=header[Tag.VERSION],
                     release=header[Tag.RELEASE])
 
@@ -231,7 +224,7 @@ def _files(header: dict) -> list[tuple[str, str]]:
     for i, path in enumerate(paths):
         if i < len(modes) and stat.S_ISDIR(modes[i]):
             kind = "dir"
-        elif i < len(flags) and flags[i] & RPMFILE_GHOST:
+        elif i < len(flags) and flags[i] & rpm.RPMFILE_GHOST:
             kind = "ghost"
         else:
             kind = ""
@@ -538,7 +531,7 @@ def _installed_size(header: dict) -> int:
 
 
 def _archive_size(info: rpm.RpmInfo) -> int:
-    return (_int(info.signature.get(SIGTAG_LONGARCHIVESIZE))
+    return (_int(info.signature.get(rpm.SigTag.LONGARCHIVESIZE))
             or _int(info.signature.get(rpm.SigTag.PAYLOADSIZE))
             or _int(info.header.get(Tag.ARCHIVESIZE)))
 
