@@ -135,8 +135,8 @@ def dpkg_tar_members(path: Path) -> list[tarfile.TarInfo]:
         return tar.getmembers()
 
 
-def throwaway_root(path: Path, installed: tuple[str, ...] = ("libc6",)) -> Path:
-    """An empty dpkg database whose status holds `installed`: the base system."""
+def throwaway_root(path: Path, installed=("libc6",), version: str = "2.36-9") -> Path:
+    """An empty dpkg database whose status holds `installed` at `version`: the base system."""
     admin = path / "var/lib/dpkg"
     for sub in ("info", "updates", "triggers"):
         (admin / sub).mkdir(parents=True, exist_ok=True)
@@ -147,7 +147,7 @@ def throwaway_root(path: Path, installed: tuple[str, ...] = ("libc6",)) -> Path:
         (admin / "info" / f"{name}.list").write_text("")
         stanzas.append(f"Package: {name}\nStatus: install ok installed\nPriority: required\n"
                        f"Section: libs\nMaintainer: Base <base@example.org>\nArchitecture: amd64\n"
-                       f"Version: 2.36-9\nDescription: base system of the throwaway root\n")
+                       f"Version: {version}\nDescription: base system of the throwaway root\n")
     (admin / "status").write_text("\n".join(stanzas))
     return path
 

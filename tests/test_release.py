@@ -18,6 +18,7 @@ from rocpkg.model import FILE, BuildOptions
 from rocpkg.plan import make_plan
 from rocpkg.rpm import write_rpm
 from rocpkg.sample import make_sample_artifacts
+from test_deb import throwaway_root
 from test_rpm import base_system_spec
 
 REPO = Path(__file__).resolve().parents[1]
@@ -73,19 +74,6 @@ def external_names(plan, fmt) -> list[str]:
     return sorted(found)
 
 
-def dpkg_root(path: Path, installed: list[str]) -> Path:
-    """An empty dpkg database whose status lists the base system the release relies on."""
-    admin = path / "var/lib/dpkg"
-    for sub in ("info", "updates", "triggers"):
-        (admin / sub).mkdir(parents=True, exist_ok=True)
-    (admin / "available").write_text("")
-    stanzas = [f"Package: {n}\nStatus: install ok installed\nPriority: required\nSection: libs\n"
-               f"Maintainer: Base <base@example.org>\nArchitecture: amd64\nVersion: 9999\n"
-               f"Description: base system of the throwaway root\n" for n in installed]
-    (admin / "status").write_text("\n".join(stanzas))
-    return path
-
-
 def installed_files(root: Path) -> list[str]:
     return sorted(str(p.relative_to(root)) for p in (root / "opt").rglob("*") if not p.is_dir()) \
         if (root / "opt").exists() else []
@@ -108,7 +96,8 @@ def test_every_deb_is_read_by_dpkg_deb(release, request):
 @pytest.mark.parametrize("release", ["bundled", "therock"])
 def test_the_whole_deb_release_installs_and_removes_with_dpkg(release, request, tmp_path):
     plan, built = request.getfixturevalue(release)
-    root = dpkg_root(tmp_path / "root", external_names(plan, "deb"))
+    # the base system at a version high enough for every versioned system dependency
+    root = throwaway_root(tmp_path / "root", external_names(plan, "deb"), version="9999")
     dpkg = ["dpkg", "--root", root, "--force-script-chrootless"]
     run(*dpkg, "-i", *built["deb"])
     status = run("dpkg-query", "--admindir", root / "var/lib/dpkg", "-W", "-f", "${Package} ${Status}\n").stdout
