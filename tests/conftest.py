@@ -9,7 +9,7 @@ import pytest
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def shared_dir() -> Path:
     """The read-only shared directory (fixtures/, DESIGN.md): $SHARED_DIR, else `../shared`
     next to the repository root. Tests that need it skip when it is absent."""

@@ -19,27 +19,14 @@ TARGETS = ["gfx942", "gfx1100", "gfx1101"]
 
 
 @pytest.fixture(scope="module")
-def therock(tmp_path_factory, request):
-    shared = request.getfixturevalue("shared_dir_module")
+def therock(tmp_path_factory, shared_dir):
     root = tmp_path_factory.mktemp("therock")
     cfg = root / "package.json"
-    shutil.copy(shared / "fixtures" / "therock" / "package.json", cfg)
+    shutil.copy(shared_dir / "fixtures" / "therock" / "package.json", cfg)
     config = load_config(cfg)
     make_sample_artifacts(root / "artifacts", config, targets=TARGETS)
     plan = make_plan(config, scan(root / "artifacts"), version="7.1.0")
     return cfg, root / "artifacts", plan
-
-
-@pytest.fixture(scope="module")
-def shared_dir_module():
-    import os
-    from pathlib import Path
-
-    candidate = Path(os.environ["SHARED_DIR"]) if os.environ.get("SHARED_DIR") else \
-        Path(__file__).resolve().parent.parent.parent / "shared"
-    if not (candidate / "fixtures").is_dir():
-        pytest.skip(f"shared fixtures not found at {candidate}")
-    return candidate
 
 
 @pytest.fixture(scope="module")

@@ -51,11 +51,8 @@ def bundled(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def therock(tmp_path_factory):
-    shared = Path(os.environ.get("SHARED_DIR") or REPO.parent / "shared")
-    source = shared / "fixtures" / "therock" / "package.json"
-    if not source.is_file():
-        pytest.skip(f"TheRock's package.json not found under {shared}")
+def therock(tmp_path_factory, shared_dir):
+    source = shared_dir / "fixtures" / "therock" / "package.json"
     out = tmp_path_factory.mktemp("therock")
     shutil.copy(source, out / "package.json")
     # xz: Debian 12's lintian predates zstd members (dpkg itself reads both)
