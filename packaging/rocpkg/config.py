@@ -367,28 +367,36 @@ def load_config(path: str | os.PathLike | None = None) -> Config:
     return config
 
 
-def namespace(config: Config) -> str:
-    """The release's package namespace (`amdrocm` for TheRock): the most common first
-    dash-separated word of defined names. A dependency inside it must be defined."""
+def common_namespace(names) -> str:
+    """The most common first dash-separated word of package names (`amdrocm` for TheRock)."""
     counts: dict[str, int] = {}
-    for d in config.definitions:
-        head = d.name.split("-", 1)[0]
+    for name in names:
+        head = name.split("-", 1)[0]
         counts[head] = counts.get(head, 0) + 1
     return max(sorted(counts), key=lambda k: counts[k]) if counts else ""
 
 
+def namespace(config: Config) -> str:
+    """The release's package namespace: a dependency inside it must be defined."""
+    return common_namespace(d.name for d in config.definitions)
+
+
+def external_rule(namespace_: str, declared=()):
+    """name -> True when the name is external: declared so, or outside the namespace
+    (libc6, python3, ...)."""
+    declared = set(declared)
+    return lambda name: name in declared or not (name == namespace_ or name.startswith(namespace_ + "-"))
+
+
 def is_external(config: Config, name: str) -> bool:
-    """A name that is not defined is external when declared so, or when it lies outside
-    the release's namespace (libc6, python3, ...)."""
-    if name in config.settings["external"]:
-        return True
-    ns = namespace(config)
-    return not (name == ns or name.startswith(ns + "-"))
+    """Whether a name that is not defined is an external system package."""
+    return external_rule(namespace(config), config.settings["external"])(name)
 
 
 def _check_relations(config: Config, base: str) -> list[tuple[str, str]]:
     problems = []
     defined = {d.name: d for d in config.definitions}
+    external = external_rule(namespace(config), config.settings["external"])
     for d in config.enabled:
         for fmt, relations, keys in (("deb", d.deb_relations, DEB_RELATION_KEYS), ("rpm", d.rpm_relations, RPM_RELATION_KEYS)):
             for key, attr in keys.items():
@@ -396,7 +404,7 @@ def _check_relations(config: Config, base: str) -> list[tuple[str, str]]:
                     for name in relation_names(relation):
                         target = defined.get(name)
                         where = f"{base}[{d.index}]({d.name}).{key}[{ri}]"
-                        if target is None and not is_external(config, name):
+                        if target is None and not external(name):
                             problems.append((where, f"{name!r} is neither defined nor an external system package"))
                         elif target is not None and target.disabled and attr in ("depends", "pre_depends"):
                             problems.append((where, f"{name!r} has DisablePackaging set and is never built"))

@@ -64,7 +64,7 @@ from kpack.archive import KpackReader
 from kpack.errors import KpackFormatError
 from kpack.marker import GFXARCH, Marker, read_marker, resolve_search_paths
 from rocpkg import model as m
-from rocpkg.config import relation_names
+from rocpkg.config import common_namespace, external_rule, namespace, relation_names
 from rocpkg.errors import RocpkgInputError
 from rocpkg.plan import closure
 from rocpkg.streams import CHUNK, copy_stream, read_exact, read_upto, skip_exact
@@ -179,33 +179,17 @@ def _looks_host_elf(head: bytes) -> bool:
     return struct.unpack_from("<H", head, 18)[0] != EM_AMDGPU
 
 
-def _namespace(names: Iterable[str]) -> str:
-    """The most common first dash-separated word (config.namespace's rule)."""
-    counts: dict[str, int] = {}
-    for name in names:
-        head = name.split("-", 1)[0]
-        counts[head] = counts.get(head, 0) + 1
-    return max(sorted(counts), key=lambda k: counts[k]) if counts else ""
-
-
-def _outside(namespace: str, declared: Iterable[str] = ()) -> Callable[[str], bool]:
-    declared = set(declared)
-    return lambda name: name in declared or not (name == namespace or name.startswith(namespace + "-"))
-
-
 # -- a plan ---------------------------------------------------------------------------------
 
 def verify_plan(plan, config=None) -> VerifyReport:
     """Check a plan before building: markers and archives are read from the artifacts the
     plan's files come from. `config` (rocpkg.config.Config) decides which names are
     external; without it, the plan's settings and definition names do."""
-    from rocpkg.config import is_external
-
     if config is not None:
-        external = lambda name: is_external(config, name)  # noqa: E731
+        external = external_rule(namespace(config), config.settings["external"])
     else:
         definitions = {s.definition for specs in plan.packages.values() for s in specs if s.definition}
-        external = _outside(_namespace(definitions), plan.settings.get("external", []))
+        external = external_rule(common_namespace(definitions), plan.settings.get("external", []))
     families = {f: list(ts) for f, ts in (plan.settings.get("families") or kt.FAMILIES).items()}
     report = VerifyReport(source="plan", formats=sorted(plan.packages), warnings=list(plan.warnings))
     markers: dict[str, Marker | None | Exception] = {}
@@ -292,7 +276,7 @@ def _read_tree_release(fmt: str, package_files: list[str], pool: ThreadPoolExecu
         else:
             specs[spec.name] = spec
             files_of[spec.name] = path
-    release.is_external = _outside(_namespace(specs))
+    release.is_external = external_rule(common_namespace(specs))
     _classify_tree(release)
     read_payload = _read_deb_payload if fmt == "deb" else _read_rpm_payload
     names = list(specs)
