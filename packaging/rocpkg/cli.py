@@ -10,6 +10,7 @@ import argparse
 import os
 import sys
 
+from rocpkg.cli_build import human_bytes
 from rocpkg.errors import RocpkgInputError
 
 
@@ -57,14 +58,6 @@ def _load_plan(args):
                      targets=_split_list(args.targets), formats=_formats(args))
 
 
-def _human_bytes(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)
-
-
 def _cmd_plan(args) -> int:
     import json
 
@@ -82,7 +75,7 @@ def _cmd_plan(args) -> int:
         rows = [("package", "kind", "target/family", "files", "bytes", "depends")]
         for s in specs:
             files = sum(1 for f in s.files if f.type != "dir")
-            rows.append((s.name, s.kind, s.target or s.family, str(files), _human_bytes(s.payload_size),
+            rows.append((s.name, s.kind, s.target or s.family, str(files), human_bytes(s.payload_size),
                          ", ".join(s.depends)))
         widths = [max(len(r[i]) for r in rows) for i in range(5)]
         print(f"== {fmt}: {len(specs)} packages, version {plan.settings['version']}-{plan.settings['release']}, "
@@ -107,7 +100,7 @@ def _cmd_sample_artifacts(args) -> int:
     summary = make_sample_artifacts(args.dir, config, targets=_split_list(args.targets), layout=args.layout,
                                     size_mb=args.size_mb, seed=args.seed, clean=args.clean)
     print(f"{summary.root}: {len(summary.dirs)} artifact dirs, {summary.files} files, "
-          f"{_human_bytes(summary.bytes)}, targets {', '.join(summary.targets)} ({summary.layout} layout)")
+          f"{human_bytes(summary.bytes)}, targets {', '.join(summary.targets)} ({summary.layout} layout)")
     return 0
 
 

@@ -11,7 +11,8 @@ import time
 from rocpkg.errors import RocpkgInputError
 
 
-def _human(n: float) -> str:
+def human_bytes(n: float) -> str:
+    """1536 -> "1.5 KiB": the size format of every rocpkg table and progress line."""
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if n < 1024 or unit == "TiB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
@@ -40,11 +41,11 @@ class ProgressDisplay:
         if self.rich:
             self._rich(event)
         elif event.last is None:
-            print(f"{self.label} {event.total} packages ({_human(event.bytes_total)} of payload)",
+            print(f"{self.label} {event.total} packages ({human_bytes(event.bytes_total)} of payload)",
                   file=sys.stderr, flush=True)
         elif event.last.rebuilt:
             p = event.last
-            print(f"[{event.done}/{event.total}] {p.format} {p.name}: {_human(p.payload)} -> {_human(p.size)} "
+            print(f"[{event.done}/{event.total}] {p.format} {p.name}: {human_bytes(p.payload)} -> {human_bytes(p.size)} "
                   f"in {p.seconds:.2f} s", file=sys.stderr, flush=True)
 
     def _rich(self, event) -> None:
@@ -85,9 +86,9 @@ def print_summary(result, stream=None) -> None:
     table = [("format", "kind", "built", "up to date", "bytes in", "bytes out")]
     totals = [0, 0, 0, 0]
     for (fmt, kind), row in sorted(rows.items()):
-        table.append((fmt, kind, str(row[0]), str(row[1]), _human(row[2]), _human(row[3])))
+        table.append((fmt, kind, str(row[0]), str(row[1]), human_bytes(row[2]), human_bytes(row[3])))
         totals = [a + b for a, b in zip(totals, row)]
-    table.append(("all", "", str(totals[0]), str(totals[1]), _human(totals[2]), _human(totals[3])))
+    table.append(("all", "", str(totals[0]), str(totals[1]), human_bytes(totals[2]), human_bytes(totals[3])))
     widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
     for i, r in enumerate(table):
         cells = [c.ljust(w) if j < 2 else c.rjust(w) for j, (c, w) in enumerate(zip(r, widths))]
