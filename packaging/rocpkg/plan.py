@@ -420,7 +420,8 @@ class _PlanBuilder:
         """A device package that ships no kpack archive of its own depends on the device
         package that ships the archive its host binaries' markers name (the splitter put a
         shared artifact's archive under its first stage prefix only)."""
-        from kpack.marker import read_marker, resolve_search_paths
+        from kpack.loader import search_order
+        from kpack.marker import read_marker
 
         marker_cache: dict[str, object] = {}
 
@@ -453,7 +454,7 @@ class _PlanBuilder:
                     marker = markers_of(fe)
                     if marker is None:
                         continue
-                    for path in resolve_search_paths(marker, fe.path, p.target):
+                    for path in search_order(marker, fe.path, p.target):
                         owner = shipped.get(path)
                         if owner and owner != p.name and owner not in providers:
                             providers.append(owner)

@@ -62,7 +62,8 @@ from typing import Callable, Iterable
 from kpack import targets as kt
 from kpack.archive import KpackReader
 from kpack.errors import KpackFormatError
-from kpack.marker import GFXARCH, Marker, read_marker, resolve_search_paths
+from kpack.loader import search_order
+from kpack.marker import GFXARCH, Marker, read_marker
 from rocpkg import model as m
 from rocpkg.config import common_namespace, external_rule, namespace, relation_names
 from rocpkg.errors import RocpkgInputError
@@ -703,7 +704,7 @@ class _Checker:
         self.report.problems.extend(self.r.problems)
 
     def _exact_paths(self, marker: Marker, path: str, target_id: str) -> list[str]:
-        return [resolve_search_paths(Marker([sp], marker.kernel_name), path, target_id)[0]
+        return [search_order(Marker([sp], marker.kernel_name), path, target_id)[0]
                 for sp in marker.kpack_search_paths]
 
     def _host_markers(self, host: str) -> list[tuple[str, Marker]]:
@@ -760,7 +761,7 @@ class _Checker:
         found = next((p for p in exact if p in shipped), None)
         generic = spec.kind != m.KIND_HOST
         if found is None:
-            fallback = next((p for p in resolve_search_paths(marker, path, target_id) if p in shipped), None)
+            fallback = next((p for p in search_order(marker, path, target_id) if p in shipped), None)
             if generic:
                 self.problem("generic-binary", spec.name, path, target_id,
                              f"needs per-target kernels ({exact[0]}) but {spec.name} has no device packages and its "
