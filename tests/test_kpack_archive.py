@@ -567,3 +567,16 @@ def test_kpack_verify_prints_each_bad_kernel_on_its_own_line(tmp_path):
     assert result.stderr.splitlines() == [
         f"error: {path}: toc['x#0']['gfx1100']: code object is for gfx942, not gfx1100 (EF_AMDGPU_MACH says gfx942)",
         f"error: {path}: toc['x#1']['gfx1100']: code object is for gfx1201, not gfx1100 (EF_AMDGPU_MACH says gfx1201)"]
+
+
+def test_a_toc_offset_that_makes_the_whole_file_a_toc_is_refused_before_reading(tmp_path):
+    from kpack.format import MAX_TOC_SIZE
+
+    path = tmp_path / "sparse.kpack"
+    with open(path, "wb") as handle:
+        handle.write(b"KPAK" + struct.pack("<IQ", 1, 64) + bytes(48))
+        handle.truncate(64 + MAX_TOC_SIZE + 1)  # sparse: no disk used
+    counting = CountingReader(path)
+    with pytest.raises(KpackFormatError, match=f"TOC of {MAX_TOC_SIZE + 1} bytes is larger"):
+        KpackReader(counting)
+    assert counting.bytes_read == 16
