@@ -56,6 +56,8 @@ PACKAGE_OVERHEAD = 256 << 10
 # Default SOURCE_DATE_EPOCH: 2024-01-01T00:00:00Z plus one minute per version step.
 EPOCH_BASE = 1704067200
 _TMP_RE = re.compile(r"\.tmp-\d+$")
+# An APT suite is a directory name under dists/ and a Release field: no separators, no dots first
+_SUITE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 
 # ---- results ----------------------------------------------------------------------
@@ -372,7 +374,8 @@ def _remove_stale_temporaries(out_dir: str) -> None:
 
 class OutLock:
     """One writer per OUT at a time, build or publish (flock: released by the kernel even
-    after kill -9)."""
+    after kill -9). Leaving on an exception (a full disk, Ctrl-C) removes the temporaries
+    the run left: the lock holder is the only writer."""
 
     def __init__(self, out_dir: str):
         self.path = os.path.join(out_dir, LOCK_FILE)
@@ -388,8 +391,14 @@ class OutLock:
                                    "another rocpkg build or repo is writing into this directory") from None
         return self
 
-    def __exit__(self, *exc):
-        self.fh.close()
+    def __exit__(self, exc_type, exc, tb):
+        try:
+            if exc_type is not None:  # a failed or interrupted run leaves no temporary behind
+                _remove_stale_temporaries(os.path.dirname(os.path.dirname(self.path)))
+        except OSError:
+            pass  # the original error is the one to report
+        finally:
+            self.fh.close()
         return False
 
 
@@ -573,6 +582,11 @@ def publish_repositories(out_dir: str, *, suite: str, signer=None, source_date_e
     ({"deb": rocm.list, "rpm": rocm.repo} for the formats present, the manifest's path)."""
     from rocpkg import repo_apt, repo_dnf
 
+    if not os.path.isdir(out_dir):  # checked before the lock: nothing is created for a missing OUT
+        raise RocpkgInputError(out_dir, "no such directory: build a release into it first")
+    if not _SUITE_RE.fullmatch(suite):
+        raise RocpkgInputError("--suite", f"{suite!r} is not a suite name (letters, digits, '.', '_', '-'; "
+                                          "it becomes a directory under deb/dists/)")
     base = base_url.rstrip("/") if base_url else None
     snippets: dict[str, str] = {}
     with OutLock(out_dir):
