@@ -191,7 +191,7 @@ def _register_commands(sub) -> None:
     p = sub.add_parser("sample-artifacts", help="synthesise an artifacts tree for a package.json")
     p.add_argument("dir")
     p.add_argument("-c", "--config", default=None, help="package.json (default: the bundled one)")
-    p.add_argument("--targets", default=None, help="comma-separated bare targets (default gfx942,gfx1100,gfx1101)")
+    p.add_argument("--targets", default=None, help="comma-separated targets (default gfx942,gfx1100,gfx1101); a bare target also gets its xnack+ build, a feature build (gfx90a:xnack-) named alone gets no bare one")
     p.add_argument("--layout", choices=("split", "recombined"), default="split")
     p.add_argument("--size-mb", type=float, default=1.0, help="approximate payload size")
     p.add_argument("--seed", type=int, default=0)
