@@ -122,12 +122,11 @@ class _PlanBuilder:
         self.problems: list[tuple[str, str]] = []
         self.warnings: list[str] = []
         found = catalog.targets
+        # feature builds asked for by name (`--targets gfx90a:xnack+`): bare target -> IDs;
+        # a target asked for bare, or not at all, keeps every build the artifacts hold
+        self.builds: dict[str, set[str]] = {}
         if targets:
-            wanted = [kt.parse_target(t).processor.lower() for t in targets]
-            for t in wanted:
-                if t not in found:
-                    self.problems.append(("--targets", f"no artifact carries device code for {t}"))
-            self.targets = sort_targets(t for t in wanted if t in found)
+            self.targets = self._wanted_targets(targets, found)
         else:
             self.targets = found
         self.families = {}
@@ -136,6 +135,40 @@ class _PlanBuilder:
             if present:
                 self.families[fam] = present
         self.classes = {name: self._classify(d) for name, d in self.defs.items()}
+
+    def _wanted_targets(self, names: list[str], found: list[str]) -> list[str]:
+        """`--targets`: bare targets, feature builds, ROCr ISA names, families (their members
+        the artifacts hold). A name with features selects the builds a GPU of that name can
+        run (`gfx942:xnack+`: the xnack+ and the bare build, not the xnack- one)."""
+        from kpack.loader import compatible_targets
+
+        bare: list[str] = []
+        named_bare: set[str] = set()
+        for name in (n for text in names for n in re.split(r"[,;\s]+", text) if n):
+            family = next((f for f in self.families_table if f.lower() == name.lower()), None)
+            try:
+                wanted = kt.parse_target_list(name, self.families_table)
+            except kt.InvalidTargetError as exc:
+                self.problems.append(("--targets", str(exc)))
+                continue
+            if family is not None:
+                wanted = [t for t in wanted if t in found]
+                if not wanted:
+                    self.problems.append(("--targets", f"family {family}: no artifact carries device code for "
+                                                       f"any of {', '.join(self.families_table[family])}"))
+            for tid in map(kt.parse_target, wanted):
+                if tid.processor not in found:
+                    self.problems.append(("--targets", f"no artifact carries device code for {tid.processor} "
+                                                       f"(the artifacts have {', '.join(found) or 'none'})"))
+                    continue
+                if tid.processor not in bare:
+                    bare.append(tid.processor)
+                if tid.features:
+                    self.builds.setdefault(tid.processor, set()).update(compatible_targets(str(tid)))
+                else:
+                    named_bare.add(tid.processor)
+        self.builds = {t: ids for t, ids in self.builds.items() if t not in named_bare}  # bare: every build
+        return sort_targets(bare)
 
     # ---- classification and files -------------------------------------------------
     def _device_refs(self, d: Definition):
@@ -189,7 +222,8 @@ class _PlanBuilder:
                 continue
             for adir, stage, entries in self.catalog.stages(ref.artifact, ref.component, ref.subdir, target):
                 label = f"{adir.dirname}/{stage.line}"
-                chosen.extend((label, e) for e in entries)
+                named = self.builds.get(target or "")
+                chosen.extend((label, e) for e in entries if not named or not e.variant or e.variant in named)
         return self._entries_to_files(pkg_label, chosen)
 
     def _check_artifacts(self, d: Definition, namer: _Namer) -> None:
