@@ -110,16 +110,13 @@ def _archive_refusals(plan, formats, jobs: int) -> list[Refusal]:
 
 
 def _check_one_archive(path: str) -> list[Refusal]:
-    from kpack.archive import KpackReader
+    from kpack.check import check_archive
 
-    try:
-        with KpackReader(path) as reader:
-            reader.verify()
-    except KpackFormatError as problem:
-        return [Refusal(KPACK_ARCHIVE, path, _without_path(problem, path))]
-    except OSError as exc:
-        return [Refusal(KPACK_ARCHIVE, path, exc.strerror or str(exc))]
-    return []
+    out = []
+    for problem in check_archive(path):
+        about_object = problem.what.startswith(("code object is for", "kernel is not an AMDGPU code object"))
+        out.append(Refusal(CODE_OBJECT_TARGET if about_object else KPACK_ARCHIVE, path, _without_path(problem, path)))
+    return out
 
 
 def _without_path(problem: KpackFormatError, path: str) -> str:
