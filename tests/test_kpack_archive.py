@@ -529,6 +529,9 @@ def test_a_gfx942_code_object_in_a_gfx1100_archive_is_named_with_its_target(tmp_
     problems = check_archive(path, "gfx1100")
     assert [str(p) for p in problems] == [
         f"{path}: toc['x#1']['gfx1100']: code object is for gfx942, not gfx1100 (EF_AMDGPU_MACH says gfx942)"]
+    from kpack.check import CodeObjectProblem
+
+    assert isinstance(problems[0], CodeObjectProblem)
 
 
 def test_a_code_object_contradicting_the_feature_its_arch_names_is_a_problem(tmp_path):
