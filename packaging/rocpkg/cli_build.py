@@ -8,6 +8,7 @@ import os
 import sys
 import time
 
+from rocpkg import compression
 from rocpkg.cli_common import add_plan_options, formats, human_bytes, interactive, load_plan
 from rocpkg.errors import RocpkgInputError
 
@@ -219,7 +220,7 @@ def register(sub) -> None:
     p.add_argument("-j", "--jobs", type=int, default=None, help="packages built at once (default: CPU count)")
     p.add_argument("--shard", default=None, metavar="I/N", help="build only part I of N (size-balanced, "
                                                                 "deterministic), for N CI runners")
-    p.add_argument("--compression", choices=("zstd", "xz", "gzip"), default=None,
+    p.add_argument("--compression", choices=compression.KINDS, default=None,
                    help="payload compression (default: settings.compression)")
     p.add_argument("--level", type=int, default=None, help="compression level (default: settings)")
     p.add_argument("--repo", action="store_true", help="then index the APT and DNF repositories under OUT")
