@@ -193,10 +193,9 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `rocpkg plan | head`: the reader left, nothing is wrong
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
-    except OSError as exc:  # an output path that cannot be created or written: a bad argument
-        if exc.filename is None:
-            raise
-        print_error(str(exc.filename), exc.strerror or str(exc))
+    except OSError as exc:  # a path that cannot be read, created or written (EACCES, ENOSPC, EIO)
+        where = exc.filename or getattr(args, "output", None) or getattr(args, "out", None) or ""
+        print_error(str(where), exc.strerror or str(exc))
         return 2
     except KeyboardInterrupt:
         print_error("", "interrupted")

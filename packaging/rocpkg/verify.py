@@ -70,6 +70,10 @@ from rocpkg.plan import closure
 from rocpkg.streams import CHUNK, copy_stream, read_exact, read_upto, skip_exact
 
 REPORT_SCHEMA = "rocpkg-verify/1"
+# The checks verify makes of a plan (and so the ones build refuses on, rocpkg.gate)
+PLAN_CHECKS = ("archive-missing", "variant-missing", "archive-target", "kernel-missing", "generic-binary",
+               "empty-device", "target-depends", "meta-kernels", "meta-foreign-target", "file-conflict",
+               "relation", "unreadable")
 RELATION_FIELDS = ("depends", "pre_depends", "recommends", "suggests")
 EM_AMDGPU = 224
 KPACK_HEAD = 68                 # header, zeros to 64, and the zstd frame count at 64
