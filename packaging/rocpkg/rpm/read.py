@@ -112,8 +112,6 @@ def replace_signature(path: str | os.PathLike, extra_tags: dict[int, tuple[int, 
         f.write(blob)
 
 
-
-
 def open_payload_stream(fh, compressor: str):
     """The decompressed cpio of an rpm whose file object sits at the payload offset."""
     return open_decompressor(compressor, fh, fh.name)

@@ -64,7 +64,6 @@ def split_relations(value: str) -> list[str]:
     return [i.strip() for i in items if i.strip()]
 
 
-
 def rpmlib(feature: str, version: str) -> tuple[str, int, str]:
     """An rpmlib() feature requirement, as rpmbuild adds them."""
     return (f"rpmlib({feature})", RPMSENSE_RPMLIB | RPMSENSE_LESS | RPMSENSE_EQUAL, version)

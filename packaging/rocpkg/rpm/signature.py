@@ -13,6 +13,7 @@ LEAD_MAGIC = b"\xed\xab\xee\xdb"
 LEAD_SIZE = 96
 RESERVED_SPACE = 4128   # room for a later in-place header signature (RSA/EdDSA packet)
 
+
 def encode_lead(nevr: str) -> bytes:
     """The 96-byte legacy lead: v3.0, binary, archnum 1, osnum 1, signature type 5."""
     name = nevr.encode("utf-8")[:65]
@@ -45,8 +46,6 @@ def encode_signature(tags: dict[int, tuple[int, object]], area_size: int | None)
         if len(blob) + pad8(len(blob)) == area_size:
             return blob + bytes(pad8(len(blob)))
     raise ValueError(f"signature tags do not fit the {area_size}-byte signature area")
-
-
 
 
 def signature_tags(header: bytes, md5: bytes, size: int, payload_size: int) -> dict:

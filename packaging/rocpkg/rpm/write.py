@@ -39,7 +39,6 @@ def _sorted_unique(relations) -> list[tuple[str, int, str]]:
     return sorted(set(relations), key=lambda r: (r[0].encode(), r[2], r[1]))
 
 
-
 def _entry_size(entry: FileEntry) -> int:
     if entry.type == FILE:
         return entry.size
