@@ -74,8 +74,6 @@ def test_the_circle_finder_finds_a_circle():
     assert cycle({"a": {"b"}, "b": set()}) is None
 
 
-@pytest.mark.xfail(reason="kpack/archive.py still imports rocpkg: the kpack-loader work removes it",
-                   strict=False)
 def test_kpack_imports_nothing_of_rocpkg():
     offenders = {name: sorted(n for n in imported(path, set()) if n.split(".")[0] == "rocpkg")
                  for name, path in modules("kpack").items()}
