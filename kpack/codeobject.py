@@ -203,8 +203,9 @@ def decode_code_object(src: _Source, *, where: int = 0, check_notes: bool = True
         if mach in R600_BY_MACH:
             what = f"the r600 processor {R600_BY_MACH[mach]}, not an amdgcn target"
         else:
-            what = "not an AMDGPU processor in LLVM's EF_AMDGPU_MACH table"
-        raise KpackFormatError(f"EF_AMDGPU_MACH 0x{mach:02x} (e_flags 0x{flags:x}): {what}", where=where + 48)
+            what = "not an AMDGPU processor in LLVM's table"
+        raise KpackFormatError(f"unknown EF_AMDGPU_MACH 0x{mach:02x} in e_flags 0x{flags:x}: {what}",
+                               where=where + 48)
     if osabi != ELFOSABI_AMDGPU_HSA:
         return processor  # PAL / Mesa objects: features are not part of their ISA name
     version = CODE_OBJECT_BY_ABI_VERSION.get(abi_version)

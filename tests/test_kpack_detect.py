@@ -71,11 +71,13 @@ def test_code_object_flags_are_what_readelf_reads(tmp_path):
     assert "xnack off" in header and "sramecc on" in header
 
 
-def test_code_object_v3_reports_features_that_are_on(tmp_path):
+def test_code_object_v3_reads_a_cleared_feature_bit_as_off(tmp_path):
     data = bytearray(build_amdgpu_code_object("gfx906"))
-    data[8] = 1  # EI_ABIVERSION for code object v3
-    struct.pack_into("<I", data, 48, 0x2F | 0x100)  # gfx906, XNACK_V3
-    assert detect_bytes(bytes(data)) == ["gfx906:xnack+"]
+    data[8] = 1  # EI_ABIVERSION for code object v3: no "any", a cleared bit is off
+    struct.pack_into("<I", data, 48, 0x2F | 0x100)  # gfx906, XNACK_V3 set, SRAMECC_V3 clear
+    assert detect_bytes(bytes(data)) == ["gfx906:sramecc-:xnack+"]
+    struct.pack_into("<I", data, 48, 0x3F)  # gfx90a with both bits clear
+    assert detect_bytes(bytes(data)) == ["gfx90a:sramecc-:xnack-"]
 
 
 def test_64_bytes_of_a_code_object_are_enough(tmp_path):
