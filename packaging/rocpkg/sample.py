@@ -254,8 +254,8 @@ def make_sample_artifacts(root: str | os.PathLike, config: Config, *, targets: l
             continue
         if tid.features:
             problems.append(("--targets", f"{t}: give bare targets; feature builds are generated where supported"))
-        elif kt.family_of(tid.processor) is None:
-            problems.append(("--targets", f"{t}: not in any family"))
+        elif problem := kt.release_target_problem(t):
+            problems.append(("--targets", problem))
         elif tid.processor not in parsed:
             parsed.append(tid.processor)
     if os.path.exists(root) and os.listdir(root):
