@@ -26,25 +26,18 @@ from typing import BinaryIO
 
 import msgpack
 
+from kpack.elf import _EHDR, _PHDR, _SHDR, CODE_OBJECT_BY_ABI_VERSION, EF_AMDGPU_MACH, ELFOSABI_AMDGPU_HSA, EM_AMDGPU
+from kpack.elf import FEATURE_SHIFT as FEATURE_SHIFT_V4  # two bits each: unsupported, any, off, on
 from kpack.errors import KpackFormatError
 from kpack.targets import PROCESSOR_BY_MACH, PROCESSORS, R600_BY_MACH
 
 ELF_MAGIC = b"\x7fELF"
-EM_AMDGPU = 224
-ELFOSABI_AMDGPU_HSA = 64
-EF_AMDGPU_MACH = 0x0FF
 XNACK_V2 = 0x01
 XNACK_V3, SRAMECC_V3 = 0x100, 0x200
-FEATURE_SHIFT_V4 = {"sramecc": 10, "xnack": 8}  # two bits each: 0 unsupported, 1 any, 2 off, 3 on
-CODE_OBJECT_BY_ABI_VERSION = {0: 2, 1: 3, 2: 4, 3: 5, 4: 6}
 PT_NOTE, SHT_NOTE = 4, 7
 NT_AMD_HSA_CODE_OBJECT_VERSION, NT_AMD_HSA_HSAIL, NT_AMD_HSA_ISA_VERSION = 1, 2, 3
 NT_AMDGPU_METADATA = 32
 MAX_NOTES = 64 << 20  # bytes of notes read from one object at most
-
-_EHDR = struct.Struct("<16sHHIQQQIHHHHHH")
-_PHDR = struct.Struct("<IIQQQQQQ")
-_SHDR = struct.Struct("<IIQQQQIIQQ")
 
 # comgr's convertOldTargetNameToNew: the v2 ISA note (major:minor:stepping) -> processor;
 # odd steppings of gfx9 and 8:0:1 / 8:1:0 mean xnack on.

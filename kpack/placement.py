@@ -26,6 +26,7 @@ from kpack.bundle import compressed_bundle_entries
 from kpack.codeobject import ELF_MAGIC, EM_AMDGPU, _Source, decode_code_object
 from kpack.detect import KIND_BUNDLE, KIND_CODE_OBJECT, KIND_COMPRESSED_BUNDLE, KIND_EMBEDDED, KIND_KPACK
 from kpack.detect import detect, scan_code_objects
+from kpack.elf import _SHDR, SHF_ALLOC, SHF_EXECINSTR, SHT_PROGBITS
 from kpack.errors import KpackFormatError
 from kpack.targets import FAMILIES, GENERIC_TARGETS, parse_target
 
@@ -34,8 +35,6 @@ EMBEDDED_CODE_OBJECT = "embedded-code-object"   # an AMDGPU ELF inside another d
 EMBEDDED_BUNDLE = "embedded-offload-bundle"     # an offload bundle inside another data section
 CODE_OBJECT = "code-object"                     # the file itself is an AMDGPU code object
 FAT_BINARY_SECTIONS = (".hip_fatbin",)
-SHT_PROGBITS, SHF_ALLOC, SHF_EXECINSTR = 1, 0x2, 0x4
-_SHDR = struct.Struct("<IIQQQQIIQQ")
 
 
 class Finding(NamedTuple):
