@@ -25,7 +25,7 @@ import zstandard
 
 from kpack.codeobject import _Source, decode_code_object
 from kpack.errors import KpackFormatError
-from kpack.targets import parse_target
+from kpack.targets import is_target, parse_target
 
 BUNDLE_MAGIC = b"__CLANG_OFFLOAD_BUNDLE__"
 CCOB_MAGIC = b"CCOB"
@@ -85,7 +85,11 @@ def _parse_entries(read: Callable[[int], bytes], size: int, describe: Callable[[
             entry_id = raw_id.decode("ascii")
         except UnicodeDecodeError:
             raise KpackFormatError(f"bundle entry {index} id is not ASCII", where=describe(entry_at + 24)) from None
-        entries.append(BundleEntry(index, entry_id, entry_target(entry_id), offset, length))
+        target = entry_target(entry_id)
+        if target is not None and not is_target(target):
+            raise KpackFormatError(f"bundle entry {index} id {entry_id!r} names no valid target",
+                                   where=describe(entry_at + 24))
+        entries.append(BundleEntry(index, entry_id, target, offset, length))
     return entries
 
 
