@@ -15,7 +15,6 @@ read; nothing is allocated from a declared size.
 """
 from __future__ import annotations
 
-import io
 import os
 import struct
 import zlib
@@ -25,6 +24,7 @@ import zstandard
 
 from kpack.codeobject import _Source, decode_code_object
 from kpack.errors import KpackFormatError
+from kpack.format import ByteSource, Window
 from kpack.targets import is_target, parse_target
 
 BUNDLE_MAGIC = b"__CLANG_OFFLOAD_BUNDLE__"
@@ -148,26 +148,6 @@ def bundle_end(entries: list[BundleEntry]) -> int:
     return max([header] + [entry.offset + entry.size for entry in entries])
 
 
-class _Window(io.RawIOBase):
-    """A read-only view of [start, end) of a seekable file, for streaming decompressors."""
-
-    def __init__(self, handle: BinaryIO, start: int, end: int):
-        self._handle, self._position, self._end = handle, start, end
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer) -> int:
-        count = min(len(buffer), self._end - self._position, SCAN_CHUNK)
-        if count <= 0:
-            return 0
-        self._handle.seek(self._position)
-        data = self._handle.read(count)
-        buffer[:len(data)] = data
-        self._position += len(data)
-        return len(data)
-
-
 def compressed_bundle_entries(handle: BinaryIO) -> list[BundleEntry]:
     """The entry table of a `CCOB` compressed bundle (offsets are in the decompressed bundle)."""
     size = handle.seek(0, os.SEEK_END)
@@ -190,7 +170,7 @@ def compressed_bundle_entries(handle: BinaryIO) -> list[BundleEntry]:
         total, uncompressed = struct.unpack_from("<QQ", header, 8)
     if not header_size <= total <= size:
         raise KpackFormatError(f"total size {total} does not fit the file ({size} bytes)", where=8)
-    window = _Window(handle, header_size, total)
+    window = Window(ByteSource(handle), header_size, total)
     if method == _CCOB_ZSTD:
         stream = zstandard.ZstdDecompressor().stream_reader(window, read_across_frames=False)
         raw_read = stream.read

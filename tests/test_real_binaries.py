@@ -182,3 +182,16 @@ def test_sample_artifacts_for_gfx803_as_debian_builds_it(tmp_path):
     assert device_dirs
     archives = [p for d in device_dirs for p in d.rglob("*.kpack") if p.is_file()]
     assert archives and all(t == "gfx803" for p in archives for _, t in device_code_objects(p))
+
+
+def test_e_flags_that_contradict_the_amdhsa_target_note_are_refused(clang_matrix):
+    import struct
+
+    from kpack.errors import KpackFormatError
+
+    data = bytearray(clang_matrix[4, "gfx90a:xnack+"])
+    flags, = struct.unpack_from("<I", data, 48)
+    struct.pack_into("<I", data, 48, (flags & ~0x300) | 0x200)  # xnack on -> off in the header only
+    with pytest.raises(KpackFormatError) as caught:
+        code_object_target(bytes(data))
+    assert "name gfx90a:xnack- but the amdhsa.target note says gfx90a:xnack+" in caught.value.what
