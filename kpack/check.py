@@ -31,6 +31,12 @@ from kpack.targets import parse_target
 MAX_PROBLEMS = 20
 
 
+class CodeObjectProblem(KpackFormatError):
+    """A kernel that is sound as archive data but is not a code object for the arch it is
+    filed under (another EF_AMDGPU_MACH or feature state, or no AMDGPU ELF at all): what
+    a GPU meets as hipErrorInvalidImage. Callers may allow it apart from format faults."""
+
+
 def check_archive(path: str | os.PathLike, expected_target: str | None = None, *,
                   decode_objects: bool = True, require_code_objects: bool = True) -> list[KpackFormatError]:
     """Every problem of the archive at `path` ([] = sound). require_code_objects=False
@@ -169,11 +175,11 @@ def _check_kernel(reader: KpackReader, entry: Entry, require_objects: bool,
         return
     if found is None:
         if require_objects or head.startswith(b"\x7fELF"):
-            problems.append(KpackFormatError("kernel is not an AMDGPU code object", where=where))
+            problems.append(CodeObjectProblem("kernel is not an AMDGPU code object", where=where))
         return
     mismatch = _target_mismatch(found, entry.arch)
     if mismatch:
-        problems.append(KpackFormatError(f"code object is for {found}, not {entry.arch} ({mismatch})", where=where))
+        problems.append(CodeObjectProblem(f"code object is for {found}, not {entry.arch} ({mismatch})", where=where))
 
 
 def _target_mismatch(found: str, filed: str) -> str | None:

@@ -34,6 +34,8 @@ U32 = struct.Struct("<I")
 HEADER = struct.Struct("<4sIQ")
 # Bytes handed out per chunk when a kernel is streamed (decompressed or copied).
 CHUNK = 1 << 20
+# The largest TOC read into memory (about 2.5 million kernels); a larger one is refused.
+MAX_TOC_SIZE = 256 << 20
 
 
 class Entry(NamedTuple):
@@ -147,6 +149,9 @@ def parse_header(data: bytes, file_size: int) -> tuple[int, int]:
     if toc_offset < BLOB_AREA_START:
         raise KpackFormatError(f"TOC offset {toc_offset} is inside the {BLOB_AREA_START}-byte header",
                                where=8)
+    if file_size - toc_offset > MAX_TOC_SIZE:
+        raise KpackFormatError(f"TOC of {file_size - toc_offset} bytes is larger than the {MAX_TOC_SIZE} "
+                               f"bytes kpack reads", where=8)
     return version, toc_offset
 
 

@@ -35,7 +35,7 @@ import posixpath
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping
 
-from kpack.errors import InvalidTargetError, KpackFormatError
+from kpack.errors import KpackFormatError
 from kpack.marker import GFXARCH, Marker
 from kpack.targets import feature_subsets, parse_target, split_target, strip_isa_prefix
 
@@ -224,5 +224,4 @@ def load_kernel(result: LoaderResult) -> bytes:
 
 
 __all__ = ["ArchiveIndex", "LoaderResult", "compatible_targets", "search_order", "find_kernel",
-           "filesystem_opener", "load_kernel", "FOUND", "NO_ARCHIVE", "NO_TARGET", "KERNEL_NOT_FOUND",
-           "InvalidTargetError"]
+           "filesystem_opener", "load_kernel", "FOUND", "NO_ARCHIVE", "NO_TARGET", "KERNEL_NOT_FOUND"]

@@ -1,8 +1,9 @@
 """rocm-kpack's reference C++ runtime as a test oracle: build it once (cached by a hash of
 its sources and of tests/kpack_oracle.cpp) and ask it which code object a GPU would load.
 
-    oracle = build_reference_loader(shared_dir)        # None when a tool is missing
+    oracle = build_reference_loader(shared_dir)
     oracle.lookup([(binary, isa, co_index), ...]) -> [OracleResult, ...]
+    compare_with_loader(oracle, binaries, isas) -> (lookups, disagreement lines)
 
 The build lives in ~/.cache/rocpkg-tests/rocm-kpack-<hash> (or $ROCPKG_TEST_CACHE), so
 repeated test runs, and the lead's runs over installed releases, reuse it.
@@ -111,3 +112,25 @@ class ReferenceLoader:
 
     def __call__(self, binary: str, isa: str, co_index: int) -> OracleResult:
         return self.lookup([(binary, isa, co_index)])[0]
+
+
+def compare_with_loader(oracle: ReferenceLoader, binaries: list[tuple[str, object]],
+                        isas: list[str], co_indexes: tuple[int, ...] = (0, 1)) -> tuple[int, list[str]]:
+    """Ask kpack.loader (filesystem opener) and the runtime the same lookups: every
+    (binary path, marker) × ISA × co_index. Returns (lookups compared, one line per lookup
+    where they differ in status, archive, target or code-object bytes). Usable on any
+    installed tree, e.g. a release installed with dpkg into a throwaway root."""
+    from kpack.loader import filesystem_opener, find_kernel, load_kernel
+
+    opener = filesystem_opener()
+    requests = [(path, isa, index) for path, _ in binaries for isa in isas for index in co_indexes]
+    markers = dict(binaries)
+    differ = []
+    for (path, isa, index), theirs in zip(requests, oracle.lookup(requests)):
+        ours = find_kernel(markers[path], path, isa, index, opener)
+        mine = (ours.runtime_code, os.path.realpath(ours.archive) if ours.archive else None, ours.target,
+                hashlib.sha256(load_kernel(ours)).hexdigest() if ours.found else None)
+        runtime = (theirs.code, theirs.archive, theirs.target, theirs.sha256)
+        if mine != runtime:
+            differ.append(f"{path} on {isa} #{index}: kpack.loader {mine} ({ours.explain()}), runtime {runtime}")
+    return len(requests), differ

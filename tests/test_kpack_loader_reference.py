@@ -10,33 +10,17 @@ from pathlib import Path
 
 import pytest
 
-from kpack.loader import filesystem_opener, find_kernel, load_kernel
-from kpack.marker import Marker
-from loader_trees import (device_isas, host_binaries, install_artifacts, sha256, write_archive,
-                          write_host)
+from kpack.archive import KpackReader
+from kpack.marker import Marker, read_marker
+from loader_trees import device_isas, host_binaries, install_artifacts, sha256, write_archive, write_host
+from reference_runtime import compare_with_loader
 
 
-def disagreements(oracle, root: Path, isas: list[str]) -> tuple[int, list[str]]:
-    """(lookups compared, one line per lookup where kpack.loader and the runtime differ)."""
-    opener = filesystem_opener()
-    binaries = host_binaries(root)
+def assert_agree(oracle, root: Path, isas: list[str], minimum: int, extra: list[str] = ()) -> None:
+    """Every host binary under root (and the `extra` binary paths) agrees on every lookup."""
+    binaries = host_binaries(root) + [(path, read_marker(path)) for path in extra]
     assert binaries, f"no host binary with a marker under {root}"
-    requests = [(path, isa, index) for path, _ in binaries for isa in isas for index in (0, 1)]
-    markers = dict(binaries)
-    differ = []
-    for (path, isa, index), theirs in zip(requests, oracle.lookup(requests)):
-        ours = find_kernel(markers[path], path, isa, index, opener)
-        mine = (ours.runtime_code,
-                os.path.realpath(ours.archive) if ours.archive else None, ours.target,
-                sha256(load_kernel(ours)) if ours.found else None)
-        runtime = (theirs.code, theirs.archive, theirs.target, theirs.sha256)
-        if mine != runtime:
-            differ.append(f"{path} on {isa} #{index}: kpack.loader {mine} ({ours.explain()}), runtime {runtime}")
-    return len(requests), differ
-
-
-def assert_agree(oracle, root: Path, isas: list[str], minimum: int) -> None:
-    compared, differ = disagreements(oracle, root, isas)
+    compared, differ = compare_with_loader(oracle, binaries, isas)
     assert not differ, f"{len(differ)} of {compared} lookups differ:\n" + "\n".join(differ[:20])
     assert compared >= minimum
     print(f"{root.name}: {compared} lookups compared, 0 disagreements")
@@ -125,20 +109,31 @@ def seeded_mistakes(root: Path) -> None:
     case("directory-in-the-way", ["../.kpack/x_@GFXARCH@.kpack"],
          {".kpack/x_gfx942.kpack": {key("directory-in-the-way"): ["gfx942"]}})
     (root / "directory-in-the-way" / ".kpack" / "x_gfx942:sramecc+.kpack").mkdir()
+    # `..` right after the placeholder folds it away: the path is used as a direct one
+    case("placeholder-folded-away", ["../@GFXARCH@/../.kpack/x.kpack"],
+         {".kpack/x.kpack": {key("placeholder-folded-away"): ["gfx942", "gfx1100"]}})
+    # the binary's directory is a symlink into another tree: `..` is taken from its target
+    case("binary-dir-symlinked", ["../.kpack/x_@GFXARCH@.kpack"],
+         {".kpack/x_gfx942.kpack": {key("binary-dir-symlinked"): ["gfx942"]},
+          "real/.kpack/x_gfx942.kpack": {key("binary-dir-symlinked", 1): ["gfx942"]}})
+    (root / "binary-dir-symlinked" / "real" / "lib").mkdir(parents=True)
+    os.replace(root / "binary-dir-symlinked" / "lib" / "libx.so", root / "binary-dir-symlinked" / "real" / "lib" / "libx.so")
+    (root / "binary-dir-symlinked" / "lib").rmdir()
+    os.symlink("real/lib", root / "binary-dir-symlinked" / "lib")
 
 
 def test_seeded_mistakes_fail_exactly_as_the_runtime_fails(reference_loader, tmp_path):
     root = tmp_path / "mistakes"
     seeded_mistakes(root)
-    assert_agree(reference_loader, root, device_isas(["gfx942", "gfx90a", "gfx1100"]), minimum=500)
+    through_symlink = str(root / "binary-dir-symlinked" / "lib" / "libx.so")
+    assert_agree(reference_loader, root, device_isas(["gfx942", "gfx90a", "gfx1100"]), minimum=500,
+                 extra=[through_symlink])
 
 
 def test_the_oracle_loads_a_kernel_and_names_its_archive(reference_loader, tmp_path):
     """The oracle itself is trustworthy: a known archive, a known kernel, its exact bytes."""
     archive = write_archive(tmp_path / ".kpack" / "x_gfx1100.kpack", {"x/libx.so#0": ["gfx1100"]})
     binary = write_host(tmp_path / "lib" / "libx.so", Marker(["../.kpack/x_@GFXARCH@.kpack"], "x/libx.so"))
-    from kpack.archive import KpackReader
-
     with KpackReader(archive) as reader:
         expected = sha256(reader.get("x/libx.so#0", "gfx1100"))
     result = reference_loader(str(binary), "amdgcn-amd-amdhsa--gfx1100", 0)
