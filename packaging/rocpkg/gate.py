@@ -110,13 +110,23 @@ def _archive_refusals(plan, formats, jobs: int) -> list[Refusal]:
 
 
 def _check_one_archive(path: str) -> list[Refusal]:
-    from kpack.check import check_archive
+    from kpack.check import CodeObjectProblem, check_archive
 
     out = []
-    for problem in check_archive(path):
-        about_object = problem.what.startswith(("code object is for", "kernel is not an AMDGPU code object"))
-        out.append(Refusal(CODE_OBJECT_TARGET if about_object else KPACK_ARCHIVE, path, _without_path(problem, path)))
+    for problem in check_archive(path, _named_target(path)):
+        check = CODE_OBJECT_TARGET if isinstance(problem, CodeObjectProblem) else KPACK_ARCHIVE
+        out.append(Refusal(check, path, _without_path(problem, path)))
     return out
+
+
+def _named_target(path: str) -> str | None:
+    """The target an archive's name says it holds (`<prefix>_<target>.kpack`, DESIGN §8);
+    None for a name that carries no target (a family archive, another naming)."""
+    from kpack import targets as kt
+
+    stem = os.path.basename(path)[: -len(".kpack")]
+    suffix = stem.rpartition("_")[2]
+    return suffix if kt.is_target(suffix) else None
 
 
 def _without_path(problem: KpackFormatError, path: str) -> str:
