@@ -185,7 +185,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return int(args.func(args) or 0)
+        status = int(args.func(args) or 0)
+        sys.stdout.flush()  # a closed pipe shows up here when the output fits the buffer
+        return status
     except RocpkgInputError as exc:
         for where, what in exc.problems:
             print_error(where, what)
