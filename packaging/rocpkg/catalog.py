@@ -31,6 +31,7 @@ from kpack.errors import KpackFormatError
 from kpack.detect import EMBEDDING_SUFFIXES
 from kpack.marker import MARKER_SECTION, Marker, decode_marker
 from rocpkg.errors import RocpkgInputError
+from rocpkg.preflight import printable
 
 MANIFEST = "artifact_manifest.txt"
 GENERIC = "generic"
@@ -281,23 +282,6 @@ def scan(root: str | os.PathLike, families: dict[str, list[str]] | None = None) 
     if problems:
         raise RocpkgInputError(problems)
     return catalog
-
-
-def printable(text: str) -> str:
-    """A name as one printable line: control characters, DEL and undecodable bytes
-    (surrogate escapes) written as \\xNN, so a hostile file name cannot forge lines."""
-    if text.isprintable():
-        return text
-    out = []
-    for ch in text:
-        code = ord(ch)
-        if 0xDC80 <= code <= 0xDCFF:
-            out.append(f"\\x{code - 0xDC00:02x}")
-        elif ch.isprintable() or ch == " ":
-            out.append(ch)
-        else:
-            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
-    return "".join(out)
 
 
 _TYPE_NAMES = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),

@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 
 from kpack import targets as kt
 from rocpkg import model as m
-from rocpkg.catalog import Catalog, StageEntry, dropped_mode_bits, printable, sort_targets
+from rocpkg.catalog import Catalog, StageEntry, dropped_mode_bits, sort_targets
 from rocpkg.config import Config, Definition, relation_names, validate_settings
 from rocpkg.errors import RocpkgInputError
-from rocpkg.preflight import check_plan
+from rocpkg.preflight import check_plan, printable
 
 FORMATS = ("deb", "rpm")
 _SHARED_LIB = re.compile(r"/lib[^/]*\.so(\.[0-9]+)*$")

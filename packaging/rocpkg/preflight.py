@@ -18,7 +18,6 @@ import posixpath
 import re
 
 from rocpkg import model as m
-from rocpkg.catalog import printable
 
 NAME_MAX = 255          # bytes in one path component (ext4, xfs, btrfs)
 PATH_MAX = 4096         # bytes in a path, its terminating NUL included
@@ -49,6 +48,23 @@ _RPM_OPERATORS = ("<", "<=", "=", "==", ">=", ">")
 _RPM_DEP_NAME = re.compile(r"^[A-Za-z0-9_/][A-Za-z0-9_.+/:-]*(?:\([^\s()]*\))*$")
 _RPM_RICH_WORDS = ("and", "or", "if", "else", "with", "without", "unless")
 _RPM_TOKEN = re.compile(r"\(|\)|<=|>=|==|=|<|>|[^\s()<>=]+")
+
+
+def printable(text: str) -> str:
+    """A name as one printable line: control characters, DEL and undecodable bytes
+    (surrogate escapes) written as \\xNN, so a hostile file name cannot forge lines."""
+    if text.isprintable():
+        return text
+    out = []
+    for ch in text:
+        code = ord(ch)
+        if 0xDC80 <= code <= 0xDCFF:
+            out.append(f"\\x{code - 0xDC00:02x}")
+        elif ch.isprintable() or ch == " ":
+            out.append(ch)
+        else:
+            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
+    return "".join(out)
 
 
 def control_problem(text: str, multi_line: bool = False) -> str:
