@@ -513,7 +513,7 @@ def _is_symlink(dir_fd: int, rel: str) -> bool:
 def _open_error(exc: OSError, dir_fd: int, name: str) -> str:
     """What to say when opening an entry failed: a symlink swapped in, or unreadable."""
     if exc.errno in (errno.ELOOP, errno.ENOTDIR) and _is_symlink(dir_fd, name):
-        return "became a symlink while being read (never followed)"
+        return "is a symlink where a real file or directory was expected (never followed)"
     if exc.errno == errno.EACCES:
         return "cannot be read: permission denied (rocpkg must read every file it packs)"
     return f"cannot be read: {exc.strerror}"

@@ -281,13 +281,14 @@ def _load_settings(raw, problems) -> dict:
 def validate_settings(settings: dict, where_prefix: str = "settings") -> list[tuple[str, str]]:
     """Checks that also apply after command-line overrides (--version, --release)."""
     problems = []
-    if not _VERSION_RE.match(str(settings["version"])) or str(settings["version"]).count(".") < 1:
+    version_ok = _VERSION_RE.match(str(settings["version"])) and str(settings["version"]).count(".") >= 1
+    if not version_ok:
         problems.append((f"{where_prefix}.version", f"{settings['version']!r} is not a MAJOR.MINOR[.PATCH] version"))
     if not re.match(r"^[A-Za-z0-9.+~]+$", str(settings["release"])):
         problems.append((f"{where_prefix}.release", f"{settings['release']!r} is not a valid release"))
     if settings["compression"] not in COMPRESSIONS:
         problems.append((f"{where_prefix}.compression", f"must be one of {', '.join(COMPRESSIONS)}"))
-    problem = prefix_problem(str(settings["prefix"]), str(settings["version"]))
+    problem = prefix_problem(str(settings["prefix"]), str(settings["version"])) if version_ok else ""
     if problem:
         problems.append((f"{where_prefix}.prefix", problem))
     if settings["epoch"] < 0:
@@ -515,7 +516,7 @@ def load_config(path: str | os.PathLike | None = None) -> Config:
     config = Config(path=path, settings=settings, definitions=definitions)
     problems += _check_relations(config, base)
     if problems:
-        raise RocpkgInputError([(f"{path}: {w}", m) for w, m in problems])
+        raise RocpkgInputError([(pf.printable(f"{path}: {w}"), pf.printable(m)) for w, m in problems])
     return config
 
 

@@ -196,8 +196,9 @@ def path_problems(path: str, *, absolute: bool = True) -> list[str]:
         raw = path.encode("utf-8")
     except UnicodeEncodeError:
         return ["not valid UTF-8"]
-    if _CONTROL.search(path):
-        problems.append(f"{control_problem(path)} in the path")
+    found = _CONTROL.search(path)
+    if found is not None:
+        problems.append(f"control character U+{ord(found.group()):04X} in the name")
     if absolute and not path.startswith("/"):
         problems.append("not an absolute path")
     if len(raw) > PATH_LIMIT:
@@ -236,9 +237,14 @@ def check_plan(plan) -> list[tuple[str, str]]:
         for spec in specs:
             for fe in spec.files:
                 nodes.setdefault(fe.path, (fe, spec))
+        unfit: set[str] = set()
         for path, (fe, spec) in nodes.items():
             origin = f" (artifact file {printable(fe.source)})" if fe.source else ""
-            problems += [(printable(path), what + origin) for what in path_problems(path)]
+            found = path_problems(path)
+            if found:  # said once for a directory, not again for everything below it
+                unfit.add(path)
+                if posixpath.dirname(path) not in unfit:
+                    problems += [(printable(path), what + origin) for what in found]
             if fe.type == m.SYMLINK:
                 problems += [(printable(path), what) for what in _link_problems(fe, spec, nodes)]
             if fe.type == m.FILE and fe.source in facts:
@@ -291,7 +297,7 @@ def _link_problems(fe: m.FileEntry, spec: m.PackageSpec, nodes) -> list[str]:
     todo = fe.link_target.split("/")
     if fe.link_target.startswith("/"):
         current = []
-    follows = 0
+    follows, left = 0, ""
     while todo:
         part = todo.pop(0)
         if part in ("", "."):
@@ -311,9 +317,11 @@ def _link_problems(fe: m.FileEntry, spec: m.PackageSpec, nodes) -> list[str]:
                     current = []
                 continue
             current = current + [part]
-        if not inside(current):
-            return [f"symlink to {fe.link_target!r} leaves the install tree {root} once the release's "
-                    f"symlinks are resolved (it reaches /{'/'.join(current)})"]
+        if not left and not inside(current):
+            left = "/" + "/".join(current)
+    if left:
+        return [f"symlink to {fe.link_target!r} leaves the install tree {root} once the release's symlinks are "
+                f"resolved (through {left}, it ends at /{'/'.join(current)})"]
     return []
 
 
