@@ -21,9 +21,12 @@ import argparse
 import os
 import posixpath
 import re
+import shutil
 import sys
+import tempfile
 
 from kpack.archive import SCHEME_ZSTD, SCHEMES, KpackReader, KpackWriter
+from kpack.check import check_archive
 from kpack.detect import KIND_CODE_OBJECT, KIND_NONE, detect
 from kpack.errors import InvalidTargetError, KpackFormatError
 from kpack.targets import family_of, parse_target
@@ -74,11 +77,18 @@ def _cmd_ls(args) -> int:
 
 
 def _cmd_verify(args) -> int:
+    """Every problem of every archive, one `error:` line each (check_archive)."""
+    status = 0
     for path in args.files:
+        problems = check_archive(path, args.target, require_code_objects=args.strict)
+        for problem in problems:
+            print(f"error: {' '.join(str(problem).split())}", file=sys.stderr)
+        if problems:
+            status = 2
+            continue
         with KpackReader(path) as reader:
-            reader.verify()
             print(f"{path}: ok ({reader.kernel_count} kernels, {reader.scheme})")
-    return 0
+    return status
 
 
 def _safe_member(key: str, arch: str, archive: str) -> str:
@@ -90,20 +100,35 @@ def _safe_member(key: str, arch: str, archive: str) -> str:
 
 
 def _cmd_extract(args) -> int:
-    written = 0
+    """Kernels are streamed (bounded memory) into a staging directory inside DIR and moved
+    into place only when every one decompressed to its declared size: a bad archive
+    leaves DIR as it was."""
+    problems = check_archive(args.file, decode_objects=False)
+    if problems:
+        raise problems[0]
     with KpackReader(args.file) as reader:
-        for entry in reader.entries():
-            if (args.arch and entry.arch != args.arch) or (args.key and entry.key != args.key):
-                continue
-            target = os.path.join(args.output, *_safe_member(entry.key, entry.arch, args.file).split("/"))
-            os.makedirs(os.path.dirname(target), exist_ok=True)
-            with open(target, "wb") as out:
-                out.write(reader.get(entry.key, entry.arch))
-            written += 1
-    if (args.key or args.arch) and not written:
-        raise UsageError(f"{args.file}: no kernel matches"
-                         + (f" key {args.key!r}" if args.key else "") + (f" arch {args.arch!r}" if args.arch else ""))
-    print(f"extracted {written} kernels to {args.output}")
+        chosen = [entry for entry in reader.entries()
+                  if not (args.arch and entry.arch != args.arch) and not (args.key and entry.key != args.key)]
+        if (args.key or args.arch) and not chosen:
+            raise UsageError(f"{args.file}: no kernel matches"
+                             + (f" key {args.key!r}" if args.key else "") + (f" arch {args.arch!r}" if args.arch else ""))
+        members = [_safe_member(entry.key, entry.arch, args.file) for entry in chosen]
+        os.makedirs(args.output, exist_ok=True)
+        staging = tempfile.mkdtemp(prefix=".kpack-extract-", dir=args.output)
+        try:
+            for entry, member in zip(chosen, members):
+                staged = os.path.join(staging, *member.split("/"))
+                os.makedirs(os.path.dirname(staged), exist_ok=True)
+                with open(staged, "wb") as out:
+                    for chunk in reader.stream_entry(entry):
+                        out.write(chunk)
+            for member in members:
+                target = os.path.join(args.output, *member.split("/"))
+                os.makedirs(os.path.dirname(target), exist_ok=True)
+                os.replace(os.path.join(staging, *member.split("/")), target)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    print(f"extracted {len(chosen)} kernels to {args.output}")
     return 0
 
 
@@ -178,8 +203,11 @@ def build_parser() -> argparse.ArgumentParser:
     ls.add_argument("file")
     ls.add_argument("--arch")
     ls.set_defaults(func=_cmd_ls)
-    verify = sub.add_parser("verify", help="check archives completely")
+    verify = sub.add_parser("verify", help="check archives completely (structure, sizes, code-object targets)")
     verify.add_argument("files", nargs="+")
+    verify.add_argument("--target", help="the target the archive is filed under (its name's <target>)")
+    verify.add_argument("--strict", action="store_true",
+                        help="also refuse kernels that are not ELF files (opaque test payloads)")
     verify.set_defaults(func=_cmd_verify)
     extract = sub.add_parser("extract", help="write kernels as DIR/<key>/<arch>.hsaco")
     extract.add_argument("file")
@@ -210,6 +238,8 @@ def main(argv: list[str] | None = None) -> int:
         message = f"no such kernel {exc.args[0]!r}"
     except OSError as exc:
         message = f"{exc.filename}: {exc.strerror}" if exc.filename else str(exc)
+    except MemoryError:
+        message = "out of memory"
     print(f"error: {' '.join(message.split())}", file=sys.stderr)
     return 2
 

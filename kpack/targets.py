@@ -2,12 +2,13 @@
 each processor: its ELF machine number, generic target, wavefront size and features.
 
 A target ID is `processor[-strict][:feature±]...`, e.g. `gfx942:sramecc+:xnack-`,
-`gfx1250-strict`, `gfx11-generic`. Features are kept in LLVM's canonical (alphabetical)
-order when printed. Family names (`gfx110X`) follow TheRock's target table (DESIGN §9).
+`gfx1250-strict`, `gfx11-generic`; the full ISA name ROCr reports
+(`amdgcn-amd-amdhsa--gfx942:sramecc+:xnack-`) and any feature order are accepted.
+Features are kept in LLVM's canonical (alphabetical) order when printed. Family names
+(`gfx110X`) follow TheRock's target table (DESIGN §9).
 """
 from __future__ import annotations
 
-import itertools
 import re
 from dataclasses import dataclass, field
 
@@ -64,6 +65,8 @@ FAMILIES: dict[str, list[str]] = {
 }
 
 KNOWN_FEATURES = ("sramecc", "xnack")
+# The triple prefix of the ISA names ROCr reports (`hsa_isa_get_info_alt` ISA name).
+ISA_PREFIX = "amdgcn-amd-amdhsa--"
 _XNACK = {"gfx900", "gfx902", "gfx904", "gfx906", "gfx908", "gfx909", "gfx90c", "gfx90a",
           "gfx940", "gfx941", "gfx942", "gfx950", "gfx1010", "gfx1011", "gfx1012", "gfx1013",
           "gfx9-generic", "gfx9-4-generic", "gfx10-1-generic"}
@@ -98,11 +101,27 @@ class TargetID:
         return self.processor
 
 
+def strip_isa_prefix(text: str) -> str:
+    """`amdgcn-amd-amdhsa--gfx942:xnack-` -> `gfx942:xnack-`; other text unchanged (as the
+    runtime's strip_target_prefix: only when something follows the prefix)."""
+    if len(text) > len(ISA_PREFIX) and text.startswith(ISA_PREFIX):
+        return text[len(ISA_PREFIX):]
+    return text
+
+
+def split_target(text: str) -> tuple[str, list[str]]:
+    """The runtime's parse_target_id: (processor, features in the order written), empty
+    feature fields dropped; the ISA prefix is stripped first. No validation."""
+    head, *parts = strip_isa_prefix(text).split(":")
+    return head, [part for part in parts if part]
+
+
 def parse_target(text: str) -> TargetID:
-    """Parse `processor[-strict][:feature±]...`; raises InvalidTargetError."""
+    """Parse `[amdgcn-amd-amdhsa--]processor[-strict][:feature±]...` (features in any
+    order); raises InvalidTargetError."""
     if not isinstance(text, str) or not text:
         raise InvalidTargetError(f"not a target ID: {text!r}")
-    head, *feature_parts = text.split(":")
+    head, *feature_parts = strip_isa_prefix(text).split(":")
     strict = head.endswith("-strict")
     processor = head[: -len("-strict")] if strict else head
     if not _PROCESSOR_RE.fullmatch(processor):
@@ -127,24 +146,32 @@ def is_target(text: str) -> bool:
     return True
 
 
+def feature_subsets(head: str, features: list[str]) -> list[str]:
+    """`head` joined with every subset of `features`, in the order rocm-kpack's
+    for_each_compatible_target yields them: a bit mask counting down from all features,
+    bit n-1-i standing for features[i] (so features drop from the right first and the
+    written order is kept: `a:b`, `a`, `b`, bare)."""
+    count = len(features)
+    return [":".join([head] + [features[i] for i in range(count) if mask & (1 << (count - 1 - i))])
+            for mask in range((1 << count) - 1, -1, -1)]
+
+
 def candidates(target: str | TargetID, *, generic: bool = False) -> list[str]:
-    """The target IDs a runtime probes for a device, most specific first: every subset of
-    the device's features, larger subsets first (ties in canonical feature order), down to
-    the bare processor. With generic=True, the processor's generic target follows the same
-    way. A strict target keeps `-strict` throughout: code for the non-strict processor is
-    not valid on it."""
+    """The target IDs a runtime probes for a device, most specific first, for the
+    canonical spelling of the target (features sorted): feature_subsets, down to the bare
+    processor. With generic=True, the processor's generic target follows the same way. A
+    strict target keeps `-strict` throughout: code for the non-strict processor is not
+    valid on it. (kpack.loader.compatible_targets keeps the device's own spelling.)"""
     tid = target if isinstance(target, TargetID) else parse_target(target)
     processors = [tid.processor]
     if generic and (gen := generic_target(tid.processor)):
         processors.append(gen)
-    names = sorted(tid.features)
+    features = [f"{n}{'+' if tid.features[n] else '-'}" for n in sorted(tid.features)]
     result: list[str] = []
     for processor in processors:
-        for size in range(len(names), -1, -1):
-            for subset in itertools.combinations(names, size):
-                text = str(TargetID(processor, {n: tid.features[n] for n in subset}, tid.strict))
-                if text not in result:
-                    result.append(text)
+        for text in feature_subsets(processor + ("-strict" if tid.strict else ""), features):
+            if text not in result:
+                result.append(text)
     return result
 
 
@@ -212,3 +239,55 @@ def supported_features(processor: str) -> set[str]:
     if bare in _SRAMECC:
         found.add("sramecc")
     return found
+
+
+_LIST_SEPARATORS = re.compile(r"[,;\s]+")
+
+
+def _known_names(families: dict[str, list[str]]) -> str:
+    processors = [name for name in MACH_BY_PROCESSOR if not name.endswith("-generic")]
+    return (f"known families: {', '.join(families)}; known processors: {', '.join(processors)} "
+            f"(optionally with :xnack± / :sramecc±, or as ROCr's {ISA_PREFIX}<target>)")
+
+
+def parse_target_list(text: str, families: dict[str, list[str]] | None = None) -> list[str]:
+    """Targets named by a user (`--targets`, package.json): bare processors (`gfx942`),
+    feature variants (`gfx90a:xnack+`, kept: a variant is not its bare processor), family
+    names (`gfx110X` -> its members, case-insensitive), ROCr's full ISA names
+    (`amdgcn-amd-amdhsa--gfx942:sramecc+:xnack-`), separated by commas, semicolons or
+    spaces (TheRock's lists use all three). Returns canonical target IDs in the order
+    given, duplicates dropped. Anything else raises InvalidTargetError naming the value and
+    listing what is known: a processor is never guessed (`GFX942` is refused with a
+    suggestion rather than silently lower-cased)."""
+    table = families or FAMILIES
+    if not isinstance(text, str):
+        raise InvalidTargetError(f"target list must be a string, not {type(text).__name__}")
+    names = [name for name in _LIST_SEPARATORS.split(text) if name]
+    if not names:
+        raise InvalidTargetError(f"no target named in {text!r}; {_known_names(table)}")
+    result: list[str] = []
+    for name in names:
+        for target in _expand_name(name, table):
+            if target not in result:
+                result.append(target)
+    return result
+
+
+def _expand_name(name: str, families: dict[str, list[str]]) -> list[str]:
+    family = _lookup(families, name)
+    if family is not None:
+        return list(families[family])
+    try:
+        tid = parse_target(name)
+    except InvalidTargetError:
+        lowered = name.lower()
+        if lowered != name and (is_target(lowered) or _lookup(families, lowered)):
+            raise InvalidTargetError(f"unknown target {name!r} (did you mean {lowered!r}?)") from None
+        raise InvalidTargetError(f"unknown target {name!r}; {_known_names(families)}") from None
+    if tid.processor not in MACH_BY_PROCESSOR:
+        raise InvalidTargetError(f"unknown processor {tid.processor!r} in {name!r}; {_known_names(families)}")
+    unsupported = sorted(set(tid.features) - supported_features(tid.processor))
+    if unsupported:
+        raise InvalidTargetError(f"{name!r}: {tid.processor} has no {' or '.join(unsupported)} feature "
+                                 f"(it supports {', '.join(sorted(supported_features(tid.processor))) or 'none'})")
+    return [str(tid)]

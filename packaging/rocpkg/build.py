@@ -41,6 +41,7 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Callable, Iterable
 
+from rocpkg import gate
 from rocpkg import model as m
 from rocpkg.errors import RocpkgInputError
 from rocpkg.streams import AtomicOutput, hash_file
@@ -55,6 +56,8 @@ PACKAGE_OVERHEAD = 256 << 10
 # Default SOURCE_DATE_EPOCH: 2024-01-01T00:00:00Z plus one minute per version step.
 EPOCH_BASE = 1704067200
 _TMP_RE = re.compile(r"\.tmp-\d+$")
+# An APT suite is a directory name under dists/ and a Release field: no separators, no dots first
+_SUITE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 
 # ---- results ----------------------------------------------------------------------
@@ -107,6 +110,7 @@ class BuildResult:
     jobs: int = 1
     threads: int = 1
     seconds: float = 0.0
+    allowed: list = field(default_factory=list)   # gate.Refusal the maintainer allowed
 
     @property
     def rebuilt(self) -> list[PackageOutcome]:
@@ -342,10 +346,12 @@ def _plan_digest(specs: list[m.PackageSpec]) -> str:
 
 
 def _manifest_bytes(plan_digest: str, version: str, release: str, entries: list[dict],
-                    shard: tuple[int, int] | None = None) -> bytes:
+                    shard: tuple[int, int] | None = None, allowed: list[dict] | None = None) -> bytes:
     doc = {"schema": MANIFEST_SCHEMA, "version": version, "release": release, "plan": plan_digest}
     if shard:
         doc["shard"] = list(shard)
+    if allowed:  # problems the maintainer shipped anyway (--allow), for whoever audits the release
+        doc["allowed"] = allowed
     doc["packages"] = sorted(entries, key=lambda e: (e["format"], e["name"]))
     return json.dumps(doc, indent=1).encode() + b"\n"
 
@@ -368,7 +374,8 @@ def _remove_stale_temporaries(out_dir: str) -> None:
 
 class OutLock:
     """One writer per OUT at a time, build or publish (flock: released by the kernel even
-    after kill -9)."""
+    after kill -9). Leaving on an exception (a full disk, Ctrl-C) removes the temporaries
+    the run left: the lock holder is the only writer."""
 
     def __init__(self, out_dir: str):
         self.path = os.path.join(out_dir, LOCK_FILE)
@@ -384,19 +391,30 @@ class OutLock:
                                    "another rocpkg build or repo is writing into this directory") from None
         return self
 
-    def __exit__(self, *exc):
-        self.fh.close()
+    def __exit__(self, exc_type, exc, tb):
+        try:
+            if exc_type is not None:  # a failed or interrupted run leaves no temporary behind
+                _remove_stale_temporaries(os.path.dirname(os.path.dirname(self.path)))
+        except OSError:
+            pass  # the original error is the one to report
+        finally:
+            self.fh.close()
         return False
 
 
 def build_release(plan, out_dir: str | os.PathLike, *, formats: Iterable[str] | None = None,
                   options: m.BuildOptions, jobs: int | None = None, shard: tuple[int, int] | None = None,
-                  progress: Callable[[BuildProgress], None] | None = None, signer=None) -> BuildResult:
+                  progress: Callable[[BuildProgress], None] | None = None, signer=None,
+                  allow: Iterable[str] = (), config=None) -> BuildResult:
     """Build the plan's packages of `formats` (default: all planned) into out_dir.
 
     jobs: worker processes (default os.cpu_count()); shard: (I, N), 1-based, builds only
     part I of N (see assign_shards) and writes manifest.d/shard-I-of-N.json instead of
     manifest.json; signer: a rocpkg.sign.Signer that signs every RPM's header.
+    Before anything is written, the checks of rocpkg.gate run over the plan: a problem
+    whose check is not in `allow` raises RocpkgInputError (OUT untouched); allowed ones
+    are recorded in the manifest and in result.allowed. `config` decides which relation
+    names are external (as for verify).
     Raises RocpkgInputError with every package's problems after building the others.
     """
     started = time.perf_counter()
@@ -414,11 +432,12 @@ def build_release(plan, out_dir: str | os.PathLike, *, formats: Iterable[str] | 
     else:
         chosen = every
     cores = os.cpu_count() or 1
+    allowed = gate.enforce(gate.refusals(plan, formats, config=config, jobs=jobs or 0), gate.check_allow(allow))
     code = _code_fingerprint()
     signer_id = signer.fingerprint if signer is not None else ""
 
     os.makedirs(out_dir, exist_ok=True)
-    result = BuildResult(out_dir, "", shard=shard)
+    result = BuildResult(out_dir, "", shard=shard, allowed=allowed)
     with OutLock(out_dir):
         _remove_stale_temporaries(out_dir)
         # biggest first: the long packages start early and the pool drains evenly
@@ -485,14 +504,15 @@ def build_release(plan, out_dir: str | os.PathLike, *, formats: Iterable[str] | 
         _remember_digests(out_dir, outcomes)
         specs_version = plan.settings["version"], plan.settings["release"]
         entries = [o.manifest_entry() for o in outcomes]
+        allowed_doc = [r.to_dict() for r in allowed]
         if shard is None:
             result.manifest = os.path.join(out_dir, "manifest.json")
-            data = _manifest_bytes(_plan_digest(every), *specs_version, entries)
+            data = _manifest_bytes(_plan_digest(every), *specs_version, entries, allowed=allowed_doc)
             # the whole release is in manifest.json now; parts of an earlier split are stale
             shutil.rmtree(os.path.join(out_dir, MANIFEST_PARTS), ignore_errors=True)
         else:
             result.manifest = manifest_part_path(out_dir, shard)
-            data = _manifest_bytes(_plan_digest(every), *specs_version, entries, shard)
+            data = _manifest_bytes(_plan_digest(every), *specs_version, entries, shard, allowed=allowed_doc)
         _write_atomic(result.manifest, data)
     result.packages = sorted(outcomes, key=lambda o: (o.format, o.name))
     result.seconds = time.perf_counter() - started
@@ -548,7 +568,9 @@ def assemble_manifest(out_dir: str | os.PathLike) -> str | None:
         raise RocpkgInputError(problems)
     entries = [e for _, doc in docs for e in doc["packages"]]
     path = os.path.join(out_dir, "manifest.json")
-    _write_atomic(path, _manifest_bytes(first["plan"], first["version"], first["release"], entries))
+    allowed = {json.dumps(a, sort_keys=True): a for _, doc in docs for a in doc.get("allowed", [])}
+    _write_atomic(path, _manifest_bytes(first["plan"], first["version"], first["release"], entries,
+                                        allowed=[allowed[k] for k in sorted(allowed)]))
     return path
 
 
@@ -560,6 +582,11 @@ def publish_repositories(out_dir: str, *, suite: str, signer=None, source_date_e
     ({"deb": rocm.list, "rpm": rocm.repo} for the formats present, the manifest's path)."""
     from rocpkg import repo_apt, repo_dnf
 
+    if not os.path.isdir(out_dir):  # checked before the lock: nothing is created for a missing OUT
+        raise RocpkgInputError(out_dir, "no such directory: build a release into it first")
+    if not _SUITE_RE.fullmatch(suite):
+        raise RocpkgInputError("--suite", f"{suite!r} is not a suite name (letters, digits, '.', '_', '-'; "
+                                          "it becomes a directory under deb/dists/)")
     base = base_url.rstrip("/") if base_url else None
     snippets: dict[str, str] = {}
     with OutLock(out_dir):

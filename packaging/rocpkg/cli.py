@@ -191,7 +191,7 @@ def _register_commands(sub) -> None:
     p = sub.add_parser("sample-artifacts", help="synthesise an artifacts tree for a package.json")
     p.add_argument("dir")
     p.add_argument("-c", "--config", default=None, help="package.json (default: the bundled one)")
-    p.add_argument("--targets", default=None, help="comma-separated bare targets (default gfx942,gfx1100,gfx1101)")
+    p.add_argument("--targets", default=None, help="comma-separated targets (default gfx942,gfx1100,gfx1101); a bare target also gets its xnack+ build, a feature build (gfx90a:xnack-) named alone gets no bare one")
     p.add_argument("--layout", choices=("split", "recombined"), default="split")
     p.add_argument("--size-mb", type=float, default=1.0, help="approximate payload size")
     p.add_argument("--seed", type=int, default=0)
@@ -230,10 +230,9 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `rocpkg plan | head`: the reader left, nothing is wrong
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
-    except OSError as exc:  # an output path that cannot be created or written: a bad argument
-        if exc.filename is None:
-            raise
-        _err(str(exc.filename), exc.strerror or str(exc))
+    except OSError as exc:  # a path that cannot be read, created or written (EACCES, ENOSPC, EIO)
+        where = exc.filename or getattr(args, "output", None) or getattr(args, "out", None) or ""
+        _err(str(where), exc.strerror or str(exc))
         return 2
     except KeyboardInterrupt:
         _err("", "interrupted")

@@ -136,10 +136,13 @@ def _cmd_build(args) -> int:
     display = ProgressDisplay()
     try:
         result = b.build_release(plan, args.output, formats=_formats(args), options=options, jobs=args.jobs,
-                                 shard=shard, progress=display, signer=signer)
+                                 shard=shard, progress=display, signer=signer, allow=args.allow or ())
     finally:
         display.close()
     print_summary(result)
+    for refusal in result.allowed:
+        where, what = refusal.as_problem()
+        print(f"allowed: {where}: {what}", file=sys.stderr)
     if args.repo:
         snippets, _ = b.publish_repositories(os.path.abspath(args.output), suite=args.suite or settings["suite"],
                                              signer=signer, source_date_epoch=sde)
@@ -241,6 +244,9 @@ def register(sub, add_plan_options) -> None:
     p.add_argument("--suite", default=None, help="with --repo: APT suite (default settings.suite)")
     p.add_argument("--gpg-home", default=None, help="GnuPG home of the signing key (default $GNUPGHOME)")
     p.add_argument("--sign-key", default=None, help="sign RPM headers (and, with --repo, the repositories)")
+    p.add_argument("--allow", action="append", default=None, metavar="CHECK",
+                   help="build even though check CHECK fails (repeatable); recorded in manifest.json. "
+                        "Checks: see `rocpkg verify` and README 'What build refuses'")
     p.set_defaults(func=_cmd_build)
 
     p = sub.add_parser("demo", help="sample artifacts + build + signed repositories, and how to install")

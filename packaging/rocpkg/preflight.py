@@ -227,7 +227,6 @@ def check_plan(plan) -> list[tuple[str, str]]:
     if not any(plan.packages.values()):
         problems.append(("package set", "empty: package.json defines no package to build (an empty list, "
                                         "or DisablePackaging on every definition)"))
-    facts = getattr(plan, "facts", {}) or {}
     for fmt in sorted(plan.packages):
         specs = plan.packages[fmt]
         for spec in specs:
@@ -247,8 +246,6 @@ def check_plan(plan) -> list[tuple[str, str]]:
                     problems += [(printable(path), what + origin) for what in found]
             if fe.type == m.SYMLINK:
                 problems += [(printable(path), what) for what in _link_problems(fe, spec, nodes)]
-            if fe.type == m.FILE and fe.source in facts:
-                problems += [(printable(fe.source), what) for what in facts[fe.source].problems()]
         problems += _through_symlinks(nodes)
     return list(dict.fromkeys(problems))
 
