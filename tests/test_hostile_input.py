@@ -492,3 +492,17 @@ def test_a_percent_sign_reaches_the_rpm_header_as_written(release):
     rpm = next((release.out / "rpm").rglob("ns-base1.0-*.rpm"))
     query = subprocess.run(["rpm", "-qp", "--qf", "%{SUMMARY}", rpm], capture_output=True, text=True, check=True)
     assert query.stdout == "100% fast %{_bindir}"
+
+
+def test_symlinks_that_resolve_inside_through_other_links_are_accepted(release):
+    from rocpkg.catalog import scan
+    from rocpkg.plan import make_plan
+
+    stage = release.path(BASE_STAGE)
+    os.symlink("lib", stage / "lib64")
+    (stage / "bin").mkdir()
+    os.symlink("../lib64/libbase.so.1", stage / "bin/libbase")     # through lib64 -> lib, then libbase.so.1
+    os.symlink("../bin/../lib64/../lib", stage / "lib/again")       # up and down, never out
+    plan = make_plan(load_config(release.config), scan(release.artifacts), formats=("deb",))
+    links = {f.path: f.link_target for p in plan.packages["deb"] for f in p.files if f.type == "symlink"}
+    assert links["/opt/ns/core-1.0/bin/libbase"] == "../lib64/libbase.so.1"

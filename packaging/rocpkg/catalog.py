@@ -18,6 +18,7 @@ plan, build and verify never reopen an artifact to learn something about it.
 """
 from __future__ import annotations
 
+import dataclasses
 import errno
 import os
 import posixpath
@@ -66,6 +67,8 @@ class FileFacts:
     archive:  the TOC summary of a kpack archive
     targets:  target IDs of device code (code object, offload bundle, .mxr, archive)
     *_error:  what is wrong with the marker, the archive or the device code, "" if nothing
+    identity: (st_dev, st_ino) of the file the catalog read, so that a later reader can
+              tell whether the path still names the same file
     """
 
     elf: str = ""
@@ -76,16 +79,7 @@ class FileFacts:
     archive_error: str = ""
     targets: tuple[str, ...] = ()
     device_error: str = ""
-
-    @property
-    def host_elf(self) -> bool:
-        return self.elf == "host"
-
-    def problems(self) -> list[str]:
-        """The recorded errors, as one sentence each."""
-        return [f"{what}: {text}" for what, text in (("unreadable .rocm_kpack_ref marker", self.marker_error),
-                                                     ("corrupt kpack archive", self.archive_error),
-                                                     ("unreadable device code", self.device_error)) if text]
+    identity: tuple[int, int] = (0, 0)
 
 
 @dataclass(frozen=True)
@@ -140,11 +134,6 @@ class Catalog:
     def facts_of(self, source: str) -> FileFacts:
         """The facts of one artifact file (empty facts for a path the catalog never saw)."""
         return self.facts.get(source) or FileFacts()
-
-    def file_problems(self) -> list[tuple[str, str]]:
-        """(source, what) for every artifact file with a malformed marker, archive or
-        device code: for the checks that refuse them (build) or report them (verify)."""
-        return [(source, what) for source, facts in sorted(self.facts.items()) for what in facts.problems()]
 
     @property
     def targets(self) -> list[str]:
@@ -457,7 +446,7 @@ class _Walker:
             embedded = (self.adir.kind == "family" and not _TARGET_IN_NAME.search(rel)
                         and rel.lower().endswith(EMBEDDING_SUFFIXES))
             try:
-                facts = read_facts(fh, name, embedded)
+                facts = dataclasses.replace(read_facts(fh, name, embedded), identity=(st.st_dev, st.st_ino))
             except OSError as exc:
                 self.problem(full, f"cannot be read: {exc.strerror or exc}")
                 return None

@@ -47,7 +47,8 @@ _DEB_ALTERNATIVE = re.compile(
 _RPM_OPERATORS = ("<", "<=", "=", "==", ">=", ">")
 _RPM_DEP_NAME = re.compile(r"^[A-Za-z0-9_/][A-Za-z0-9_.+/:-]*(?:\([^\s()]*\))*$")
 _RPM_RICH_WORDS = ("and", "or", "if", "else", "with", "without", "unless")
-_RPM_TOKEN = re.compile(r"\(|\)|<=|>=|==|=|<|>|[^\s()<>=]+")
+# names such as `perl(File::Temp)` and `libc.so.6()(64bit)` are one token
+_RPM_TOKEN = re.compile(r"[^\s()<>=]+(?:\([^\s()]*\))+|\(|\)|<=|>=|==|=|<|>|[^\s()<>=]+")
 
 
 def printable(text: str) -> str:
