@@ -83,13 +83,20 @@ def control_problem(text: str, multi_line: bool = False) -> str:
     return f"control character U+{code:04X}"
 
 
+def _without_epoch(evr: str) -> tuple[str, str]:
+    """(what is wrong with the epoch or "", the version after it): both formats write
+    `[epoch:]version-release`."""
+    epoch, sep, rest = evr.partition(":")
+    if not sep:
+        return "", evr
+    return ("" if epoch.isdigit() else f"epoch {epoch!r} is not a number"), rest
+
+
 def deb_version_problem(version: str) -> str:
     """Debian policy 5.6.12: [epoch:]upstream[-revision]."""
-    epoch, sep, rest = version.partition(":")
-    if not sep:
-        epoch, rest = "", version
-    elif not epoch.isdigit():
-        return f"epoch {epoch!r} is not a number"
+    problem, rest = _without_epoch(version)
+    if problem:
+        return problem
     upstream, sep, revision = rest.rpartition("-")
     if not sep:
         upstream, revision = rest, ""
@@ -102,11 +109,9 @@ def deb_version_problem(version: str) -> str:
 
 def rpm_version_problem(evr: str) -> str:
     """rpm's [epoch:]version[-release]: no '-' inside version or release."""
-    epoch, sep, rest = evr.partition(":")
-    if not sep:
-        epoch, rest = "", evr
-    elif not epoch.isdigit():
-        return f"epoch {epoch!r} is not a number"
+    problem, rest = _without_epoch(evr)
+    if problem:
+        return problem
     version, _, release = rest.partition("-")
     for what, value in (("version", version), ("release", release)):
         if (value or what == "version") and not _RPM_VERSION.match(value):
