@@ -14,24 +14,43 @@ from dataclasses import dataclass, field
 
 from kpack.errors import InvalidTargetError
 
-# EF_AMDGPU_MACH values (e_flags & 0xff) from LLVM's ELF.h / AMDGPUUsage "AMDGPU
-# EF_AMDGPU_MACH Values" table, for every gfx9+ processor and every generic target.
-MACH_BY_PROCESSOR: dict[str, int] = {
-    "gfx900": 0x02C, "gfx902": 0x02D, "gfx904": 0x02E, "gfx906": 0x02F,
-    "gfx908": 0x030, "gfx909": 0x031, "gfx90c": 0x032, "gfx90a": 0x03F,
-    "gfx940": 0x040, "gfx941": 0x04B, "gfx942": 0x04C, "gfx950": 0x04F,
-    "gfx1010": 0x033, "gfx1011": 0x034, "gfx1012": 0x035, "gfx1013": 0x042,
-    "gfx1030": 0x036, "gfx1031": 0x037, "gfx1032": 0x038, "gfx1033": 0x039,
-    "gfx1034": 0x03E, "gfx1035": 0x03D, "gfx1036": 0x045,
-    "gfx1100": 0x041, "gfx1101": 0x046, "gfx1102": 0x047, "gfx1103": 0x044,
-    "gfx1150": 0x043, "gfx1151": 0x04A, "gfx1152": 0x055, "gfx1153": 0x058,
-    "gfx1200": 0x048, "gfx1201": 0x04E,
-    "gfx1250": 0x049, "gfx1251": 0x05A,
-    "gfx9-generic": 0x051, "gfx9-4-generic": 0x05F, "gfx10-1-generic": 0x052,
-    "gfx10-3-generic": 0x053, "gfx11-generic": 0x054, "gfx12-generic": 0x059,
-    "gfx12-5-generic": 0x05B,
-}
+# LLVM's AMDGPUUsage "AMDGPU EF_AMDGPU_MACH Values" table (llvm/BinaryFormat/ELF.h), every
+# amdgcn processor and generic target, with the target features each one lets code select
+# (AMDGPUUsage processor table / TargetParser: xnack, sramecc). Values absent here are
+# reserved or r600: not an amdgcn processor.
+#   name: (EF_AMDGPU_MACH, features)
+PROCESSORS: dict[str, tuple[int, frozenset[str]]] = {}
+_X, _S, _XS, _NONE = frozenset({"xnack"}), frozenset({"sramecc"}), frozenset({"xnack", "sramecc"}), frozenset()
+for _name, _mach, _features in (
+    ("gfx600", 0x020, _NONE), ("gfx601", 0x021, _NONE), ("gfx602", 0x03A, _NONE),
+    ("gfx700", 0x022, _NONE), ("gfx701", 0x023, _NONE), ("gfx702", 0x024, _NONE),
+    ("gfx703", 0x025, _NONE), ("gfx704", 0x026, _NONE), ("gfx705", 0x03B, _NONE),
+    ("gfx801", 0x028, _X), ("gfx802", 0x029, _NONE), ("gfx803", 0x02A, _NONE),
+    ("gfx805", 0x03C, _NONE), ("gfx810", 0x02B, _X),
+    ("gfx900", 0x02C, _X), ("gfx902", 0x02D, _X), ("gfx904", 0x02E, _X), ("gfx906", 0x02F, _XS),
+    ("gfx908", 0x030, _XS), ("gfx909", 0x031, _X), ("gfx90a", 0x03F, _XS), ("gfx90c", 0x032, _X),
+    ("gfx940", 0x040, _XS), ("gfx941", 0x04B, _XS), ("gfx942", 0x04C, _XS), ("gfx950", 0x04F, _XS),
+    ("gfx1010", 0x033, _X), ("gfx1011", 0x034, _X), ("gfx1012", 0x035, _X), ("gfx1013", 0x042, _X),
+    ("gfx1030", 0x036, _NONE), ("gfx1031", 0x037, _NONE), ("gfx1032", 0x038, _NONE),
+    ("gfx1033", 0x039, _NONE), ("gfx1034", 0x03E, _NONE), ("gfx1035", 0x03D, _NONE),
+    ("gfx1036", 0x045, _NONE),
+    ("gfx1100", 0x041, _NONE), ("gfx1101", 0x046, _NONE), ("gfx1102", 0x047, _NONE),
+    ("gfx1103", 0x044, _NONE), ("gfx1150", 0x043, _NONE), ("gfx1151", 0x04A, _NONE),
+    ("gfx1152", 0x055, _NONE), ("gfx1153", 0x058, _NONE),
+    ("gfx1170", 0x05D, _NONE), ("gfx1171", 0x05E, _NONE), ("gfx1172", 0x05C, _NONE),
+    ("gfx1200", 0x048, _NONE), ("gfx1201", 0x04E, _NONE),
+    ("gfx1250", 0x049, _NONE), ("gfx1251", 0x05A, _NONE), ("gfx1310", 0x050, _NONE),
+    ("gfx9-generic", 0x051, _X), ("gfx9-4-generic", 0x05F, _XS), ("gfx10-1-generic", 0x052, _X),
+    ("gfx10-3-generic", 0x053, _NONE), ("gfx11-generic", 0x054, _NONE),
+    ("gfx12-generic", 0x059, _NONE), ("gfx12-5-generic", 0x05B, _NONE),
+):
+    PROCESSORS[_name] = (_mach, _features)
+MACH_BY_PROCESSOR: dict[str, int] = {name: mach for name, (mach, _) in PROCESSORS.items()}
 PROCESSOR_BY_MACH: dict[int, str] = {mach: name for name, mach in MACH_BY_PROCESSOR.items()}
+# EF_AMDGPU_MACH 0x001-0x01f: the r600 architecture (32-bit, no HSA code objects).
+R600_BY_MACH: dict[int, str] = dict(enumerate(
+    ("r600", "r630", "rs880", "rv670", "rv710", "rv730", "rv770", "cedar", "cypress", "juniper",
+     "redwood", "sumo", "barts", "caicos", "cayman", "turks"), start=1))
 
 # LLVM generic targets and the processors each one runs on (AMDGPUUsage "AMDGPU Generic
 # Processors"); gfx908 and gfx90a have none.
@@ -47,8 +66,12 @@ GENERIC_TARGETS: dict[str, list[str]] = {
     "gfx12-5-generic": ["gfx1250", "gfx1251"],
 }
 
-# TheRock's family table (DESIGN §9). Callers may pass their own table to every function.
-FAMILIES: dict[str, list[str]] = {
+# TheRock's family table (DESIGN §9), then one single-target family for each HSA-capable
+# processor of LLVM's table that TheRock leaves out (gfx7, gfx8, gfx902, gfx940, ...: Debian's
+# ROCm builds gfx803, its runtime carries gfx700-gfx1035). gfx6 (no HSA runtime) and the
+# generic targets are in no family: "not a target of this release".
+# Callers may pass their own table to every function.
+THEROCK_FAMILIES: dict[str, list[str]] = {
     "gfx900": ["gfx900"],
     "gfx906": ["gfx906"],
     "gfx908": ["gfx908"],
@@ -63,15 +86,15 @@ FAMILIES: dict[str, list[str]] = {
     "gfx120X": ["gfx1200", "gfx1201"],
     "gfx125X": ["gfx1250"],
 }
+FAMILIES: dict[str, list[str]] = dict(THEROCK_FAMILIES)
+_IN_THEROCK = {t for members in THEROCK_FAMILIES.values() for t in members}
+for _name in PROCESSORS:
+    if _name not in _IN_THEROCK and _name not in GENERIC_TARGETS and not _name.startswith("gfx6"):
+        FAMILIES[_name] = [_name]
 
 KNOWN_FEATURES = ("sramecc", "xnack")
 # The triple prefix of the ISA names ROCr reports (`hsa_isa_get_info_alt` ISA name).
 ISA_PREFIX = "amdgcn-amd-amdhsa--"
-_XNACK = {"gfx900", "gfx902", "gfx904", "gfx906", "gfx908", "gfx909", "gfx90c", "gfx90a",
-          "gfx940", "gfx941", "gfx942", "gfx950", "gfx1010", "gfx1011", "gfx1012", "gfx1013",
-          "gfx9-generic", "gfx9-4-generic", "gfx10-1-generic"}
-_SRAMECC = {"gfx906", "gfx908", "gfx90a", "gfx940", "gfx941", "gfx942", "gfx950",
-            "gfx9-4-generic"}
 
 _PROCESSOR_RE = re.compile(r"gfx(?:[0-9]{1,2}[0-9a-f]{2}|[0-9]{1,2}(?:-[0-9]+)?-generic)")
 _FEATURE_RE = re.compile(r"([a-z][a-z0-9_]*)([+-])")
@@ -231,14 +254,30 @@ def wavefront_size(processor: str) -> int:
 
 
 def supported_features(processor: str) -> set[str]:
-    """The target features a processor lets code objects select (xnack, sramecc)."""
+    """The target features a processor lets code objects select (xnack, sramecc); empty
+    for a name outside LLVM's table."""
     bare = parse_target(processor).processor
-    found = set()
-    if bare in _XNACK:
-        found.add("xnack")
-    if bare in _SRAMECC:
-        found.add("sramecc")
-    return found
+    return set(PROCESSORS.get(bare, (0, frozenset()))[1])
+
+
+def is_processor(name: str) -> bool:
+    """Whether LLVM's AMDGPU table knows this processor (features and -strict ignored)."""
+    try:
+        return parse_target(name).processor in PROCESSORS
+    except InvalidTargetError:
+        return False
+
+
+def release_target_problem(target: str, families: dict[str, list[str]] | None = None) -> str | None:
+    """Why `target` cannot be a target of a release with these families, or None when it
+    can. "not a target of this release" (an AMDGPU processor no family holds) and "not an
+    AMDGPU processor" (a name LLVM's table lacks) are different mistakes."""
+    bare = parse_target(target).processor
+    if bare not in PROCESSORS:
+        return f"{target}: not an AMDGPU processor (LLVM's AMDGPU processor table has no {bare})"
+    if family_of(bare, families) is None:
+        return f"{target}: an AMDGPU processor, but not a target of this release (no family holds {bare})"
+    return None
 
 
 _LIST_SEPARATORS = re.compile(r"[,;\s]+")

@@ -204,10 +204,30 @@ def assign_shards(specs: Iterable[m.PackageSpec], n: int) -> list[list[m.Package
 def _code_fingerprint() -> str:
     """sha256 over the code and templates that decide a package's bytes: upgrading
     rocpkg or editing a template rebuilds what it changes."""
+    import ast
+
     digest = hashlib.sha256()
     here = Path(__file__).resolve().parent
-    for name in ("model.py", "streams.py", "render.py", "deb.py", "rpm.py", "sign.py"):
-        digest.update(name.encode() + b"\0" + (here / name).read_bytes())
+    # Every module the writers import, found by reading imports (never a list of file
+    # names, so a new or split module can't drop out); a package counts with all its files.
+    files: set[Path] = set()
+    todo = ["rocpkg.deb", "rocpkg.rpm", "rocpkg.sign"]
+    while todo:
+        parts = todo.pop().split(".")[1:]
+        if not parts:
+            continue
+        package = here.joinpath(*parts)
+        found = sorted(package.glob("*.py")) if package.is_dir() else [package.with_suffix(".py")]
+        for path in (p for p in found if p.is_file() and p not in files):
+            files.add(path)
+            for node in ast.walk(ast.parse(path.read_bytes(), str(path))):
+                if isinstance(node, ast.Import):
+                    todo += [a.name for a in node.names if a.name.startswith("rocpkg.")]
+                elif isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").startswith("rocpkg"):
+                    todo += [f"{node.module}.{a.name}" for a in node.names] + [node.module]
+    for path in sorted(files):
+        name = path.relative_to(here).as_posix()
+        digest.update(name.encode() + b"\0" + path.read_bytes())
     try:
         root = importlib.resources.files("rocpkg.templates")
     except ModuleNotFoundError:

@@ -8,22 +8,9 @@ import os
 import sys
 import time
 
+from rocpkg import compression
+from rocpkg.cli_common import add_plan_options, formats, human_bytes, interactive, load_plan
 from rocpkg.errors import RocpkgInputError
-
-
-def human_bytes(n: float) -> str:
-    """1536 -> "1.5 KiB": the size format of every rocpkg table and progress line."""
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if n < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)
-
-
-def _interactive(stream=None) -> bool:
-    """A progress bar on a terminal; plain lines in CI and in logs."""
-    stream = stream or sys.stderr
-    return stream.isatty() and not os.environ.get("CI")
 
 
 class ProgressDisplay:
@@ -32,7 +19,7 @@ class ProgressDisplay:
 
     def __init__(self, label: str = "building"):
         self.label = label
-        self.rich = _interactive()
+        self.rich = interactive()
         self.bar = None
         self.task = None
         self.started = time.perf_counter()
@@ -116,7 +103,6 @@ def _signer(args, source_date_epoch: int):
 
 def _cmd_build(args) -> int:
     from rocpkg import build as b
-    from rocpkg.cli import _formats, _load_plan
     from rocpkg.model import BuildOptions
 
     shard = b.parse_shard(args.shard) if args.shard else None
@@ -125,7 +111,7 @@ def _cmd_build(args) -> int:
                                          "then run `rocpkg repo OUT` (docs/sharding.md)")
     if args.jobs is not None and args.jobs < 1:
         raise RocpkgInputError("-j", f"expected a number of jobs >= 1, got {args.jobs}")
-    plan = _load_plan(args)
+    plan = load_plan(args)
     settings = plan.settings
     sde = b.source_date_epoch(settings)
     options = BuildOptions(source_date_epoch=sde, compression=args.compression or settings["compression"],
@@ -135,7 +121,7 @@ def _cmd_build(args) -> int:
         print(f"warning: {line}", file=sys.stderr)
     display = ProgressDisplay()
     try:
-        result = b.build_release(plan, args.output, formats=_formats(args), options=options, jobs=args.jobs,
+        result = b.build_release(plan, args.output, formats=formats(args), options=options, jobs=args.jobs,
                                  shard=shard, progress=display, signer=signer, allow=args.allow or ())
     finally:
         display.close()
@@ -230,14 +216,14 @@ def _cmd_detect(args) -> int:
     return 0
 
 
-def register(sub, add_plan_options) -> None:
+def register(sub) -> None:
     p = sub.add_parser("build", help="build every package of the plan into OUT (deb pool, rpm dirs, manifest)")
     add_plan_options(p)
     p.add_argument("-o", "--output", required=True, metavar="OUT", help="output tree")
     p.add_argument("-j", "--jobs", type=int, default=None, help="packages built at once (default: CPU count)")
     p.add_argument("--shard", default=None, metavar="I/N", help="build only part I of N (size-balanced, "
                                                                 "deterministic), for N CI runners")
-    p.add_argument("--compression", choices=("zstd", "xz", "gzip"), default=None,
+    p.add_argument("--compression", choices=compression.KINDS, default=None,
                    help="payload compression (default: settings.compression)")
     p.add_argument("--level", type=int, default=None, help="compression level (default: settings)")
     p.add_argument("--repo", action="store_true", help="then index the APT and DNF repositories under OUT")

@@ -259,8 +259,8 @@ def make_sample_artifacts(root: str | os.PathLike, config: Config, *, targets: l
         except ValueError as exc:
             problems.append(("--targets", str(exc)))
             continue
-        if kt.family_of(tid.processor) is None:
-            problems.append(("--targets", f"{t}: not in any family"))
+        if problem := kt.release_target_problem(t):
+            problems.append(("--targets", problem))
             continue
         if tid.processor not in parsed:
             parsed.append(tid.processor)

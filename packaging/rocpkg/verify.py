@@ -291,24 +291,19 @@ def _package_files(out_dir: str) -> dict[str, list[str]]:
     return found
 
 
-def _split_evr(evr: str) -> tuple[int, str, str]:
-    epoch, _, rest = evr.rpartition(":")
-    version, _, release = rest.rpartition("-")
-    return int(epoch or 0), version or rest, release if version else ""
-
-
 def _read_deb_meta(path: str):
-    from rocpkg.deb import read_deb_control
+    from debian.debian_support import Version
+
+    from rocpkg.deb import parse_relations, read_deb_control
 
     try:
         control = read_deb_control(path)
-        epoch, version, release = _split_evr(control["Version"])
-        spec = m.PackageSpec("deb", control["Package"], version, release, control.get("Architecture", ""), "",
-                             epoch=epoch)
+        version = Version(control["Version"])
+        spec = m.PackageSpec("deb", control["Package"], version.upstream_version, version.debian_revision or "",
+                             control.get("Architecture", ""), "", epoch=int(version.epoch or 0))
         for attr, key in (("depends", "Depends"), ("pre_depends", "Pre-Depends"), ("recommends", "Recommends"),
                           ("suggests", "Suggests"), ("provides", "Provides")):
-            text = control.get(key, "")
-            getattr(spec, attr).extend(r.strip() for r in text.split(",") if r.strip())
+            getattr(spec, attr).extend(parse_relations(control.get(key, "")))
         return path, spec, None
     except (RocpkgInputError, KeyError, ValueError, OSError, EOFError) as exc:
         return path, None, _why(exc)
@@ -320,60 +315,33 @@ def _why(exc: Exception) -> str:
     return str(exc) or type(exc).__name__
 
 
-def _rpm_relations(info, name_tag, flags_tag, version_tag) -> list[str]:
-    from rocpkg import rpm
+def _rpm_relations(record, kind: str) -> list[str]:
+    """The record's relations of one kind as text, without rpmlib() features or repeats."""
+    from rocpkg.rpm.relations import format_relation, is_rpmlib
 
-    names = info.header.get(name_tag) or []
-    flags = info.header.get(flags_tag) or [0] * len(names)
-    versions = info.header.get(version_tag) or [""] * len(names)
     out = []
-    for name, flag, version in zip(names, flags, versions):
-        if flag & rpm.RPMSENSE_RPMLIB or name.startswith("rpmlib("):
-            continue
-        op = {rpm.RPMSENSE_EQUAL: "=", rpm.RPMSENSE_LESS: "<", rpm.RPMSENSE_GREATER: ">",
-              rpm.RPMSENSE_LESS | rpm.RPMSENSE_EQUAL: "<=",
-              rpm.RPMSENSE_GREATER | rpm.RPMSENSE_EQUAL: ">="}.get(flag & 0xE, "")
-        text = f"{name} {op} {version}" if op and version else name
-        if text not in out:
+    for name, flags, version in record.dependencies[kind]:
+        text = format_relation(name, flags, version)
+        if not is_rpmlib(name, flags) and text not in out:
             out.append(text)
     return out
 
 
 def _read_rpm_meta(path: str):
-    from rocpkg import rpm
+    from rocpkg.rpm import package_from_header, read_rpm
 
-    T = rpm.Tag
     try:
-        info = rpm.read_rpm(path)
-        h = info.header
-        spec = m.PackageSpec("rpm", info.name, h[T.VERSION], h[T.RELEASE], h.get(T.ARCH, ""), "",
-                             epoch=int(info.first(T.EPOCH, 0) or 0))
-        spec.depends = _rpm_relations(info, T.REQUIRENAME, T.REQUIREFLAGS, T.REQUIREVERSION)
-        spec.recommends = _rpm_relations(info, T.RECOMMENDNAME, getattr(T, "RECOMMENDFLAGS", 0), T.RECOMMENDVERSION)
-        spec.suggests = _rpm_relations(info, T.SUGGESTNAME, T.SUGGESTFLAGS, T.SUGGESTVERSION)
-        spec.provides = _rpm_relations(info, T.PROVIDENAME, T.PROVIDEFLAGS, T.PROVIDEVERSION)
-        spec.files = _rpm_header_files(info)
+        record = package_from_header(read_rpm(path))
+        spec = m.PackageSpec("rpm", record.name, record.version, record.release, record.arch, "",
+                             epoch=record.epoch)
+        spec.depends = _rpm_relations(record, "requires")
+        spec.recommends = _rpm_relations(record, "recommends")
+        spec.suggests = _rpm_relations(record, "suggests")
+        spec.provides = _rpm_relations(record, "provides")
+        spec.files = record.file_entries()
         return path, spec, None
     except (RocpkgInputError, KeyError, ValueError, OSError, EOFError) as exc:
         return path, None, _why(exc)
-
-
-def _rpm_header_files(info) -> list[m.FileEntry]:
-    from rocpkg.rpm import Tag
-
-    h = info.header
-    basenames = h.get(Tag.BASENAMES) or []
-    dirnames = h.get(Tag.DIRNAMES) or []
-    indexes = h.get(Tag.DIRINDEXES) or []
-    modes = h.get(Tag.FILEMODES) or []
-    sizes = h.get(Tag.LONGFILESIZES) or h.get(Tag.FILESIZES) or []
-    links = h.get(Tag.FILELINKTOS) or [""] * len(basenames)
-    files = []
-    for base, index, mode, size, link in zip(basenames, indexes, modes, sizes, links):
-        kind = {0o040000: m.DIR, 0o120000: m.SYMLINK}.get(mode & 0o170000, m.FILE)
-        files.append(m.FileEntry(dirnames[index] + base, kind, mode & 0o7777, "", size if kind == m.FILE else 0,
-                                 link if kind == m.SYMLINK else ""))
-    return files
 
 
 def _target_suffix(name: str) -> str:
@@ -586,17 +554,17 @@ def _read_deb_payload(spec: m.PackageSpec, package_file: str, spill_dir: str):
 
 def _read_rpm_payload(spec: m.PackageSpec, package_file: str, spill_dir: str):
     """One pass over the cpio payload, only when the header lists something to inspect."""
-    from rocpkg.rpm import Tag, iter_cpio, open_payload_stream, read_rpm, skip_cpio_pad
+    from rocpkg.rpm import iter_cpio, open_payload_stream, package_from_header, read_rpm, skip_cpio_pad
 
     inspector = _Inspector(spec, spill_dir)
     by_index = {i: fe for i, fe in enumerate(spec.files)}
     if not any(fe.type == m.FILE and inspector.wants(fe.path) for fe in spec.files):
         return None, {}, {}, []
     try:
-        info = read_rpm(package_file)
+        record = package_from_header(read_rpm(package_file))
         with open(package_file, "rb") as fh:
-            fh.seek(info.payload_offset)
-            stream = io.BufferedReader(open_payload_stream(fh, info.first(Tag.PAYLOADCOMPRESSOR, "gzip")), CHUNK)
+            fh.seek(record.payload_offset)
+            stream = io.BufferedReader(open_payload_stream(fh, record.payload_compressor), CHUNK)
             for index, path, size in iter_cpio(stream, by_index):
                 body = _Bounded(stream, size)
                 fe = by_index.get(index) if index is not None else None
