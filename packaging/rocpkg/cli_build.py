@@ -9,8 +9,11 @@ import os
 import sys
 import time
 
+from kpack import targets as kt
+
 from rocpkg import compression
-from rocpkg.cli_common import (add_plan_options, add_subset_options, formats, human_bytes, interactive, load_plan,
+from rocpkg.cli_common import (add_plan_options, add_subset_options, formats, human_bytes, interactive, load_config_of,
+                               load_plan,
                                selected_packages, verbosity)
 from rocpkg.errors import RocpkgInputError
 
@@ -253,24 +256,41 @@ def _cmd_demo(args) -> int:
 
 
 def _cmd_detect(args) -> int:
-    from rocpkg.config import load_config
-    from rocpkg.detect import detect_gpus, install_names
+    from rocpkg import detect
 
-    settings = load_config(args.config).settings
-    gpus = detect_gpus(args.sysfs, settings["families"])
+    config = load_config_of(args)
+    settings = config.settings
+    gpus = detect.detect_gpus(args.sysfs, settings["families"])
     if not gpus:
         print(f"no AMD GPU found (no KFD GPU node under {args.sysfs}/class/kfd/kfd/topology/nodes)")
         return 0
+    # what can really be installed: the packages of a built tree or of a plan, if given
+    available, abi, source = None, "", ""
+    if args.repo:
+        available, version = detect.packages_in_tree(args.repo)
+        abi, source = ".".join(version.split(".")[:2]), f"the repository {args.repo}"
+    elif args.artifacts:
+        plan = load_plan(args, config)
+        available, abi, source = detect.packages_in_plan(plan), plan.abi, f"the plan of {args.artifacts}"
     alias = settings["naming"]["alias"]
     for gpu in gpus:
         name = f" ({gpu.name})" if gpu.name and gpu.name != gpu.target else ""
         if gpu.family is None:
             print(f"node {gpu.node}: {gpu.target}{name}: in no family of this release's table, no package for it")
             continue
-        deb, rpm = install_names(gpu.family, alias)
+        deb, rpm = detect.install_names(gpu.family, alias, abi)
         print(f"node {gpu.node}: {gpu.target}{name}, family {gpu.family}")
-        print(f"  apt install {deb}")
-        print(f"  dnf install {rpm}")
+        lines = [(tool, pkg) for tool, fmt, pkg in (("apt", "deb", deb), ("dnf", "rpm", rpm))
+                 if available is None or pkg.lower() in available.get(fmt, ())]
+        for tool, pkg in lines:
+            print(f"  {tool} install {pkg}")
+        if not lines:
+            served = sorted(f for f in settings["families"] or kt.FAMILIES
+                            if any(n.lower() in available.get(fmt, ()) for fmt, n in
+                                   zip(("deb", "rpm"), detect.install_names(f, alias, abi))))
+            print(f"  {source} has no package for {gpu.family} (it serves: {', '.join(served) or 'no family'})")
+    if available is None and verbosity(args) >= 0:
+        print("note: names not checked against a repository: give --repo OUT or -a ARTIFACTS", file=sys.stderr)
     return 0
 
 
@@ -303,5 +323,7 @@ def register(sub) -> None:
 
     p = sub.add_parser("detect", help="this machine's GPU targets and the package to install for each")
     p.add_argument("--sysfs", default="/sys", metavar="ROOT", help="sysfs root (default /sys)")
-    p.add_argument("-c", "--config", default=None, help="package.json (default: the bundled one)")
+    p.add_argument("--repo", default=None, metavar="OUT", help="suggest only packages this built tree has "
+                                                                "(its manifest.json)")
+    add_plan_options(p, artifacts_required=False)
     p.set_defaults(func=_cmd_detect)
