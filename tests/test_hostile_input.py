@@ -4,7 +4,9 @@ Each case takes a small release that builds (a per-target library with a kpack a
 a plain library, a meta-package), breaks one thing the way a hostile or careless user
 would, and runs `rocpkg build` as a user does. Every case must end in exit 2 with `error:`
 lines that name the file or the JSON field, no traceback, each problem once, and an OUT
-directory byte-identical to what it was before.
+directory byte-identical to what it was before. The last section holds what is accepted
+and how it is written: folded descriptions, escaped `%`, dropped mode bits (with a
+warning), symlinks that stay inside through other links.
 """
 from __future__ import annotations
 
