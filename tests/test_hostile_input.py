@@ -174,6 +174,7 @@ CONFIG_CASES = [
     ("prefix-double-slash", setting("prefix", "/opt//ns"), ["settings.prefix", "'//'"]),
     ("prefix-trailing-dot", setting("prefix", "/opt/ns/."), ["settings.prefix", "normalised"]),
     ("prefix-root", setting("prefix", "/"), ["settings.prefix"]),
+    ("prefix-system-dir", setting("prefix", "/usr/lib"), ["settings.prefix", "system directory"]),
     ("prefix-space", setting("prefix", "/opt/n s"), ["settings.prefix", "characters"]),
     ("prefix-rpm-macro", setting("prefix", "/opt/%{_bindir}"), ["settings.prefix"]),
     ("prefix-newline", setting("prefix", "/opt/ns\n/etc"), ["settings.prefix", "newline"]),

@@ -20,6 +20,7 @@ from importlib import resources
 
 from rocpkg import preflight as pf
 from rocpkg.errors import RocpkgInputError
+from rocpkg.filelist import SYSTEM_DIRS
 
 # Keys of a package definition and the type each must have. "bool" accepts TheRock's
 # string booleans ("True"/"False") as well as real ones.
@@ -330,8 +331,8 @@ def prefix_problem(pattern: str, version: str) -> str:
         return f"{prefix!r} holds '//'"
     if posixpath.normpath(prefix) != prefix:
         return f"{prefix!r} is not normalised (write {posixpath.normpath(prefix)!r})"
-    if prefix == "/":
-        return "must not be / (the packages would own the whole file system)"
+    if prefix in SYSTEM_DIRS:
+        return f"{prefix} is a system directory, which no package may own: install under a directory of its own"
     if not _PREFIX_RE.match(prefix):
         return f"{prefix!r} holds characters other than letters, digits and . _ + ~ @ - /"
     return ""

@@ -18,7 +18,7 @@ import posixpath
 import re
 
 from rocpkg import model as m
-from rocpkg.filelist import path_problem
+from rocpkg.filelist import SYSTEM_DIRS, path_problem
 
 NAME_MAX = 255          # bytes in one path component (ext4, xfs, btrfs)
 PATH_MAX = 4096         # bytes in a path, its terminating NUL included
@@ -249,6 +249,8 @@ def check_plan(plan) -> list[tuple[str, str]]:
         for path, (fe, spec) in nodes.items():
             origin = f" (artifact file {printable(fe.source)})" if fe.source else ""
             found = path_problems(path)
+            if fe.type == m.DIR and path in SYSTEM_DIRS:
+                found.append("a system directory, which no package may own")
             if found:  # said once for a directory, not again for everything below it
                 unfit.add(path)
                 if posixpath.dirname(path) not in unfit:
