@@ -22,6 +22,7 @@ from importlib import resources
 from rocpkg import preflight as pf
 from rocpkg.compression import KINDS as COMPRESSIONS, level_problem
 from rocpkg.errors import RocpkgInputError
+from rocpkg.filelist import SYSTEM_DIRS
 
 # Keys of a package definition and the type each must have. "bool" accepts TheRock's
 # string booleans ("True"/"False") as well as real ones.
@@ -116,6 +117,7 @@ SETTINGS_TYPES = {
 UNKNOWN_KEY_MODES = ("error", "warn")
 ARTIFACT_KEYS = ("Artifact", "Artifact_Subdir", "Artifact_Gfxarch")
 SUBDIR_KEYS = ("Name", "Components")
+EPOCH_MAX = 2**31 - 1
 _NAME_RE = pf.DEB_NAME
 _VERSION_RE = re.compile(r"^[0-9][A-Za-z0-9.+~]*$")
 # Definition strings that land in one line of a control file or spec header.
@@ -320,8 +322,8 @@ def validate_settings(settings: dict, where_prefix: str = "settings") -> list[tu
     problem = prefix_problem(str(settings["prefix"]), str(settings["version"])) if version_ok else ""
     if problem:
         problems.append((f"{where_prefix}.prefix", problem))
-    if settings["epoch"] < 0:
-        problems.append((f"{where_prefix}.epoch", "must be >= 0"))
+    if not 0 <= settings["epoch"] <= EPOCH_MAX:
+        problems.append((f"{where_prefix}.epoch", f"must be between 0 and {EPOCH_MAX} (dpkg and rpm keep a 32-bit int)"))
     problems += [(f"{where_prefix}.{w}", what) for w, what in _settings_string_problems(settings)]
     return problems
 
@@ -354,8 +356,8 @@ def prefix_problem(pattern: str, version: str) -> str:
         return f"{prefix!r} holds '//'"
     if posixpath.normpath(prefix) != prefix:
         return f"{prefix!r} is not normalised (write {posixpath.normpath(prefix)!r})"
-    if prefix == "/":
-        return "must not be / (the packages would own the whole file system)"
+    if prefix in SYSTEM_DIRS:
+        return f"{prefix} is a system directory, which no package may own: install under a directory of its own"
     if not _PREFIX_RE.match(prefix):
         return f"{prefix!r} holds characters other than letters, digits and . _ + ~ @ - /"
     return ""
@@ -371,6 +373,8 @@ def _settings_string_problems(settings: dict) -> list[tuple[str, str]]:
         problem = pf.control_problem(settings[key])
         if problem:
             out.append((key, problem))
+    if not settings["maintainer"].strip():
+        out.append(("maintainer", "empty: every Debian package needs a Maintainer"))
     if not _SUITE_RE.match(settings["suite"]) or ".." in settings["suite"]:
         out.append(("suite", f"{settings['suite']!r} is not a suite name (letters, digits and . _ -; no '/')"))
     if not pf.DEB_ARCH.match(settings["deb_arch"]):
@@ -421,6 +425,8 @@ def _definition_string_problems(entry: dict) -> list[tuple[str, str]]:
         value = entry.get(key)
         if isinstance(value, str) and pf.control_problem(value):
             out.append((key, pf.control_problem(value)))
+    if isinstance(entry.get("Maintainer"), str) and entry["Maintainer"] and not entry["Maintainer"].strip():
+        out.append(("Maintainer", "blank: leave it out to use settings.maintainer"))
     if isinstance(entry.get("Description_Long"), str) and pf.control_problem(entry["Description_Long"], True):
         out.append(("Description_Long", pf.control_problem(entry["Description_Long"], True)))
     checks = (("Section", lambda v: _SECTION_RE.match(v), "not a Debian section (lower-case, e.g. libs, devel)"),
@@ -476,6 +482,8 @@ def load_config(path: str | os.PathLike | None = None, unknown_keys: str | None 
             raw = json.load(fh)
     except FileNotFoundError:
         raise RocpkgInputError(path, "file not found") from None
+    except RecursionError:
+        raise RocpkgInputError(path, "JSON nested too deeply") from None
     except json.JSONDecodeError as exc:
         raise RocpkgInputError(f"{path}:{exc.lineno}:{exc.colno}", f"invalid JSON: {exc.msg}") from None
     except (OSError, UnicodeDecodeError) as exc:
