@@ -272,10 +272,10 @@ class _PlanBuilder:
         cls = self.classes[dep.name]
         if context == "device":
             return [self._pin(fmt, namer.device(dep.name, target))] if cls == PER_TARGET else []
-        if context in ("host", "files"):
+        if context in ("host", "files"):  # pinned: 7.1.0 and 7.1.1 of one release must not mix
             if cls == PER_TARGET:
-                return [namer.host(dep.name)]
-            return [namer.versioned(dep.name)]
+                return [self._pin(fmt, namer.host(dep.name))]
+            return [self._pin(fmt, namer.versioned(dep.name))]
         if context == "meta-target":
             if cls in (PER_TARGET, PER_TARGET_META):  # both are named N{abi}-{t} for a target
                 return [self._pin(fmt, namer.device(dep.name, target))]
