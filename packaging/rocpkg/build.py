@@ -264,7 +264,8 @@ def package_fingerprint(spec: m.PackageSpec, options: m.BuildOptions, code: str,
         except OSError:
             sources.append([entry.source, None])
     blob = json.dumps({"code": code, "spec": dataclasses.asdict(spec), "options": _options_key(options),
-                       "signer": signer_id, "sources": sources}, sort_keys=True, separators=(",", ":"))
+                       "signer": signer_id, "sources": sources}, sort_keys=True, separators=(",", ":"),
+                      default=bytes.hex)  # FileEntry.patches hold bytes
     return hashlib.sha256(blob.encode()).hexdigest()
 
 

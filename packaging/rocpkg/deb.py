@@ -28,6 +28,7 @@ from rocpkg.errors import RocpkgInputError
 from rocpkg.filelist import check_sources, checked_files, with_parents
 from rocpkg.model import DIR, FILE, SYMLINK, BuildOptions, BuiltPackage, FileEntry, PackageSpec
 from rocpkg.render import render_deb
+from rocpkg.rpath import patch_chunks
 from rocpkg.streams import CHUNK, AtomicOutput, HashingWriter, copy_stream
 
 AR_MAGIC = b"!<arch>\n"
@@ -235,7 +236,7 @@ def _write_payload_file(tar_out, spec: PackageSpec, entry: FileEntry, sde: int) 
                                       _normalised_mode(entry.mode), mtime, entry.size))
         tar_out.write(header)
         try:
-            for chunk in _source_chunks(source, entry.size):
+            for chunk in patch_chunks(_source_chunks(source, entry.size), entry.patches):
                 tar_out.write(chunk)
                 digest.update(chunk)
         except _SourceChanged as exc:

@@ -12,6 +12,7 @@ from rocpkg.errors import RocpkgInputError
 from rocpkg.filelist import check_sources, checked_files
 from rocpkg.model import DIR, FILE, SYMLINK, BuildOptions, BuiltPackage, FileEntry, PackageSpec
 from rocpkg.render import render_spec
+from rocpkg.rpath import PatchingWriter
 from rocpkg.rpm.cpio import CpioWriter
 from rocpkg.rpm.header import encode_header
 from rocpkg.rpm.relations import RPMSENSE_EQUAL, RPMSENSE_INTERP, rpmlib
@@ -218,7 +219,7 @@ def _stream_payload(spec, files, payload_sink, large: bool, mtime: int) -> dict[
             try:
                 with open(entry.source, "rb") as src:
                     hashed = HashingWriter(cpio, ("sha256",))
-                    copy_stream(src, hashed, size)
+                    copy_stream(src, PatchingWriter(hashed, entry.patches), size)
                     digests[entry.path] = hashed.hexdigest()
                     if src.read(1):
                         raise RocpkgInputError(where, f"{entry.source} grew while being packed")
