@@ -176,7 +176,14 @@ def _classify_tree(release: ReleaseView) -> None:
 
 def _kinds_after_payload(release: ReleaseView) -> None:
     """Files, meta, family and alias packages once the payload listing is known; a package
-    named for a target that ships files but belongs to no host is reported."""
+    named for a target that ships files but belongs to no host is reported. A "host" that
+    ships no file (a release's links package, pinned by every per-target meta-package
+    and by the all-target one, looks like one from the relations) is no host: its
+    "devices" are per-target meta-packages."""
+    empty_hosts = {n for n, s in release.specs.items() if s.kind == m.KIND_HOST and not payload(s)}
+    for spec in release.specs.values():
+        if spec.definition in empty_hosts and spec.kind in (m.KIND_HOST, m.KIND_DEVICE):
+            spec.kind, spec.definition = "", ""
     for name, spec in release.specs.items():
         if spec.kind in (m.KIND_HOST, m.KIND_DEVICE):
             continue
