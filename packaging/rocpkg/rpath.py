@@ -85,6 +85,14 @@ def _result(found: list[int], rpath: bool, word: str) -> tuple[tuple[tuple[int, 
     return tuple((at, replacement) for at in found), ""
 
 
+def planned_patches(facts, enabled: bool) -> tuple[tuple[tuple[int, bytes], ...], str]:
+    """(FileEntry.patches, why not) of a file with these catalog facts: its RUNPATH tags
+    when the release rewrites them (settings.runpath_to_rpath), else none."""
+    if not enabled or facts is None:
+        return (), ""
+    return facts.runpath_tags, facts.runpath_error
+
+
 def patch_chunks(chunks: Iterable[bytes | memoryview], patches) -> Iterator[bytes | memoryview]:
     """The chunks of one file with `patches` ((offset, bytes), sorted, not overlapping)
     written over them as they stream by; a patch may straddle chunk boundaries. Chunks no
