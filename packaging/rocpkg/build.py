@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from rocpkg import model as m
+from rocpkg import releases
 from rocpkg.errors import RocpkgInputError
 from rocpkg.streams import AtomicOutput, hash_file
 
@@ -391,12 +392,14 @@ class OutLock:
 
 def build_release(plan, out_dir: str | os.PathLike, *, formats: Iterable[str] | None = None,
                   options: m.BuildOptions, jobs: int | None = None, shard: tuple[int, int] | None = None,
-                  progress: Callable[[BuildProgress], None] | None = None, signer=None) -> BuildResult:
+                  progress: Callable[[BuildProgress], None] | None = None, signer=None,
+                  allowed: Iterable[str] = ()) -> BuildResult:
     """Build the plan's packages of `formats` (default: all planned) into out_dir.
 
     jobs: worker processes (default os.cpu_count()); shard: (I, N), 1-based, builds only
     part I of N (see assign_shards) and writes manifest.d/shard-I-of-N.json instead of
-    manifest.json; signer: a rocpkg.sign.Signer that signs every RPM's header.
+    manifest.json; signer: a rocpkg.sign.Signer that signs every RPM's header; allowed:
+    the verify checks let through (--allow), recorded with the release in the manifest.
     Raises RocpkgInputError with every package's problems after building the others.
     """
     started = time.perf_counter()
@@ -486,14 +489,16 @@ def build_release(plan, out_dir: str | os.PathLike, *, formats: Iterable[str] | 
         specs_version = plan.settings["version"], plan.settings["release"]
         entries = [o.manifest_entry() for o in outcomes]
         if shard is None:
-            result.manifest = os.path.join(out_dir, "manifest.json")
-            data = _manifest_bytes(_plan_digest(every), *specs_version, entries)
+            # the release joins the earlier ones in manifest.json (rocpkg.releases)
+            record = releases.ReleaseRecord(*specs_version, targets=tuple(plan.targets), formats=tuple(formats),
+                                            allowed=tuple(sorted(set(allowed))), plan=_plan_digest(every))
+            result.manifest = releases.write_release(out_dir, record, entries)
             # the whole release is in manifest.json now; parts of an earlier split are stale
             shutil.rmtree(os.path.join(out_dir, MANIFEST_PARTS), ignore_errors=True)
         else:
             result.manifest = manifest_part_path(out_dir, shard)
             data = _manifest_bytes(_plan_digest(every), *specs_version, entries, shard)
-        _write_atomic(result.manifest, data)
+            _write_atomic(result.manifest, data)
     result.packages = sorted(outcomes, key=lambda o: (o.format, o.name))
     result.seconds = time.perf_counter() - started
     return result
@@ -547,9 +552,10 @@ def assemble_manifest(out_dir: str | os.PathLike) -> str | None:
     if problems:
         raise RocpkgInputError(problems)
     entries = [e for _, doc in docs for e in doc["packages"]]
-    path = os.path.join(out_dir, "manifest.json")
-    _write_atomic(path, _manifest_bytes(first["plan"], first["version"], first["release"], entries))
-    return path
+    record = releases.ReleaseRecord(str(first["version"]), str(first["release"]), plan=first["plan"],
+                                    targets=tuple(sorted({e["target"] for e in entries if e.get("target")})),
+                                    formats=tuple(sorted({e["format"] for e in entries})))
+    return releases.write_release(out_dir, record, entries)
 
 
 def publish_repositories(out_dir: str, *, suite: str, signer=None, source_date_epoch: int | None = None,
@@ -595,7 +601,9 @@ def sync_manifest(out_dir: str | os.PathLike) -> str | None:
             doc = json.load(fh)
     except FileNotFoundError:
         return None
-    changed = False
+    from rocpkg.digest_cache import DigestCache
+
+    changed, caches = False, {}
     for entry in doc["packages"]:
         file_path = os.path.join(out_dir, entry["file"])
         state_path = os.path.join(out_dir, STATE_DIR, entry["format"], f"{entry['name']}.json")
@@ -604,17 +612,23 @@ def sync_manifest(out_dir: str | os.PathLike) -> str | None:
                 state = json.load(fh)
         except (OSError, ValueError):
             state = None
+        if state is not None and state.get("file") != entry["file"]:
+            state = None        # the state is of this name's package in a newer release
         st = os.stat(file_path)
         seen = (st.st_size, st.st_mtime_ns, st.st_ino)
         if state is not None and (state["size"], state["mtime_ns"], state["ino"]) == seen \
                 and state["sha256"] == entry["sha256"]:
             continue
-        whole = hash_file(file_path)
-        if (whole.count, whole.hexdigest()) != (entry["size"], entry["sha256"]):
-            entry["size"], entry["sha256"] = whole.count, whole.hexdigest()
+        # the indexers have just hashed every package: earlier releases' are read from their cache
+        fmt_root, _, key = entry["file"].partition("/")
+        if fmt_root not in caches:
+            caches[fmt_root] = DigestCache(out_dir, fmt_root)
+        sha256, size = caches[fmt_root].sha256(file_path, key)
+        if (size, sha256) != (entry["size"], entry["sha256"]):
+            entry["size"], entry["sha256"] = size, sha256
             changed = True
         if state is not None:
-            state.update(size=whole.count, sha256=whole.hexdigest(), mtime_ns=st.st_mtime_ns, ino=st.st_ino)
+            state.update(size=size, sha256=sha256, mtime_ns=st.st_mtime_ns, ino=st.st_ino)
             _write_atomic(state_path, json.dumps(state, indent=1).encode() + b"\n")
     if changed:
         _write_atomic(path, json.dumps(doc, indent=1).encode() + b"\n")

@@ -281,7 +281,8 @@ def _compressor(kind: str, options: BuildOptions, sink):
     if kind == "zstd":
         threads = min(options.threads or os.cpu_count() or 1, ZSTD_MAX_THREADS)
         parameters = zstandard.ZstdCompressionParameters.from_level(
-            max(1, min(level, 19)), threads=threads, job_size=ZSTD_JOB_SIZE)
+            max(1, min(level, 19)), threads=threads, job_size=ZSTD_JOB_SIZE,
+            write_checksum=True)  # as dpkg-deb: dpkg then refuses a flipped byte
         compressor = zstandard.ZstdCompressor(compression_params=parameters)
         return compressor.stream_writer(sink, closefd=False)
     if kind == "xz":
