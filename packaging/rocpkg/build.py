@@ -369,12 +369,19 @@ def _remove_stale_temporaries(out_dir: str) -> None:
 
 class OutLock:
     """One writer per OUT at a time, build or publish (flock: released by the kernel even
-    after kill -9)."""
+    after kill -9). Re-entrant within a process: prune and promote hold it across the
+    re-index that publish_repositories does."""
+
+    held: dict[str, int] = {}
 
     def __init__(self, out_dir: str):
-        self.path = os.path.join(out_dir, LOCK_FILE)
+        self.path = os.path.realpath(os.path.join(out_dir, LOCK_FILE))
 
     def __enter__(self):
+        if self.held.get(self.path):
+            self.held[self.path] += 1
+            self.fh = None
+            return self
         os.makedirs(os.path.dirname(self.path), exist_ok=True)
         self.fh = open(self.path, "w")
         try:
@@ -383,10 +390,13 @@ class OutLock:
             self.fh.close()
             raise RocpkgInputError(os.path.dirname(os.path.dirname(self.path)),
                                    "another rocpkg build or repo is writing into this directory") from None
+        self.held[self.path] = 1
         return self
 
     def __exit__(self, *exc):
-        self.fh.close()
+        self.held[self.path] -= 1
+        if self.fh is not None:
+            self.fh.close()
         return False
 
 

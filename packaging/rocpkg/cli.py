@@ -126,6 +126,8 @@ def _cmd_repo(args) -> int:
         print(f"dnf: {os.path.join(out, 'rpm', 'repodata')} (repo file rocm.repo){signed}")
     if manifest:
         print(f"manifest: {manifest}")
+    if signer is None:
+        print("warning: unsigned repository: rocm.list says trusted=yes and rocm.repo gpgcheck=0", file=sys.stderr)
     return 0
 
 
@@ -216,6 +218,9 @@ def _register_commands(sub) -> None:
     from rocpkg import cli_build  # build, demo, detect
 
     cli_build.register(sub, _add_plan_options)
+    from rocpkg import cli_repo  # prune, promote, publish
+
+    cli_repo.register(sub)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -141,10 +141,11 @@ def _cmd_build(args) -> int:
         display.close()
     print_summary(result)
     if args.repo:
+        from rocpkg.cli_repo import _print_snippets
+
         snippets, _ = b.publish_repositories(os.path.abspath(args.output), suite=args.suite or settings["suite"],
-                                             signer=signer, source_date_epoch=sde)
-        print(f"repositories: {', '.join(snippets.values())}" + (f", signed by {signer.fingerprint}" if signer
-                                                                  else ", unsigned"))
+                                             signer=signer, source_date_epoch=sde, base_url=args.base_url)
+        _print_snippets(snippets, signer)
     return 0
 
 
@@ -239,6 +240,8 @@ def register(sub, add_plan_options) -> None:
     p.add_argument("--level", type=int, default=None, help="compression level (default: settings)")
     p.add_argument("--repo", action="store_true", help="then index the APT and DNF repositories under OUT")
     p.add_argument("--suite", default=None, help="with --repo: APT suite (default settings.suite)")
+    p.add_argument("--base-url", default=None, help="with --repo: URL OUT is served at, for rocm.list/rocm.repo "
+                                                    "(default file://OUT)")
     p.add_argument("--gpg-home", default=None, help="GnuPG home of the signing key (default $GNUPGHOME)")
     p.add_argument("--sign-key", default=None, help="sign RPM headers (and, with --repo, the repositories)")
     p.set_defaults(func=_cmd_build)
