@@ -209,8 +209,8 @@ def publish(out_dir: str | os.PathLike, dest, *, keep_removed: bool = False, che
         raise RocpkgInputError(out_dir, "no such directory")
     if not any(os.path.isdir(os.path.join(out_dir, r)) for r in PUBLISHED_ROOTS):
         raise RocpkgInputError(out_dir, "no deb/ or rpm/ repository to publish (run rocpkg repo OUT)")
-    if isinstance(dest, str):
-        dest = destination(dest)
+    if isinstance(dest, (str, os.PathLike)):
+        dest = destination(os.fspath(dest))
     with OutLock(out_dir):          # nobody re-indexes OUT while it is being copied
         if check:
             from rocpkg.integrity import check_integrity
