@@ -324,11 +324,19 @@ def test_publish_to_a_directory_orders_roots_last(story, tmp_path):
 
 # -- tampering --------------------------------------------------------------------------------
 
+@pytest.fixture(scope="module")
+def signed_repo(story, tmp_path_factory):
+    """A signed two-format repository of release 7.1.0-2, built once for the tamper tests."""
+    out = tmp_path_factory.mktemp("signed") / "out"
+    story.build(R2, out=out)
+    return out
+
+
 @pytest.fixture()
-def copy_of_stable(story, tmp_path):
+def copy_of_stable(signed_repo, tmp_path):
     out = tmp_path / "out"
-    shutil.copytree(story.stable, out)
-    return out, story.stable / "rocm.gpg"
+    shutil.copytree(signed_repo, out)
+    return out, signed_repo / "rocm.gpg"
 
 
 def checks(out, keyring=None):
@@ -402,9 +410,74 @@ def test_publish_refuses_a_tampered_repository_and_sends_nothing(copy_of_stable,
     assert not (tmp_path / "www").exists()
 
 
-def test_an_unsigned_repository_says_so_in_its_client_snippets(story, tmp_path):
+def test_an_unsigned_repository_says_so_in_its_client_snippets(signed_repo, tmp_path):
     out = tmp_path / "out"
-    shutil.copytree(story.stable / "deb/pool", out / "deb/pool")
+    shutil.copytree(signed_repo / "deb/pool", out / "deb/pool")
     result = rocpkg("repo", out)
     assert "unsigned" in result.stderr
     assert (out / "rocm.list").read_text().startswith("deb [trusted=yes] ")
+
+
+def test_verify_reports_a_tampered_package_with_its_own_check(copy_of_stable):
+    out, key = copy_of_stable
+    rpm = next(out.rglob("rocm-fft-host7.1-*.rpm"))
+    data = bytearray(rpm.read_bytes())
+    data[-3] ^= 0x01
+    rpm.write_bytes(bytes(data))
+    result = rocpkg("verify", out, "--keyring", key, check=False)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert f"rocm-fft-host7.1 (rpm): {rpm.relative_to(out)}" in result.stderr and "manifest.json recorded" in result.stderr
+
+
+# -- the manifest's releases ---------------------------------------------------------------
+
+def entry(name, version, release, fmt="deb"):
+    return {"name": name, "format": fmt, "version": version, "release": release, "file": f"{fmt}/{name}_{version}-{release}",
+            "size": 1, "sha256": "0" * 64}
+
+
+def test_recording_a_release_keeps_the_earlier_ones_and_merges_a_second_run_of_the_same(tmp_path):
+    from rocpkg.releases import ReleaseRecord, record_release
+
+    doc = record_release(None, ReleaseRecord("7.1.0", "1", targets=("gfx942",), formats=("deb",)), [entry("a", "7.1.0", "1")])
+    doc = record_release(doc, ReleaseRecord("7.1.0", "2", formats=("deb",)), [entry("a", "7.1.0", "2")])
+    doc = record_release(doc, ReleaseRecord("7.1.0", "2", formats=("rpm",), allowed=("file-conflict",)),
+                         [entry("a", "7.1.0", "2", "rpm")])
+    records = manifest_releases(doc)
+    assert [r.id for r in records] == ["7.1.0-1", "7.1.0-2"]
+    assert records[1].formats == ("deb", "rpm") and records[1].allowed == ("file-conflict",)
+    assert len(records[1].files) == 2 and len(doc["packages"]) == 3
+    assert (doc["version"], doc["release"]) == ("7.1.0", "2")
+
+
+def test_a_manifest_written_before_releases_existed_reads_as_one_release():
+    old = {"schema": "rocpkg-manifest/1", "version": "7.1.0", "release": "1", "plan": "p",
+           "packages": [dict(entry("a", "7.1.0", "1"), target="gfx942")]}
+    [record] = manifest_releases(old)
+    assert record.id == "7.1.0-1" and record.targets == ("gfx942",) and record.files == ("deb/a_7.1.0-1",)
+
+
+def test_releases_to_prune_keep_n_per_series_newest_by_debian_version_order():
+    from rocpkg.releases import ReleaseRecord
+
+    records = [ReleaseRecord(v, r) for v, r in [("7.1.0", "1"), ("7.1.0", "10"), ("7.1.0", "9"), ("7.2.0", "1"),
+                                                ("7.2.1", "0.20261201"), ("6.4.0", "1")]]
+    assert [r.id for r in releases_to_prune(records, 1)] == ["7.1.0-1", "7.1.0-9", "7.2.0-1"]
+    assert [r.id for r in releases_to_prune(records, 2, ["7.1.0-1"])] == []
+
+
+def test_without_source_date_epoch_the_release_is_dated_by_its_artifacts(tmp_path):
+    from rocpkg.releases import inputs_date
+
+    artifacts = tmp_path / "artifacts"
+    make_sample_artifacts(artifacts, load_config(None), targets=TARGETS, size_mb=1)
+    produced = 1750000000
+    for manifest in artifacts.glob("*/artifact_manifest.txt"):
+        os.utime(manifest, (produced, produced))
+    assert inputs_date(None, artifacts) == produced
+    env = {k: v for k, v in os.environ.items() if k != "SOURCE_DATE_EPOCH"}
+    subprocess.run([sys.executable, "-m", "rocpkg.cli", "build", "-a", artifacts, "-o", tmp_path / "out",
+                    "--formats", "deb", "-j", "1"], check=True, capture_output=True, env=env)
+    deb = next((tmp_path / "out").rglob("rocm-fft-host7.1_*.deb"))
+    assert {m.mtime for m in iter_deb_members(str(deb))} == {produced}
+    assert manifest_releases(read_manifest(tmp_path / "out"))[0].date == produced

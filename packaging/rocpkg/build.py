@@ -139,7 +139,7 @@ def published_source_date_epoch(out_dir: str, environ=None) -> int | None:
     """SOURCE_DATE_EPOCH for indexing OUT: the environment's, else the build's default for
     the release its manifest names, so that re-indexing gives the same bytes; None when
     neither is known."""
-    settings = None
+    settings, dated = None, None
     parts = os.path.join(out_dir, MANIFEST_PARTS)
     candidates = [os.path.join(out_dir, "manifest.json")] + \
         (sorted(os.path.join(parts, n) for n in os.listdir(parts)) if os.path.isdir(parts) else [])
@@ -148,23 +148,26 @@ def published_source_date_epoch(out_dir: str, environ=None) -> int | None:
             with open(path, encoding="utf-8") as fh:
                 doc = json.load(fh)
             settings = {"version": str(doc["version"]), "release": str(doc["release"])}
+            # the newest date a recorded release was built with (rocpkg.releases)
+            dated = max((int(r.get("date") or 0) for r in doc.get("releases", [])), default=0) or None
             break
         except (OSError, ValueError, KeyError, TypeError):
             continue
     value = (os.environ if environ is None else environ).get("SOURCE_DATE_EPOCH", "").strip()
     if value or settings:
-        return source_date_epoch(settings or {"version": "0"}, environ)
+        return source_date_epoch(settings or {"version": "0"}, environ, default=dated)
     return None
 
 
-def source_date_epoch(settings: dict, environ=None) -> int:
-    """SOURCE_DATE_EPOCH from the environment, else default_source_date_epoch()."""
+def source_date_epoch(settings: dict, environ=None, default: int | None = None) -> int:
+    """SOURCE_DATE_EPOCH from the environment, else `default` (the inputs' date,
+    releases.inputs_date), else default_source_date_epoch()."""
     value = (os.environ if environ is None else environ).get("SOURCE_DATE_EPOCH", "").strip()
     if value:
         if not value.isdigit():
             raise RocpkgInputError("SOURCE_DATE_EPOCH", f"must be a number of seconds, got {value!r}")
         return int(value)
-    return default_source_date_epoch(settings)
+    return default if default is not None else default_source_date_epoch(settings)
 
 
 # ---- sharding ---------------------------------------------------------------------
@@ -501,7 +504,8 @@ def build_release(plan, out_dir: str | os.PathLike, *, formats: Iterable[str] | 
         if shard is None:
             # the release joins the earlier ones in manifest.json (rocpkg.releases)
             record = releases.ReleaseRecord(*specs_version, targets=tuple(plan.targets), formats=tuple(formats),
-                                            allowed=tuple(sorted(set(allowed))), plan=_plan_digest(every))
+                                            allowed=tuple(sorted(set(allowed))), plan=_plan_digest(every),
+                                            date=options.source_date_epoch)
             result.manifest = releases.write_release(out_dir, record, entries)
             # the whole release is in manifest.json now; parts of an earlier split are stale
             shutil.rmtree(os.path.join(out_dir, MANIFEST_PARTS), ignore_errors=True)

@@ -140,7 +140,10 @@ def _cmd_verify(args) -> int:
     if args.out:
         if args.artifacts or args.config:
             raise RocpkgInputError("verify", "give either OUT (a built tree) or -c/-a (a plan), not both")
+        from rocpkg.integrity import check_integrity
+
         report = verify_tree(args.out, formats=_formats(args))
+        report.problems += check_integrity(args.out, keyring=args.keyring, formats=_formats(args))
     elif args.artifacts:
         from rocpkg.config import load_config
 
@@ -213,6 +216,8 @@ def _register_commands(sub) -> None:
     p.add_argument("out", metavar="OUT", nargs="?", help="a built tree (deb/pool/main, rpm/<arch>) to read back")
     _add_plan_options(p, artifacts_required=False)
     p.add_argument("--json", action="store_true", help="machine-readable report (schema rocpkg-verify/1)")
+    p.add_argument("--keyring", default=None, help="with OUT: public key file (rocm.gpg or rocm.asc) the index "
+                                                   "signatures must verify against")
     p.set_defaults(func=_cmd_verify)
 
     from rocpkg import cli_build  # build, demo, detect

@@ -127,7 +127,9 @@ def _cmd_build(args) -> int:
         raise RocpkgInputError("-j", f"expected a number of jobs >= 1, got {args.jobs}")
     plan = _load_plan(args)
     settings = plan.settings
-    sde = b.source_date_epoch(settings)
+    from rocpkg.releases import inputs_date
+
+    sde = b.source_date_epoch(settings, default=inputs_date(args.config, args.artifacts))
     options = BuildOptions(source_date_epoch=sde, compression=args.compression or settings["compression"],
                            compression_level=args.level if args.level is not None else settings["compression_level"])
     signer = _signer(args, sde)

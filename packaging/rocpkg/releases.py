@@ -42,6 +42,7 @@ class ReleaseRecord:
     allowed: tuple[str, ...] = ()       # verify checks build was told to let through (--allow)
     plan: str = ""
     files: tuple[str, ...] = ()         # package files, relative to OUT
+    date: int = 0                       # the SOURCE_DATE_EPOCH it was built with
 
     @property
     def id(self) -> str:
@@ -60,7 +61,7 @@ class ReleaseRecord:
         return cls(version=str(doc["version"]), release=str(doc["release"]),
                    targets=tuple(doc.get("targets", ())), formats=tuple(doc.get("formats", ())),
                    allowed=tuple(doc.get("allowed", ())), plan=str(doc.get("plan", "")),
-                   files=tuple(doc.get("files", ())))
+                   files=tuple(doc.get("files", ())), date=int(doc.get("date") or 0))
 
 
 def release_series(version: str) -> str:
@@ -68,6 +69,27 @@ def release_series(version: str) -> str:
     the nightly 7.1.3~20261130)."""
     parts = version.split(":")[-1].replace("~", ".").replace("+", ".").split(".")
     return ".".join(parts[:2])
+
+
+def inputs_date(config_path: str | os.PathLike | None, artifacts_dir: str | os.PathLike) -> int | None:
+    """The default release date (SOURCE_DATE_EPOCH when the environment sets none): the
+    newest modification time of the package list given (not the bundled one, whose time
+    is its installation's) and of the artifacts' artifact_manifest.txt files, which are
+    written when the artifacts are produced; None when there are none. Touching one
+    payload file does not move it, so an incremental build stays incremental."""
+    paths = [os.fspath(config_path)] if config_path else []
+    try:
+        with os.scandir(artifacts_dir) as entries:
+            paths += [os.path.join(e.path, "artifact_manifest.txt") for e in entries if e.is_dir(follow_symlinks=False)]
+    except OSError:
+        pass
+    times = []
+    for path in paths:
+        try:
+            times.append(int(os.stat(path, follow_symlinks=False).st_mtime))
+        except OSError:
+            continue
+    return max(times) if times else None
 
 
 def release_order(record: ReleaseRecord) -> Version:
@@ -136,7 +158,7 @@ def record_release(doc: dict | None, record: ReleaseRecord, entries: Iterable[di
         record = ReleaseRecord(record.version, record.release,
                                targets=_union(old.targets, record.targets), formats=_union(old.formats, record.formats),
                                allowed=_union(old.allowed, record.allowed), plan=record.plan or old.plan,
-                               files=_union(old.files, record.files))
+                               files=_union(old.files, record.files), date=max(old.date, record.date))
     records[record.id] = record
     packages = {e["file"]: e for e in (doc or {}).get("packages", [])}
     packages.update({e["file"]: e for e in entries})
