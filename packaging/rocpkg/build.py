@@ -346,10 +346,12 @@ def _plan_digest(specs: list[m.PackageSpec]) -> str:
 
 
 def _manifest_bytes(plan_digest: str, version: str, release: str, entries: list[dict],
-                    shard: tuple[int, int] | None = None) -> bytes:
+                    shard: tuple[int, int] | None = None, record=None) -> bytes:
     doc = {"schema": MANIFEST_SCHEMA, "version": version, "release": release, "plan": plan_digest}
     if shard:
         doc["shard"] = list(shard)
+    if record is not None:      # what assemble_manifest records for the whole release
+        doc["release_record"] = record.to_dict()
     doc["packages"] = sorted(entries, key=lambda e: (e["format"], e["name"]))
     return json.dumps(doc, indent=1).encode() + b"\n"
 
@@ -501,17 +503,17 @@ def build_release(plan, out_dir: str | os.PathLike, *, formats: Iterable[str] | 
         _remember_digests(out_dir, outcomes)
         specs_version = plan.settings["version"], plan.settings["release"]
         entries = [o.manifest_entry() for o in outcomes]
+        record = releases.ReleaseRecord(*specs_version, targets=tuple(plan.targets), formats=tuple(formats),
+                                        allowed=tuple(sorted(set(allowed))), plan=_plan_digest(every),
+                                        date=options.source_date_epoch)
         if shard is None:
             # the release joins the earlier ones in manifest.json (rocpkg.releases)
-            record = releases.ReleaseRecord(*specs_version, targets=tuple(plan.targets), formats=tuple(formats),
-                                            allowed=tuple(sorted(set(allowed))), plan=_plan_digest(every),
-                                            date=options.source_date_epoch)
             result.manifest = releases.write_release(out_dir, record, entries)
             # the whole release is in manifest.json now; parts of an earlier split are stale
             shutil.rmtree(os.path.join(out_dir, MANIFEST_PARTS), ignore_errors=True)
         else:
             result.manifest = manifest_part_path(out_dir, shard)
-            data = _manifest_bytes(_plan_digest(every), *specs_version, entries, shard)
+            data = _manifest_bytes(_plan_digest(every), *specs_version, entries, shard, record)
             _write_atomic(result.manifest, data)
     result.packages = sorted(outcomes, key=lambda o: (o.format, o.name))
     result.seconds = time.perf_counter() - started
@@ -566,9 +568,12 @@ def assemble_manifest(out_dir: str | os.PathLike) -> str | None:
     if problems:
         raise RocpkgInputError(problems)
     entries = [e for _, doc in docs for e in doc["packages"]]
-    record = releases.ReleaseRecord(str(first["version"]), str(first["release"]), plan=first["plan"],
-                                    targets=tuple(sorted({e["target"] for e in entries if e.get("target")})),
-                                    formats=tuple(sorted({e["format"] for e in entries})))
+    if "release_record" in first:
+        record = dataclasses.replace(releases.ReleaseRecord.from_dict(first["release_record"]), files=())
+    else:
+        record = releases.ReleaseRecord(str(first["version"]), str(first["release"]), plan=first["plan"],
+                                        targets=tuple(sorted({e["target"] for e in entries if e.get("target")})),
+                                        formats=tuple(sorted({e["format"] for e in entries})))
     return releases.write_release(out_dir, record, entries)
 
 
