@@ -10,8 +10,12 @@ Keys in `pack`: a code object named after its own target (`<target>.hsaco`, `.co
 suffix) is stored under its directory's relative path, e.g. `lib/libfoo.so#0/gfx1100.hsaco`
 -> key `lib/libfoo.so#0` (with `#0` appended when the directory name has no `#N`). Any
 other code object is stored under its own relative path plus `#0`. So `extract` then
-`pack` gives back the same keys. Files are taken in sorted path order, which fixes the
-ordinals; files that are not device code are skipped.
+`pack` gives back the same keys. A clang offload bundle (uncompressed) gives one code
+object per amdgcn entry, filed under the target its entry id names (checked against the
+ELF inside), all under the bundle's relative path (plus `#0` unless it ends in `#N`): the
+bundles of a fat binary saved as `lib/libfoo.so#0`, `#1`, ... pack under the keys the
+runtime looks up. Files are taken in sorted path order, which fixes the ordinals; files
+that are not device code are skipped.
 
 Bad input ends with one line `error: <file>: <what>` on stderr and exit status 2.
 """
@@ -21,10 +25,14 @@ import argparse
 import os
 import posixpath
 import re
+import shutil
 import sys
+import tempfile
 
 from kpack.archive import SCHEME_ZSTD, SCHEMES, KpackReader, KpackWriter
-from kpack.detect import KIND_CODE_OBJECT, KIND_NONE, detect
+from kpack.bundle import bundle_entries
+from kpack.check import check_archive
+from kpack.detect import KIND_BUNDLE, KIND_CODE_OBJECT, KIND_NONE, detect
 from kpack.errors import InvalidTargetError, KpackFormatError
 from kpack.targets import family_of, parse_target
 
@@ -74,11 +82,18 @@ def _cmd_ls(args) -> int:
 
 
 def _cmd_verify(args) -> int:
+    """Every problem of every archive, one `error:` line each (check_archive)."""
+    status = 0
     for path in args.files:
+        problems = check_archive(path, args.target, require_code_objects=args.strict)
+        for problem in problems:
+            print(f"error: {' '.join(str(problem).split())}", file=sys.stderr)
+        if problems:
+            status = 2
+            continue
         with KpackReader(path) as reader:
-            reader.verify()
             print(f"{path}: ok ({reader.kernel_count} kernels, {reader.scheme})")
-    return 0
+    return status
 
 
 def _safe_member(key: str, arch: str, archive: str) -> str:
@@ -90,20 +105,35 @@ def _safe_member(key: str, arch: str, archive: str) -> str:
 
 
 def _cmd_extract(args) -> int:
-    written = 0
+    """Kernels are streamed (bounded memory) into a staging directory inside DIR and moved
+    into place only when every one decompressed to its declared size: a bad archive
+    leaves DIR as it was."""
+    problems = check_archive(args.file, decode_objects=False)
+    if problems:
+        raise problems[0]
     with KpackReader(args.file) as reader:
-        for entry in reader.entries():
-            if (args.arch and entry.arch != args.arch) or (args.key and entry.key != args.key):
-                continue
-            target = os.path.join(args.output, *_safe_member(entry.key, entry.arch, args.file).split("/"))
-            os.makedirs(os.path.dirname(target), exist_ok=True)
-            with open(target, "wb") as out:
-                out.write(reader.get(entry.key, entry.arch))
-            written += 1
-    if (args.key or args.arch) and not written:
-        raise UsageError(f"{args.file}: no kernel matches"
-                         + (f" key {args.key!r}" if args.key else "") + (f" arch {args.arch!r}" if args.arch else ""))
-    print(f"extracted {written} kernels to {args.output}")
+        chosen = [entry for entry in reader.entries()
+                  if not (args.arch and entry.arch != args.arch) and not (args.key and entry.key != args.key)]
+        if (args.key or args.arch) and not chosen:
+            raise UsageError(f"{args.file}: no kernel matches"
+                             + (f" key {args.key!r}" if args.key else "") + (f" arch {args.arch!r}" if args.arch else ""))
+        members = [_safe_member(entry.key, entry.arch, args.file) for entry in chosen]
+        os.makedirs(args.output, exist_ok=True)
+        staging = tempfile.mkdtemp(prefix=".kpack-extract-", dir=args.output)
+        try:
+            for entry, member in zip(chosen, members):
+                staged = os.path.join(staging, *member.split("/"))
+                os.makedirs(os.path.dirname(staged), exist_ok=True)
+                with open(staged, "wb") as out:
+                    for chunk in reader.stream_entry(entry):
+                        out.write(chunk)
+            for member in members:
+                target = os.path.join(args.output, *member.split("/"))
+                os.makedirs(os.path.dirname(target), exist_ok=True)
+                os.replace(os.path.join(staging, *member.split("/")), target)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    print(f"extracted {len(chosen)} kernels to {args.output}")
     return 0
 
 
@@ -119,11 +149,31 @@ def pack_key(relative_path: str, target: str) -> str:
     return relative_path + "#0"
 
 
+def _pack_items(full: str, relative: str) -> list[tuple[str, str, str, int, int]] | None:
+    """(relative path, key, target, offset, size) of each code object in one file; None when
+    it is not device code."""
+    result = detect(full, scan_embedded=False)
+    if result.kind == KIND_NONE:
+        return None
+    if result.kind == KIND_CODE_OBJECT:
+        return [(relative, pack_key(relative, result.targets[0]), result.targets[0], 0, os.path.getsize(full))]
+    if result.kind != KIND_BUNDLE:
+        raise UsageError(f"{full}: is a {result.kind}; pack takes code objects and uncompressed offload bundles")
+    key = relative if _NUMBERED.search(relative) else relative + "#0"
+    with open(full, "rb") as handle:
+        try:
+            entries = bundle_entries(handle)
+        except KpackFormatError as exc:
+            raise exc.with_path(full)
+    return [(relative, key, entry.target, entry.offset, entry.size)
+            for entry in entries if entry.target is not None and entry.size]
+
+
 def _cmd_pack(args) -> int:
     root = args.directory
     if not os.path.isdir(root):
         raise UsageError(f"{root}: not a directory")
-    found: list[tuple[str, str, str]] = []  # (relative path, key, target)
+    found: list[tuple[str, str, str, int, int]] = []  # (relative path, key, target, offset, size)
     skipped = 0
     for directory, subdirs, files in os.walk(root):
         subdirs.sort()
@@ -131,29 +181,27 @@ def _cmd_pack(args) -> int:
             full = os.path.join(directory, name)
             if os.path.islink(full) or not os.path.isfile(full):
                 continue
-            relative = os.path.relpath(full, root).replace(os.sep, "/")
-            result = detect(full, scan_embedded=False)
-            if result.kind == KIND_NONE:
+            items = _pack_items(full, os.path.relpath(full, root).replace(os.sep, "/"))
+            if items is None:
                 skipped += 1
-                continue
-            if result.kind != KIND_CODE_OBJECT:
-                raise UsageError(f"{full}: is a {result.kind}; pack takes single code objects")
-            found.append((relative, pack_key(relative, result.targets[0]), result.targets[0]))
+            else:
+                found.extend(items)
     if not found:
         raise UsageError(f"{root}: no code objects found")
     found.sort()
-    arches = list(dict.fromkeys(target for _, _, target in found))
+    arches = list(dict.fromkeys(target for _, _, target, _, _ in found))
     family = args.family or _common_family(arches, root)
     group = args.group or os.path.basename(os.path.abspath(root))
     seen: dict[tuple[str, str], str] = {}
     with KpackWriter(args.output, group, family, scheme=args.scheme, level=args.level) as writer:
-        for relative, key, target in found:
+        for relative, key, target, offset, size in found:
             if (key, target) in seen:
                 raise UsageError(f"{os.path.join(root, relative)}: same key {key!r} and target {target} "
                                  f"as {seen[key, target]}")
             seen[key, target] = relative
             with open(os.path.join(root, relative), "rb") as handle:
-                writer.add(key, target, handle.read())
+                handle.seek(offset)
+                writer.add(key, target, handle.read(size))
     print(f"packed {len(found)} code objects for {' '.join(arches)} into {args.output}"
           + (f" ({skipped} other files skipped)" if skipped else ""))
     return 0
@@ -178,8 +226,11 @@ def build_parser() -> argparse.ArgumentParser:
     ls.add_argument("file")
     ls.add_argument("--arch")
     ls.set_defaults(func=_cmd_ls)
-    verify = sub.add_parser("verify", help="check archives completely")
+    verify = sub.add_parser("verify", help="check archives completely (structure, sizes, code-object targets)")
     verify.add_argument("files", nargs="+")
+    verify.add_argument("--target", help="the target the archive is filed under (its name's <target>)")
+    verify.add_argument("--strict", action="store_true",
+                        help="also refuse kernels that are not ELF files (opaque test payloads)")
     verify.set_defaults(func=_cmd_verify)
     extract = sub.add_parser("extract", help="write kernels as DIR/<key>/<arch>.hsaco")
     extract.add_argument("file")
@@ -201,7 +252,12 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return int(args.func(args) or 0)
+        status = int(args.func(args) or 0)
+        sys.stdout.flush()  # a closed pipe shows up here when the output fits the buffer
+        return status
+    except BrokenPipeError:  # `kpack ls big.kpack | head`: the reader left, nothing is wrong
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+        return 0
     except KpackFormatError as exc:
         message = str(exc)
     except (UsageError, InvalidTargetError) as exc:
@@ -210,6 +266,8 @@ def main(argv: list[str] | None = None) -> int:
         message = f"no such kernel {exc.args[0]!r}"
     except OSError as exc:
         message = f"{exc.filename}: {exc.strerror}" if exc.filename else str(exc)
+    except MemoryError:
+        message = "out of memory"
     print(f"error: {' '.join(message.split())}", file=sys.stderr)
     return 2
 

@@ -1,14 +1,11 @@
 """The `.rocm_kpack_ref` marker of a host binary, and where it sends the runtime.
 
-The section holds MessagePack `{kpack_search_paths: [str], kernel_name: str}`. At load
-time the runtime expands `@GFXARCH@` in each search path with the device's candidate
-target IDs (most specific first) and resolves relative paths against the directory of
-the binary; the archive it opens must hold `kernel_name#N` for the target.
+The section holds MessagePack `{kpack_search_paths: [str], kernel_name: str}`. Where the
+runtime looks with it, and what it loads, is kpack.loader's business (one model).
 """
 from __future__ import annotations
 
 import os
-import posixpath
 from dataclasses import dataclass, field
 
 import msgpack
@@ -16,7 +13,6 @@ from elftools.common.exceptions import ELFError, ELFParseError
 from elftools.elf.elffile import ELFFile
 
 from kpack.errors import KpackFormatError
-from kpack.targets import candidates
 
 MARKER_SECTION = ".rocm_kpack_ref"
 GFXARCH = "@GFXARCH@"
@@ -83,20 +79,3 @@ def read_marker(path: str | os.PathLike) -> Marker | None:
         return decode_marker(data, where=MARKER_SECTION)
     except KpackFormatError as exc:
         raise exc.with_path(name)
-
-
-def resolve_search_paths(marker: Marker, install_path: str, target: str) -> list[str]:
-    """The archive paths the runtime tries, in order, for a binary installed at
-    `install_path` running on `target`: per search path, `@GFXARCH@` replaced by each
-    candidate target ID (most specific first); relative paths are joined to the binary's
-    directory and normalised; duplicates dropped."""
-    base = posixpath.dirname(install_path)
-    names = candidates(target)
-    resolved: list[str] = []
-    for search_path in marker.kpack_search_paths:
-        expanded = [search_path.replace(GFXARCH, name) for name in names] if GFXARCH in search_path else [search_path]
-        for item in expanded:
-            full = item if posixpath.isabs(item) else posixpath.normpath(posixpath.join(base, item))
-            if full not in resolved:
-                resolved.append(full)
-    return resolved

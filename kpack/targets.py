@@ -2,35 +2,55 @@
 each processor: its ELF machine number, generic target, wavefront size and features.
 
 A target ID is `processor[-strict][:feature±]...`, e.g. `gfx942:sramecc+:xnack-`,
-`gfx1250-strict`, `gfx11-generic`. Features are kept in LLVM's canonical (alphabetical)
-order when printed. Family names (`gfx110X`) follow TheRock's target table (DESIGN §9).
+`gfx1250-strict`, `gfx11-generic`; the full ISA name ROCr reports
+(`amdgcn-amd-amdhsa--gfx942:sramecc+:xnack-`) and any feature order are accepted.
+Features are kept in LLVM's canonical (alphabetical) order when printed. Family names
+(`gfx110X`) follow TheRock's target table (DESIGN §9).
 """
 from __future__ import annotations
 
-import itertools
 import re
 from dataclasses import dataclass, field
 
 from kpack.errors import InvalidTargetError
 
-# EF_AMDGPU_MACH values (e_flags & 0xff) from LLVM's ELF.h / AMDGPUUsage "AMDGPU
-# EF_AMDGPU_MACH Values" table, for every gfx9+ processor and every generic target.
-MACH_BY_PROCESSOR: dict[str, int] = {
-    "gfx900": 0x02C, "gfx902": 0x02D, "gfx904": 0x02E, "gfx906": 0x02F,
-    "gfx908": 0x030, "gfx909": 0x031, "gfx90c": 0x032, "gfx90a": 0x03F,
-    "gfx940": 0x040, "gfx941": 0x04B, "gfx942": 0x04C, "gfx950": 0x04F,
-    "gfx1010": 0x033, "gfx1011": 0x034, "gfx1012": 0x035, "gfx1013": 0x042,
-    "gfx1030": 0x036, "gfx1031": 0x037, "gfx1032": 0x038, "gfx1033": 0x039,
-    "gfx1034": 0x03E, "gfx1035": 0x03D, "gfx1036": 0x045,
-    "gfx1100": 0x041, "gfx1101": 0x046, "gfx1102": 0x047, "gfx1103": 0x044,
-    "gfx1150": 0x043, "gfx1151": 0x04A, "gfx1152": 0x055, "gfx1153": 0x058,
-    "gfx1200": 0x048, "gfx1201": 0x04E,
-    "gfx1250": 0x049, "gfx1251": 0x05A,
-    "gfx9-generic": 0x051, "gfx9-4-generic": 0x05F, "gfx10-1-generic": 0x052,
-    "gfx10-3-generic": 0x053, "gfx11-generic": 0x054, "gfx12-generic": 0x059,
-    "gfx12-5-generic": 0x05B,
-}
+# LLVM's AMDGPUUsage "AMDGPU EF_AMDGPU_MACH Values" table (llvm/BinaryFormat/ELF.h), every
+# amdgcn processor and generic target, with the target features each one lets code select
+# (AMDGPUUsage processor table / TargetParser: xnack, sramecc). Values absent here are
+# reserved or r600: not an amdgcn processor.
+#   name: (EF_AMDGPU_MACH, features)
+PROCESSORS: dict[str, tuple[int, frozenset[str]]] = {}
+_X, _S, _XS, _NONE = frozenset({"xnack"}), frozenset({"sramecc"}), frozenset({"xnack", "sramecc"}), frozenset()
+for _name, _mach, _features in (
+    ("gfx600", 0x020, _NONE), ("gfx601", 0x021, _NONE), ("gfx602", 0x03A, _NONE),
+    ("gfx700", 0x022, _NONE), ("gfx701", 0x023, _NONE), ("gfx702", 0x024, _NONE),
+    ("gfx703", 0x025, _NONE), ("gfx704", 0x026, _NONE), ("gfx705", 0x03B, _NONE),
+    ("gfx801", 0x028, _X), ("gfx802", 0x029, _NONE), ("gfx803", 0x02A, _NONE),
+    ("gfx805", 0x03C, _NONE), ("gfx810", 0x02B, _X),
+    ("gfx900", 0x02C, _X), ("gfx902", 0x02D, _X), ("gfx904", 0x02E, _X), ("gfx906", 0x02F, _XS),
+    ("gfx908", 0x030, _XS), ("gfx909", 0x031, _X), ("gfx90a", 0x03F, _XS), ("gfx90c", 0x032, _X),
+    ("gfx940", 0x040, _XS), ("gfx941", 0x04B, _XS), ("gfx942", 0x04C, _XS), ("gfx950", 0x04F, _XS),
+    ("gfx1010", 0x033, _X), ("gfx1011", 0x034, _X), ("gfx1012", 0x035, _X), ("gfx1013", 0x042, _X),
+    ("gfx1030", 0x036, _NONE), ("gfx1031", 0x037, _NONE), ("gfx1032", 0x038, _NONE),
+    ("gfx1033", 0x039, _NONE), ("gfx1034", 0x03E, _NONE), ("gfx1035", 0x03D, _NONE),
+    ("gfx1036", 0x045, _NONE),
+    ("gfx1100", 0x041, _NONE), ("gfx1101", 0x046, _NONE), ("gfx1102", 0x047, _NONE),
+    ("gfx1103", 0x044, _NONE), ("gfx1150", 0x043, _NONE), ("gfx1151", 0x04A, _NONE),
+    ("gfx1152", 0x055, _NONE), ("gfx1153", 0x058, _NONE),
+    ("gfx1170", 0x05D, _NONE), ("gfx1171", 0x05E, _NONE), ("gfx1172", 0x05C, _NONE),
+    ("gfx1200", 0x048, _NONE), ("gfx1201", 0x04E, _NONE),
+    ("gfx1250", 0x049, _NONE), ("gfx1251", 0x05A, _NONE), ("gfx1310", 0x050, _NONE),
+    ("gfx9-generic", 0x051, _X), ("gfx9-4-generic", 0x05F, _XS), ("gfx10-1-generic", 0x052, _X),
+    ("gfx10-3-generic", 0x053, _NONE), ("gfx11-generic", 0x054, _NONE),
+    ("gfx12-generic", 0x059, _NONE), ("gfx12-5-generic", 0x05B, _NONE),
+):
+    PROCESSORS[_name] = (_mach, _features)
+MACH_BY_PROCESSOR: dict[str, int] = {name: mach for name, (mach, _) in PROCESSORS.items()}
 PROCESSOR_BY_MACH: dict[int, str] = {mach: name for name, mach in MACH_BY_PROCESSOR.items()}
+# EF_AMDGPU_MACH 0x001-0x01f: the r600 architecture (32-bit, no HSA code objects).
+R600_BY_MACH: dict[int, str] = dict(enumerate(
+    ("r600", "r630", "rs880", "rv670", "rv710", "rv730", "rv770", "cedar", "cypress", "juniper",
+     "redwood", "sumo", "barts", "caicos", "cayman", "turks"), start=1))
 
 # LLVM generic targets and the processors each one runs on (AMDGPUUsage "AMDGPU Generic
 # Processors"); gfx908 and gfx90a have none.
@@ -46,8 +66,12 @@ GENERIC_TARGETS: dict[str, list[str]] = {
     "gfx12-5-generic": ["gfx1250", "gfx1251"],
 }
 
-# TheRock's family table (DESIGN §9). Callers may pass their own table to every function.
-FAMILIES: dict[str, list[str]] = {
+# TheRock's family table (DESIGN §9), then one single-target family for each HSA-capable
+# processor of LLVM's table that TheRock leaves out (gfx7, gfx8, gfx902, gfx940, ...: Debian's
+# ROCm builds gfx803, its runtime carries gfx700-gfx1035). gfx6 (no HSA runtime) and the
+# generic targets are in no family: "not a target of this release".
+# Callers may pass their own table to every function.
+THEROCK_FAMILIES: dict[str, list[str]] = {
     "gfx900": ["gfx900"],
     "gfx906": ["gfx906"],
     "gfx908": ["gfx908"],
@@ -62,13 +86,15 @@ FAMILIES: dict[str, list[str]] = {
     "gfx120X": ["gfx1200", "gfx1201"],
     "gfx125X": ["gfx1250"],
 }
+FAMILIES: dict[str, list[str]] = dict(THEROCK_FAMILIES)
+_IN_THEROCK = {t for members in THEROCK_FAMILIES.values() for t in members}
+for _name in PROCESSORS:
+    if _name not in _IN_THEROCK and _name not in GENERIC_TARGETS and not _name.startswith("gfx6"):
+        FAMILIES[_name] = [_name]
 
 KNOWN_FEATURES = ("sramecc", "xnack")
-_XNACK = {"gfx900", "gfx902", "gfx904", "gfx906", "gfx908", "gfx909", "gfx90c", "gfx90a",
-          "gfx940", "gfx941", "gfx942", "gfx950", "gfx1010", "gfx1011", "gfx1012", "gfx1013",
-          "gfx9-generic", "gfx9-4-generic", "gfx10-1-generic"}
-_SRAMECC = {"gfx906", "gfx908", "gfx90a", "gfx940", "gfx941", "gfx942", "gfx950",
-            "gfx9-4-generic"}
+# The triple prefix of the ISA names ROCr reports (`hsa_isa_get_info_alt` ISA name).
+ISA_PREFIX = "amdgcn-amd-amdhsa--"
 
 _PROCESSOR_RE = re.compile(r"gfx(?:[0-9]{1,2}[0-9a-f]{2}|[0-9]{1,2}(?:-[0-9]+)?-generic)")
 _FEATURE_RE = re.compile(r"([a-z][a-z0-9_]*)([+-])")
@@ -98,11 +124,27 @@ class TargetID:
         return self.processor
 
 
+def strip_isa_prefix(text: str) -> str:
+    """`amdgcn-amd-amdhsa--gfx942:xnack-` -> `gfx942:xnack-`; other text unchanged (as the
+    runtime's strip_target_prefix: only when something follows the prefix)."""
+    if len(text) > len(ISA_PREFIX) and text.startswith(ISA_PREFIX):
+        return text[len(ISA_PREFIX):]
+    return text
+
+
+def split_target(text: str) -> tuple[str, list[str]]:
+    """The runtime's parse_target_id: (processor, features in the order written), empty
+    feature fields dropped; the ISA prefix is stripped first. No validation."""
+    head, *parts = strip_isa_prefix(text).split(":")
+    return head, [part for part in parts if part]
+
+
 def parse_target(text: str) -> TargetID:
-    """Parse `processor[-strict][:feature±]...`; raises InvalidTargetError."""
+    """Parse `[amdgcn-amd-amdhsa--]processor[-strict][:feature±]...` (features in any
+    order); raises InvalidTargetError."""
     if not isinstance(text, str) or not text:
         raise InvalidTargetError(f"not a target ID: {text!r}")
-    head, *feature_parts = text.split(":")
+    head, *feature_parts = strip_isa_prefix(text).split(":")
     strict = head.endswith("-strict")
     processor = head[: -len("-strict")] if strict else head
     if not _PROCESSOR_RE.fullmatch(processor):
@@ -127,24 +169,32 @@ def is_target(text: str) -> bool:
     return True
 
 
+def feature_subsets(head: str, features: list[str]) -> list[str]:
+    """`head` joined with every subset of `features`, in the order rocm-kpack's
+    for_each_compatible_target yields them: a bit mask counting down from all features,
+    bit n-1-i standing for features[i] (so features drop from the right first and the
+    written order is kept: `a:b`, `a`, `b`, bare)."""
+    count = len(features)
+    return [":".join([head] + [features[i] for i in range(count) if mask & (1 << (count - 1 - i))])
+            for mask in range((1 << count) - 1, -1, -1)]
+
+
 def candidates(target: str | TargetID, *, generic: bool = False) -> list[str]:
-    """The target IDs a runtime probes for a device, most specific first: every subset of
-    the device's features, larger subsets first (ties in canonical feature order), down to
-    the bare processor. With generic=True, the processor's generic target follows the same
-    way. A strict target keeps `-strict` throughout: code for the non-strict processor is
-    not valid on it."""
+    """The target IDs a runtime probes for a device, most specific first, for the
+    canonical spelling of the target (features sorted): feature_subsets, down to the bare
+    processor. With generic=True, the processor's generic target follows the same way. A
+    strict target keeps `-strict` throughout: code for the non-strict processor is not
+    valid on it. (kpack.loader.compatible_targets keeps the device's own spelling.)"""
     tid = target if isinstance(target, TargetID) else parse_target(target)
     processors = [tid.processor]
     if generic and (gen := generic_target(tid.processor)):
         processors.append(gen)
-    names = sorted(tid.features)
+    features = [f"{n}{'+' if tid.features[n] else '-'}" for n in sorted(tid.features)]
     result: list[str] = []
     for processor in processors:
-        for size in range(len(names), -1, -1):
-            for subset in itertools.combinations(names, size):
-                text = str(TargetID(processor, {n: tid.features[n] for n in subset}, tid.strict))
-                if text not in result:
-                    result.append(text)
+        for text in feature_subsets(processor + ("-strict" if tid.strict else ""), features):
+            if text not in result:
+                result.append(text)
     return result
 
 
@@ -204,11 +254,79 @@ def wavefront_size(processor: str) -> int:
 
 
 def supported_features(processor: str) -> set[str]:
-    """The target features a processor lets code objects select (xnack, sramecc)."""
+    """The target features a processor lets code objects select (xnack, sramecc); empty
+    for a name outside LLVM's table."""
     bare = parse_target(processor).processor
-    found = set()
-    if bare in _XNACK:
-        found.add("xnack")
-    if bare in _SRAMECC:
-        found.add("sramecc")
-    return found
+    return set(PROCESSORS.get(bare, (0, frozenset()))[1])
+
+
+def is_processor(name: str) -> bool:
+    """Whether LLVM's AMDGPU table knows this processor (features and -strict ignored)."""
+    try:
+        return parse_target(name).processor in PROCESSORS
+    except InvalidTargetError:
+        return False
+
+
+def release_target_problem(target: str, families: dict[str, list[str]] | None = None) -> str | None:
+    """Why `target` cannot be a target of a release with these families, or None when it
+    can. "not a target of this release" (an AMDGPU processor no family holds) and "not an
+    AMDGPU processor" (a name LLVM's table lacks) are different mistakes."""
+    bare = parse_target(target).processor
+    if bare not in PROCESSORS:
+        return f"{target}: not an AMDGPU processor (LLVM's AMDGPU processor table has no {bare})"
+    if family_of(bare, families) is None:
+        return f"{target}: an AMDGPU processor, but not a target of this release (no family holds {bare})"
+    return None
+
+
+_LIST_SEPARATORS = re.compile(r"[,;\s]+")
+
+
+def _known_names(families: dict[str, list[str]]) -> str:
+    processors = [name for name in MACH_BY_PROCESSOR if not name.endswith("-generic")]
+    return (f"known families: {', '.join(families)}; known processors: {', '.join(processors)} "
+            f"(optionally with :xnack± / :sramecc±, or as ROCr's {ISA_PREFIX}<target>)")
+
+
+def parse_target_list(text: str, families: dict[str, list[str]] | None = None) -> list[str]:
+    """Targets named by a user (`--targets`, package.json): bare processors (`gfx942`),
+    feature variants (`gfx90a:xnack+`, kept: a variant is not its bare processor), family
+    names (`gfx110X` -> its members, case-insensitive), ROCr's full ISA names
+    (`amdgcn-amd-amdhsa--gfx942:sramecc+:xnack-`), separated by commas, semicolons or
+    spaces (TheRock's lists use all three). Returns canonical target IDs in the order
+    given, duplicates dropped. Anything else raises InvalidTargetError naming the value and
+    listing what is known: a processor is never guessed (`GFX942` is refused with a
+    suggestion rather than silently lower-cased)."""
+    table = families or FAMILIES
+    if not isinstance(text, str):
+        raise InvalidTargetError(f"target list must be a string, not {type(text).__name__}")
+    names = [name for name in _LIST_SEPARATORS.split(text) if name]
+    if not names:
+        raise InvalidTargetError(f"no target named in {text!r}; {_known_names(table)}")
+    result: list[str] = []
+    for name in names:
+        for target in _expand_name(name, table):
+            if target not in result:
+                result.append(target)
+    return result
+
+
+def _expand_name(name: str, families: dict[str, list[str]]) -> list[str]:
+    family = _lookup(families, name)
+    if family is not None:
+        return list(families[family])
+    try:
+        tid = parse_target(name)
+    except InvalidTargetError:
+        lowered = name.lower()
+        if lowered != name and (is_target(lowered) or _lookup(families, lowered)):
+            raise InvalidTargetError(f"unknown target {name!r} (did you mean {lowered!r}?)") from None
+        raise InvalidTargetError(f"unknown target {name!r}; {_known_names(families)}") from None
+    if tid.processor not in MACH_BY_PROCESSOR:
+        raise InvalidTargetError(f"unknown processor {tid.processor!r} in {name!r}; {_known_names(families)}")
+    unsupported = sorted(set(tid.features) - supported_features(tid.processor))
+    if unsupported:
+        raise InvalidTargetError(f"{name!r}: {tid.processor} has no {' or '.join(unsupported)} feature "
+                                 f"(it supports {', '.join(sorted(supported_features(tid.processor))) or 'none'})")
+    return [str(tid)]

@@ -28,3 +28,19 @@ def signer():
     signer, home = make_signer(signature_time=1700000000)
     yield signer
     kill_gpg_agent(home)
+
+
+@pytest.fixture(scope="session")
+def reference_loader(shared_dir):
+    """rocm-kpack's reference runtime as an oracle: `reference_loader(binary, isa, co_index)
+    -> OracleResult`, or `.lookup([...])` for a batch. Built once per machine (cached under
+    ~/.cache/rocpkg-tests); skips when ../shared or the C++ toolchain is absent."""
+    from reference_runtime import build_reference_loader, missing_tools
+
+    if not (shared_dir / "reference" / "rocm-kpack" / "runtime").is_dir():
+        pytest.skip("rocm-kpack reference runtime not in the shared directory")
+    missing = missing_tools()
+    if missing:
+        pytest.skip(f"cannot build the reference runtime: missing {', '.join(missing)} "
+                    f"(scripts/install-system-tools installs them)")
+    return build_reference_loader(shared_dir)

@@ -411,13 +411,13 @@ def test_a_source_file_that_shrank_is_refused(library, sources, tmp_path):
 
 def test_a_file_that_shrinks_while_packing_is_refused(library, sources, tmp_path, monkeypatch):
     """Another process truncates the file after the sources were checked."""
-    check = deb._check_sources
+    check = deb.check_sources
 
     def check_then_truncate(*args):
         check(*args)
         os.truncate(sources / "lib/libhip.so.7", 10)
 
-    monkeypatch.setattr(deb, "_check_sources", check_then_truncate)
+    monkeypatch.setattr(deb, "check_sources", check_then_truncate)
     assert_refused(library, tmp_path / "out", "/opt/rocm-7.1.0/lib/libhip.so.7", "changed while packing")
 
 

@@ -389,3 +389,197 @@ def test_frame_without_content_size_is_checked_after_decompressing(tmp_path):
     with KpackReader(path) as reader:
         with pytest.raises(KpackFormatError, match="does not decompress|decompresses to"):
             reader.get("a#0", "gfx942")
+
+
+# -- hostile archives: bounded memory, one line, exit 2 (issue 11) -------------------------
+
+def rle_frame(size: int, byte: int = 0) -> bytes:
+    """A real zstd frame of `size` bytes of one value, 4 bytes per 128 KiB: the densest a
+    frame can be (a 128 KiB window, not single-segment, as a streaming compressor writes)."""
+    block = 1 << 17
+    frame = struct.pack("<I", 0xFD2FB528) + bytes([0xC0, 0x38]) + struct.pack("<Q", size)
+    full, rest = divmod(size, block)
+    sizes = [block] * full + ([rest] if rest else [])
+    for index, length in enumerate(sizes):
+        header = (index == len(sizes) - 1) | (1 << 1) | (length << 3)
+        frame += header.to_bytes(3, "little") + bytes([byte])
+    return frame
+
+
+def hand_written_archive(path, frame: bytes, original_size: int, arch: str = "gfx942"):
+    """One zstd frame filed as `a#0` for `arch`, with whatever original_size it is told."""
+    body = bytes(48) + struct.pack("<II", 1, len(frame)) + frame
+    toc = {"format_version": 1, "group_name": "g", "gfx_arch_family": "gfx94X", "gfx_arches": [arch],
+           "toc": {"a#0": {arch: {"type": "hsaco", "ordinal": 0, "original_size": original_size}}},
+           "compression_scheme": "zstd-per-kernel", "zstd_offset": 64, "zstd_size": 8 + len(frame)}
+    path.write_bytes(b"KPAK" + struct.pack("<IQ", 1, 16 + len(body)) + body + msgpack.packb(toc))
+    return path
+
+
+def kpack_limited(*args, limit_kib: int = 1500000):
+    """`python -m kpack.cli ARGS` under `ulimit -v limit_kib` (RLIMIT_AS)."""
+    import os
+    import resource
+    import subprocess
+    import sys
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (limit_kib * 1024, limit_kib * 1024))
+
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    return subprocess.run([sys.executable, "-m", "kpack.cli", *map(str, args)], capture_output=True, text=True,
+                          preexec_fn=limit, env=env, timeout=120)
+
+
+def assert_one_error_line(result, *needles):
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr and "MemoryError" not in result.stderr
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    for needle in needles:
+        assert needle in lines[0]
+
+
+@pytest.mark.parametrize("command", ["verify", "extract"])
+def test_a_4_gib_kernel_declared_over_a_small_frame_ends_in_one_line_under_a_memory_limit(tmp_path, command):
+    frame = zstandard.ZstdCompressor().compress(b"\x7fELF" + bytes(85_000))
+    path = hand_written_archive(tmp_path / "big.kpack", frame, 4 << 30)
+    extra = ["-o", tmp_path / "out"] if command == "extract" else []
+    assert_one_error_line(kpack_limited(command, path, *extra), str(path), "original_size 4294967296")
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+def test_a_real_4_gib_frame_streams_through_verify_in_bounded_memory(tmp_path):
+    """The frame truly holds 4 GiB (of zeros): verify decompresses all of it in chunks
+    under a 1.5 GB address-space limit and then says what is wrong with it."""
+    path = hand_written_archive(tmp_path / "zeros.kpack", rle_frame(4 << 30), 4 << 30)
+    assert_one_error_line(kpack_limited("verify", "--strict", path), "not an AMDGPU code object")
+
+
+def test_a_frame_producing_more_than_its_original_size_is_stopped_at_that_size(tmp_path):
+    path = hand_written_archive(tmp_path / "more.kpack", rle_frame(1 << 30), 1 << 20)
+    with KpackReader(path) as reader:
+        with pytest.raises(KpackFormatError, match="declares 1073741824 bytes but original_size is 1048576"):
+            reader.get("a#0", "gfx942")
+
+
+def _frame_count_ffffffff(data: bytes) -> bytes:
+    return _patch(data, 64, struct.pack("<I", 0xFFFFFFFF))
+
+
+def _corrupt_frame(data: bytes) -> bytes:
+    """Flip bytes in the middle of the first frame's compressed blocks."""
+    (size,) = struct.unpack_from("<I", data, 68)
+    middle = 72 + size // 2
+    return data[:middle] + bytes(b ^ 0x5A for b in data[middle:middle + 8]) + data[middle + 8:]
+
+
+HOSTILE = [
+    ("truncated file", "zstd-per-kernel", lambda d: d[: len(d) // 2], "TOC"),
+    ("corrupt TOC", "none", lambda d: split(d)[0] + b"\xc1" * 40, "TOC"),
+    ("mistyped TOC", "none", lambda d: with_toc(d, lambda t: t.update(gfx_arches="gfx1100")), "gfx_arches"),
+    ("TOC offset past EOF", "none", lambda d: _patch(d, 8, struct.pack("<Q", len(d) + 1)), "past the end"),
+    ("frame count 0xFFFFFFFF", "zstd-per-kernel", _frame_count_ffffffff, "frame count 4294967295"),
+    ("original_size 2^62", "zstd-per-kernel", lambda d: with_toc(d, _set_entry("original_size", 2**62)),
+     "original_size 4611686018427387904"),
+    ("original_size 2^62 uncompressed", "none", lambda d: with_toc(d, _set_entry("original_size", 2**62)),
+     "original_size is 4611686018427387904"),
+    ("corrupt zstd frame", "zstd-per-kernel", _corrupt_frame, "zstd"),
+]
+
+
+@pytest.mark.parametrize("name,scheme,damage,needle", HOSTILE, ids=[h[0] for h in HOSTILE])
+def test_hostile_archives_end_verify_and_extract_with_one_line(tmp_path, name, scheme, damage, needle):
+    path = damaged_archive(tmp_path, scheme, damage)
+    assert_one_error_line(kpack_limited("verify", path), str(path), needle)
+    assert_one_error_line(kpack_limited("extract", path, "-o", tmp_path / "out"), str(path))
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+# -- the structural check rocpkg's build calls ---------------------------------------------
+
+def elf_archive(path, kernels: dict[tuple[str, str], str], gfx_arches=None, scheme="zstd-per-kernel"):
+    """(key, arch) -> the target the code object is really built for."""
+    from kpack.elf import build_amdgpu_code_object
+    from kpack.targets import parse_target
+
+    with KpackWriter(path, "g", "f", gfx_arches, scheme=scheme) as writer:
+        for (key, arch), built_for in kernels.items():
+            tid = parse_target(built_for)
+            writer.add(key, arch, build_amdgpu_code_object(tid.processor, xnack=tid.features.get("xnack"),
+                                                           sramecc=tid.features.get("sramecc"), payload=b"k" * 64))
+    return path
+
+
+def test_an_empty_archive_like_the_reference_writer_makes_is_valid(tmp_path):
+    from kpack.check import check_archive
+
+    for scheme in ("none", "zstd-per-kernel"):
+        path = elf_archive(tmp_path / f"empty-{scheme}.kpack", {}, gfx_arches=["gfx942"], scheme=scheme)
+        assert check_archive(path, "gfx942") == []
+        with KpackReader(path) as reader:
+            reader.verify()
+
+
+def test_a_gfx942_code_object_in_a_gfx1100_archive_is_named_with_its_target(tmp_path):
+    from kpack.check import check_archive
+
+    path = elf_archive(tmp_path / "x_gfx1100.kpack",
+                       {("x#0", "gfx1100"): "gfx1100", ("x#1", "gfx1100"): "gfx942", ("y#0", "gfx1100"): "gfx1100"})
+    problems = check_archive(path, "gfx1100")
+    assert [str(p) for p in problems] == [
+        f"{path}: toc['x#1']['gfx1100']: code object is for gfx942, not gfx1100 (EF_AMDGPU_MACH says gfx942)"]
+    from kpack.check import CodeObjectProblem
+
+    assert isinstance(problems[0], CodeObjectProblem)
+
+
+def test_a_code_object_contradicting_the_feature_its_arch_names_is_a_problem(tmp_path):
+    from kpack.check import check_archive
+
+    path = elf_archive(tmp_path / "x.kpack", {("x#0", "gfx90a:xnack+"): "gfx90a:xnack-",
+                                              ("x#1", "gfx90a:xnack+"): "gfx90a",
+                                              ("x#2", "gfx90a:xnack+"): "gfx90a:xnack+"})
+    assert [p.what for p in check_archive(path)] == [
+        "code object is for gfx90a:xnack-, not gfx90a:xnack+ (e_flags say xnack-)"]
+
+
+def test_an_archive_named_for_one_target_holding_another_blames_only_itself(tmp_path):
+    from kpack.check import check_archive
+
+    path = elf_archive(tmp_path / "x_gfx1101.kpack", {("x#0", "gfx1100"): "gfx1100"})
+    problems = check_archive(path, "gfx1101")
+    assert {p.path for p in problems} == {str(path)}
+    assert [p.what for p in problems] == ["archive is named for gfx1101 but holds kernels for gfx1100",
+                                          "archive is named for gfx1101 but gfx_arches lists gfx1100"]
+
+
+def test_kernels_the_runtime_can_never_reach_are_reported(tmp_path):
+    from kpack.check import check_archive
+
+    path = elf_archive(tmp_path / "x.kpack", {("x#0", "gfx942"): "gfx942"}, gfx_arches=["gfx90a"])
+    assert [p.what for p in check_archive(path)] == [
+        "TOC files kernels under gfx942 but gfx_arches (gfx90a) does not list it: the runtime never looks there"]
+
+
+def test_kpack_verify_prints_each_bad_kernel_on_its_own_line(tmp_path):
+    path = elf_archive(tmp_path / "x.kpack", {("x#0", "gfx1100"): "gfx942", ("x#1", "gfx1100"): "gfx1201",
+                                              ("x#2", "gfx1100"): "gfx1100"})
+    result = kpack_limited("verify", path)
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        f"error: {path}: toc['x#0']['gfx1100']: code object is for gfx942, not gfx1100 (EF_AMDGPU_MACH says gfx942)",
+        f"error: {path}: toc['x#1']['gfx1100']: code object is for gfx1201, not gfx1100 (EF_AMDGPU_MACH says gfx1201)"]
+
+
+def test_a_toc_offset_that_makes_the_whole_file_a_toc_is_refused_before_reading(tmp_path):
+    from kpack.format import MAX_TOC_SIZE
+
+    path = tmp_path / "sparse.kpack"
+    with open(path, "wb") as handle:
+        handle.write(b"KPAK" + struct.pack("<IQ", 1, 64) + bytes(48))
+        handle.truncate(64 + MAX_TOC_SIZE + 1)  # sparse: no disk used
+    counting = CountingReader(path)
+    with pytest.raises(KpackFormatError, match=f"TOC of {MAX_TOC_SIZE + 1} bytes is larger"):
+        KpackReader(counting)
+    assert counting.bytes_read == 16

@@ -11,7 +11,7 @@ import pytest
 
 from kpack.archive import KpackReader
 from kpack.cli import main, pack_key
-from kpack.elf import build_amdgpu_code_object, build_host_elf, build_offload_bundle
+from kpack.elf import build_amdgpu_code_object, build_compressed_bundle, build_host_elf, build_offload_bundle
 from test_kpack_archive import CORRUPTIONS, damaged_archive
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -141,12 +141,62 @@ def test_extract_refuses_keys_that_leave_the_output_directory(tmp_path, capsys):
     assert not (tmp_path / "etc").exists()
 
 
-def test_pack_refuses_bundles(tmp_path, capsys):
+def test_pack_files_each_bundle_entry_under_the_target_its_id_names(tmp_path):
+    (tmp_path / "tree" / "lib").mkdir(parents=True)
+    (tmp_path / "tree" / "lib" / "libfoo.so#3").write_bytes(build_offload_bundle([
+        ("host-x86_64-unknown-linux", b""),
+        ("hipv4-amdgcn-amd-amdhsa--gfx90a:xnack+", build_amdgpu_code_object("gfx90a", xnack=True)),
+        ("hipv4-amdgcn-amd-amdhsa--gfx90a:xnack-", build_amdgpu_code_object("gfx90a", xnack=False))]))
+    assert main(["pack", str(tmp_path / "tree"), "-o", str(tmp_path / "x.kpack")]) == 0
+    with KpackReader(tmp_path / "x.kpack") as reader:
+        assert [(e.key, e.arch) for e in reader.entries()] == [
+            ("lib/libfoo.so#3", "gfx90a:xnack+"), ("lib/libfoo.so#3", "gfx90a:xnack-")]
+        assert reader.get("lib/libfoo.so#3", "gfx90a:xnack-") == build_amdgpu_code_object("gfx90a", xnack=False)
+
+
+def test_pack_refuses_a_bundle_whose_id_lies_about_its_code_object(tmp_path, capsys):
     (tmp_path / "tree").mkdir()
     (tmp_path / "tree" / "fat.co").write_bytes(build_offload_bundle(
-        [("hipv4-amdgcn-amd-amdhsa--gfx1100", build_amdgpu_code_object("gfx1100"))]))
+        [("hipv4-amdgcn-amd-amdhsa--gfx90a:xnack+", build_amdgpu_code_object("gfx803"))]))
     assert main(["pack", str(tmp_path / "tree"), "-o", str(tmp_path / "x.kpack")]) == 2
-    assert "offload-bundle; pack takes single code objects" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "fat.co" in err and "named hipv4-amdgcn-amd-amdhsa--gfx90a:xnack+ but its code object is for gfx803" in err
+    assert not (tmp_path / "x.kpack").exists()
+
+
+def test_pack_refuses_compressed_bundles(tmp_path, capsys):
+    (tmp_path / "tree").mkdir()
+    (tmp_path / "tree" / "fat.co").write_bytes(build_compressed_bundle(build_offload_bundle(
+        [("hipv4-amdgcn-amd-amdhsa--gfx1100", build_amdgpu_code_object("gfx1100"))])))
+    assert main(["pack", str(tmp_path / "tree"), "-o", str(tmp_path / "x.kpack")]) == 2
+    assert "compressed-offload-bundle; pack takes code objects and uncompressed" in capsys.readouterr().err
+
+
+def _closed_pipe(module: str, *args: str) -> tuple[int, str]:
+    """Run a CLI, read one line of its output and close the pipe, as `| head -1` does."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO_ROOT / "packaging"), str(REPO_ROOT)]))
+    process = subprocess.Popen([sys.executable, "-m", module, *args], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, env=env)
+    assert process.stdout.readline()
+    process.stdout.close()
+    stderr = process.stderr.read().decode()
+    return process.wait(), stderr
+
+
+def test_ls_into_a_closed_pipe_ends_quietly(tmp_path):
+    from kpack.archive import KpackWriter
+
+    with KpackWriter(tmp_path / "big.kpack", "g", "gfx94X") as writer:
+        for index in range(4000):  # ~150 kB of listing: more than a pipe holds
+            writer.add(f"lib/libbig.so#{index}", "gfx942", b"k")
+    assert _closed_pipe("kpack.cli", "ls", str(tmp_path / "big.kpack")) == (0, "")
+
+
+def test_rocpkg_into_a_closed_pipe_ends_quietly_too(tmp_path):
+    from rocpkg.cli import main as rocpkg_main
+
+    assert rocpkg_main(["sample-artifacts", str(tmp_path / "a"), "--targets", "gfx942", "--size-mb", "0.1"]) == 0
+    assert _closed_pipe("rocpkg.cli", "plan", "-a", str(tmp_path / "a"), "--json") == (0, "")
 
 
 def test_pack_of_a_directory_without_code_objects_fails(tmp_path, capsys):

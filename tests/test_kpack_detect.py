@@ -28,6 +28,7 @@ from kpack.elf import (
     build_offload_bundle,
 )
 from kpack.errors import KpackFormatError
+from kpack.placement import EMBEDDED_CODE_OBJECT, FAT_BINARY, code_fits, device_code_objects, host_device_code
 
 
 def write(tmp_path, name, data: bytes):
@@ -71,11 +72,13 @@ def test_code_object_flags_are_what_readelf_reads(tmp_path):
     assert "xnack off" in header and "sramecc on" in header
 
 
-def test_code_object_v3_reports_features_that_are_on(tmp_path):
+def test_code_object_v3_reads_a_cleared_feature_bit_as_off(tmp_path):
     data = bytearray(build_amdgpu_code_object("gfx906"))
-    data[8] = 1  # EI_ABIVERSION for code object v3
-    struct.pack_into("<I", data, 48, 0x2F | 0x100)  # gfx906, XNACK_V3
-    assert detect_bytes(bytes(data)) == ["gfx906:xnack+"]
+    data[8] = 1  # EI_ABIVERSION for code object v3: no "any", a cleared bit is off
+    struct.pack_into("<I", data, 48, 0x2F | 0x100)  # gfx906, XNACK_V3 set, SRAMECC_V3 clear
+    assert detect_bytes(bytes(data)) == ["gfx906:sramecc-:xnack+"]
+    struct.pack_into("<I", data, 48, 0x3F)  # gfx90a with both bits clear
+    assert detect_bytes(bytes(data)) == ["gfx90a:sramecc-:xnack-"]
 
 
 def test_64_bytes_of_a_code_object_are_enough(tmp_path):
@@ -163,3 +166,73 @@ def test_broken_device_files_raise_format_errors_naming_the_file(tmp_path, name,
         detect_targets(path)
     assert message in caught.value.what
     assert caught.value.path == str(path)
+
+
+def _host_with_fat_binary(bundle: bytes) -> bytes:
+    return build_host_elf({".text": b"\xc3", ".hip_fatbin": bundle}, soname="libfat.so")
+
+
+def _as_nobits(image: bytes, section: str) -> bytes:
+    """What RFC0008's split does to `.hip_fatbin`: the same section header, type SHT_NOBITS."""
+    data = bytearray(image)
+    shoff, = struct.unpack_from("<Q", data, 40)
+    shnum, shstrndx = struct.unpack_from("<HH", data, 60)
+    names_at = struct.unpack_from("<Q", data, shoff + shstrndx * 64 + 24)[0]
+    for index in range(shnum):
+        name_at = struct.unpack_from("<I", data, shoff + index * 64)[0]
+        if data[names_at + name_at:].split(b"\0", 1)[0] == section.encode():
+            struct.pack_into("<I", data, shoff + index * 64 + 4, 8)
+    return bytes(data)
+
+
+def test_host_library_still_holding_its_fat_binary_is_reported(tmp_path):
+    path = write(tmp_path, "libfat.so", _host_with_fat_binary(fat_bundle()))
+    (finding,) = host_device_code(path)
+    assert (finding.kind, finding.section, finding.count) == (FAT_BINARY, ".hip_fatbin", 1)
+    assert finding.targets == ["gfx942:sramecc+:xnack-", "gfx1100"]
+    assert "split step did not run" in finding.describe()
+
+
+def test_host_library_after_the_split_has_no_device_code(tmp_path):
+    path = write(tmp_path, "libsplit.so", _as_nobits(_host_with_fat_binary(fat_bundle()), ".hip_fatbin"))
+    assert subprocess.run(["readelf", "-S", str(path)], capture_output=True, text=True).stdout.count("NOBITS") == 1
+    assert host_device_code(path) == []
+
+
+def test_code_object_embedded_in_host_data_is_reported(tmp_path):
+    blob = b"\0" * 100 + build_amdgpu_code_object("gfx1030") + b"\0" * 50
+    path = write(tmp_path, "libblit.so", build_host_elf({".text": b"\xc3", ".data": blob}))
+    (finding,) = host_device_code(path)
+    assert (finding.kind, finding.section, finding.targets) == (EMBEDDED_CODE_OBJECT, ".data", ["gfx1030"])
+    assert path.read_bytes()[finding.offset:finding.offset + finding.size] == build_amdgpu_code_object("gfx1030")
+
+
+def test_a_code_object_in_a_host_package_is_device_code_and_plain_files_are_not(tmp_path):
+    assert host_device_code(write(tmp_path, "k.co", build_amdgpu_code_object("gfx803")))[0].targets == ["gfx803"]
+    assert host_device_code(write(tmp_path, "libclean.so", build_host_elf({".text": b"\xc3"}))) == []
+    assert host_device_code(write(tmp_path, "README", b"text")) == []
+
+
+def test_fat_binary_whose_bundle_lies_about_its_code_object_is_refused(tmp_path):
+    lying = build_offload_bundle([("hipv4-amdgcn-amd-amdhsa--gfx90a", build_amdgpu_code_object("gfx803"))])
+    path = write(tmp_path, "liblie.so", _host_with_fat_binary(lying))
+    with pytest.raises(KpackFormatError) as caught:
+        host_device_code(path)
+    assert caught.value.path == str(path) and "its code object is for gfx803" in caught.value.what
+
+
+def test_every_code_object_of_a_device_file_is_listed_with_its_target(tmp_path):
+    assert device_code_objects(write(tmp_path, "fat.co", fat_bundle())) == [
+        ("bundle entry 1 (hipv4-amdgcn-amd-amdhsa--gfx942:sramecc+:xnack-)", "gfx942:sramecc+:xnack-"),
+        ("bundle entry 2 (hipv4-amdgcn-amd-amdhsa--gfx1100)", "gfx1100")]
+    assert device_code_objects(write(tmp_path, "one.co", build_amdgpu_code_object("gfx803"))) == [("", "gfx803")]
+    assert device_code_objects(write(tmp_path, "libhost.so", build_host_elf({".text": b"\xc3"}))) == []
+
+
+@pytest.mark.parametrize("code,filed,fits", [
+    ("gfx90a", "gfx90a", True), ("gfx90a:xnack-", "gfx90a", True), ("gfx90a:xnack-", "gfx90a:xnack+", False),
+    ("gfx90a", "gfx90a:xnack+", True), ("gfx803", "gfx90a", False), ("gfx1101", "gfx110X", True),
+    ("gfx1030", "gfx110X", False), ("gfx11-generic", "gfx1100", True), ("gfx9-generic", "gfx90a", False),
+])
+def test_code_fits_its_own_target_its_family_and_a_generic_target_that_runs_there(code, filed, fits):
+    assert code_fits(code, filed) is fits

@@ -11,7 +11,7 @@ from elftools.elf.elffile import ELFFile
 
 from kpack.elf import build_host_elf
 from kpack.errors import KpackFormatError
-from kpack.marker import MARKER_SECTION, Marker, encode_marker, read_marker, resolve_search_paths
+from kpack.marker import MARKER_SECTION, Marker, encode_marker, read_marker
 
 BLAS = Marker(["../.kpack/blas_lib_@GFXARCH@.kpack"], "blas/lib/librocblas.so.4")
 
@@ -84,21 +84,6 @@ def test_truncated_elf_is_a_format_error(tmp_path):
     path.write_bytes(data[: len(data) - 100])
     with pytest.raises(KpackFormatError):
         read_marker(path)
-
-
-def test_search_path_resolves_from_the_install_directory_over_every_candidate():
-    assert resolve_search_paths(BLAS, "/opt/rocm/lib/librocblas.so.4", "gfx942:sramecc+:xnack-") == [
-        "/opt/rocm/.kpack/blas_lib_gfx942:sramecc+:xnack-.kpack",
-        "/opt/rocm/.kpack/blas_lib_gfx942:sramecc+.kpack",
-        "/opt/rocm/.kpack/blas_lib_gfx942:xnack-.kpack",
-        "/opt/rocm/.kpack/blas_lib_gfx942.kpack",
-    ]
-
-
-def test_search_paths_keep_their_order_and_absolute_paths_stay_absolute():
-    marker = Marker(["/srv/kpack/x_@GFXARCH@.kpack", "./same.kpack", "../lib/./same.kpack"], "x")
-    assert resolve_search_paths(marker, "/opt/rocm/lib/libx.so", "gfx1100") == [
-        "/srv/kpack/x_gfx1100.kpack", "/opt/rocm/lib/same.kpack"]
 
 
 def test_marker_owns_its_numbered_keys_only():

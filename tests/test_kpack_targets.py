@@ -8,13 +8,17 @@ from kpack.targets import (
     FAMILIES,
     GENERIC_TARGETS,
     MACH_BY_PROCESSOR,
+    PROCESSOR_BY_MACH,
+    THEROCK_FAMILIES,
     TargetID,
     candidates,
     family_of,
     generic_target,
     is_family,
     is_target,
+    is_processor,
     parse_target,
+    release_target_problem,
     supported_features,
     targets_of,
     wavefront_size,
@@ -73,8 +77,16 @@ def test_family_table_matches_therocks_targets():
     assert targets_of("gfx94X") == ["gfx942"]
     assert targets_of("gfx103X") == [f"gfx103{i}" for i in range(7)]
     assert targets_of("gfx125X") == ["gfx1250"]
-    assert [name for name in FAMILIES if len(FAMILIES[name]) == 1 and FAMILIES[name][0] == name] == [
+    assert [name for name in THEROCK_FAMILIES if THEROCK_FAMILIES[name] == [name]] == [
         "gfx900", "gfx906", "gfx908", "gfx90a", "gfx90c", "gfx950"]
+    assert all(FAMILIES[name] == members for name, members in THEROCK_FAMILIES.items())
+
+
+def test_every_hsa_processor_therock_leaves_out_is_its_own_family():
+    assert targets_of("gfx803") == ["gfx803"]
+    assert family_of("gfx700") == "gfx700" and family_of("gfx810") == "gfx810"
+    assert family_of("gfx1013") == "gfx1013" and family_of("gfx1151") == "gfx115X"
+    assert family_of("gfx600") is None and family_of("gfx9-generic") is None
 
 
 def test_family_of_a_target_ignores_its_features():
@@ -143,3 +155,33 @@ def test_every_family_member_and_generic_target_has_an_elf_machine_value():
     ("gfx10-3-generic", 0x53), ("gfx11-generic", 0x54), ("gfx12-generic", 0x59)])
 def test_elf_machine_values_follow_llvm(processor, mach):
     assert MACH_BY_PROCESSOR[processor] == mach
+
+
+@pytest.mark.parametrize("processor,mach", [
+    ("gfx600", 0x20), ("gfx602", 0x3A), ("gfx700", 0x22), ("gfx705", 0x3B), ("gfx801", 0x28),
+    ("gfx803", 0x2A), ("gfx805", 0x3C), ("gfx810", 0x2B), ("gfx906", 0x2F), ("gfx90a", 0x3F),
+    ("gfx941", 0x4B), ("gfx1013", 0x42), ("gfx1153", 0x58), ("gfx1172", 0x5C), ("gfx1251", 0x5A),
+    ("gfx1310", 0x50), ("gfx9-4-generic", 0x5F), ("gfx12-5-generic", 0x5B)])
+def test_llvm_ef_amdgpu_mach_table_is_whole(processor, mach):
+    assert MACH_BY_PROCESSOR[processor] == mach and PROCESSOR_BY_MACH[mach] == processor
+
+
+def test_machine_numbers_are_unique_and_in_the_amdgcn_range():
+    assert len(PROCESSOR_BY_MACH) == len(MACH_BY_PROCESSOR)
+    assert all(0x20 <= mach <= 0xFF for mach in PROCESSOR_BY_MACH)
+
+
+@pytest.mark.parametrize("processor,features", [
+    ("gfx700", set()), ("gfx801", {"xnack"}), ("gfx803", set()), ("gfx810", {"xnack"}),
+    ("gfx906", {"xnack", "sramecc"}), ("gfx909", {"xnack"}), ("gfx1013", {"xnack"}),
+    ("gfx1030", set()), ("gfx950", {"xnack", "sramecc"}), ("gfx9-4-generic", {"xnack", "sramecc"})])
+def test_feature_support_follows_llvm(processor, features):
+    assert supported_features(processor) == features
+
+
+def test_a_processor_outside_the_release_and_a_name_that_is_no_processor_are_different_mistakes():
+    assert release_target_problem("gfx942") is None
+    assert "not a target of this release" in release_target_problem("gfx600")
+    assert "not a target of this release" in release_target_problem("gfx803", THEROCK_FAMILIES)
+    assert "not an AMDGPU processor" in release_target_problem("gfx999")
+    assert is_processor("gfx803:xnack-") and not is_processor("gfx999") and not is_processor("sm_90")

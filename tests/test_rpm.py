@@ -24,6 +24,7 @@ import rpmfile
 import zstandard
 
 from rocpkg import rpm
+from rocpkg.rpm import write as rpm_write
 from rocpkg.errors import RocpkgInputError
 from rocpkg.model import DIR, FILE, SYMLINK, BuildOptions, FileEntry, PackageSpec
 from rocpkg.render import render_spec
@@ -369,13 +370,13 @@ def test_a_vanished_source_names_package_and_path_and_leaves_no_file(tmp_path):
 def test_a_source_that_shrinks_after_the_check_leaves_no_partial_rpm(tmp_path, monkeypatch):
     victim = source(tmp_path, "victim.bin", b"x" * 100_000)
     package = spec("rocm-victim7.1", [file_entry(f"{PREFIX}/victim.bin", victim)])
-    check = rpm.check_sources
+    check = rpm_write.check_sources
 
     def check_then_truncate(*args):
         check(*args)
         os.truncate(victim, 10)             # another process rewrites the artifact
 
-    monkeypatch.setattr(rpm, "check_sources", check_then_truncate)
+    monkeypatch.setattr(rpm_write, "check_sources", check_then_truncate)
     out = tmp_path / "out"
     with pytest.raises(RocpkgInputError, match="shrank while being packed") as error:
         rpm.write_rpm(package, str(out), options())

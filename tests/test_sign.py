@@ -13,7 +13,8 @@ import pytest
 from repo_helpers import write_package
 from rocpkg import rpm
 from rocpkg.errors import RocpkgInputError
-from rocpkg.sign import RPMSIGTAG_DSA, RPMSIGTAG_RSA, Signer, sign_rpm_header
+from rocpkg.rpm import SigTag
+from rocpkg.sign import Signer, sign_rpm_header
 
 SDE = 1700000000
 RELEASE_TEXT = b"Origin: rocpkg\nSuite: stable\n"
@@ -66,7 +67,7 @@ def test_rpm_header_signature_is_accepted_by_rpm_with_the_key_imported(signer, t
     signed_part = package.read_bytes()[before.header_start:]
     assert sign_rpm_header(package, signer) is True
     after = rpm.read_rpm(package)
-    assert RPMSIGTAG_RSA in after.signature and signer.rpm_header_signature_tag == RPMSIGTAG_RSA
+    assert SigTag.RSA in after.signature and signer.rpm_header_signature_tag == SigTag.RSA
     assert package.read_bytes()[after.header_start:] == signed_part   # header and payload untouched
     root = tmp_path / "root"
     subprocess.run(["rpm", "--root", str(root), "--import", str(Path(signer.export_public_keys(tmp_path)[1]))],
@@ -113,7 +114,7 @@ def test_a_passphrase_protected_eddsa_key_signs_with_its_passphrase_only(tmp_pat
             Signer(home, "p@example.org", passphrase="wrong").clearsign(RELEASE_TEXT)
         eddsa = Signer(home, "p@example.org", passphrase="s3cret")
         assert eddsa.clearsign(RELEASE_TEXT).startswith(b"-----BEGIN PGP SIGNED MESSAGE-----")
-        assert eddsa.rpm_header_signature_tag == RPMSIGTAG_DSA      # rpm files EdDSA with DSA
+        assert eddsa.rpm_header_signature_tag == SigTag.DSA      # rpm files EdDSA with DSA
     finally:
         subprocess.run(["gpgconf", "--homedir", home, "--kill", "all"], capture_output=True)
         shutil.rmtree(home, ignore_errors=True)

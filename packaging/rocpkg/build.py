@@ -41,6 +41,7 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Callable, Iterable
 
+from rocpkg import gate
 from rocpkg import model as m
 from rocpkg import releases
 from rocpkg.errors import RocpkgInputError
@@ -56,6 +57,8 @@ PACKAGE_OVERHEAD = 256 << 10
 # Default SOURCE_DATE_EPOCH: 2024-01-01T00:00:00Z plus one minute per version step.
 EPOCH_BASE = 1704067200
 _TMP_RE = re.compile(r"\.tmp-\d+$")
+# An APT suite is a directory name under dists/ and a Release field: no separators, no dots first
+_SUITE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 
 # ---- results ----------------------------------------------------------------------
@@ -108,6 +111,7 @@ class BuildResult:
     jobs: int = 1
     threads: int = 1
     seconds: float = 0.0
+    allowed: list = field(default_factory=list)   # gate.Refusal the maintainer allowed
 
     @property
     def rebuilt(self) -> list[PackageOutcome]:
@@ -204,10 +208,30 @@ def assign_shards(specs: Iterable[m.PackageSpec], n: int) -> list[list[m.Package
 def _code_fingerprint() -> str:
     """sha256 over the code and templates that decide a package's bytes: upgrading
     rocpkg or editing a template rebuilds what it changes."""
+    import ast
+
     digest = hashlib.sha256()
     here = Path(__file__).resolve().parent
-    for name in ("model.py", "streams.py", "render.py", "deb.py", "rpm.py", "sign.py"):
-        digest.update(name.encode() + b"\0" + (here / name).read_bytes())
+    # Every module the writers import, found by reading imports (never a list of file
+    # names, so a new or split module can't drop out); a package counts with all its files.
+    files: set[Path] = set()
+    todo = ["rocpkg.deb", "rocpkg.rpm", "rocpkg.sign"]
+    while todo:
+        parts = todo.pop().split(".")[1:]
+        if not parts:
+            continue
+        package = here.joinpath(*parts)
+        found = sorted(package.glob("*.py")) if package.is_dir() else [package.with_suffix(".py")]
+        for path in (p for p in found if p.is_file() and p not in files):
+            files.add(path)
+            for node in ast.walk(ast.parse(path.read_bytes(), str(path))):
+                if isinstance(node, ast.Import):
+                    todo += [a.name for a in node.names if a.name.startswith("rocpkg.")]
+                elif isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").startswith("rocpkg"):
+                    todo += [f"{node.module}.{a.name}" for a in node.names] + [node.module]
+    for path in sorted(files):
+        name = path.relative_to(here).as_posix()
+        digest.update(name.encode() + b"\0" + path.read_bytes())
     try:
         root = importlib.resources.files("rocpkg.templates")
     except ModuleNotFoundError:
@@ -350,7 +374,7 @@ def _manifest_bytes(plan_digest: str, version: str, release: str, entries: list[
     doc = {"schema": MANIFEST_SCHEMA, "version": version, "release": release, "plan": plan_digest}
     if shard:
         doc["shard"] = list(shard)
-    if record is not None:      # what assemble_manifest records for the whole release
+    if record is not None:      # a shard's part: what assemble_manifest records for the release
         doc["release_record"] = record.to_dict()
     doc["packages"] = sorted(entries, key=lambda e: (e["format"], e["name"]))
     return json.dumps(doc, indent=1).encode() + b"\n"
@@ -374,8 +398,9 @@ def _remove_stale_temporaries(out_dir: str) -> None:
 
 class OutLock:
     """One writer per OUT at a time, build or publish (flock: released by the kernel even
-    after kill -9). Re-entrant within a process: prune and promote hold it across the
-    re-index that publish_repositories does."""
+    after kill -9). Leaving on an exception (a full disk, Ctrl-C) removes the temporaries
+    the run left: the lock holder is the only writer. Re-entrant within a process: prune
+    and promote hold it across the re-index that publish_repositories does."""
 
     held: dict[str, int] = {}
 
@@ -398,9 +423,16 @@ class OutLock:
         self.held[self.path] = 1
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, exc_type, exc, tb):
         self.held[self.path] -= 1
-        if self.fh is not None:
+        if self.fh is None:
+            return False        # an inner hold: the outer one cleans up
+        try:
+            if exc_type is not None:  # a failed or interrupted run leaves no temporary behind
+                _remove_stale_temporaries(os.path.dirname(os.path.dirname(self.path)))
+        except OSError:
+            pass  # the original error is the one to report
+        finally:
             self.fh.close()
         return False
 
@@ -408,13 +440,16 @@ class OutLock:
 def build_release(plan, out_dir: str | os.PathLike, *, formats: Iterable[str] | None = None,
                   options: m.BuildOptions, jobs: int | None = None, shard: tuple[int, int] | None = None,
                   progress: Callable[[BuildProgress], None] | None = None, signer=None,
-                  allowed: Iterable[str] = ()) -> BuildResult:
+                  allow: Iterable[str] = (), config=None) -> BuildResult:
     """Build the plan's packages of `formats` (default: all planned) into out_dir.
 
     jobs: worker processes (default os.cpu_count()); shard: (I, N), 1-based, builds only
     part I of N (see assign_shards) and writes manifest.d/shard-I-of-N.json instead of
-    manifest.json; signer: a rocpkg.sign.Signer that signs every RPM's header; allowed:
-    the verify checks let through (--allow), recorded with the release in the manifest.
+    manifest.json; signer: a rocpkg.sign.Signer that signs every RPM's header.
+    Before anything is written, the checks of rocpkg.gate run over the plan: a problem
+    whose check is not in `allow` raises RocpkgInputError (OUT untouched); allowed ones
+    are recorded with the release in the manifest (rocpkg.releases) and in
+    result.allowed. `config` decides which relation names are external (as for verify).
     Raises RocpkgInputError with every package's problems after building the others.
     """
     started = time.perf_counter()
@@ -432,11 +467,12 @@ def build_release(plan, out_dir: str | os.PathLike, *, formats: Iterable[str] | 
     else:
         chosen = every
     cores = os.cpu_count() or 1
+    allowed = gate.enforce(gate.refusals(plan, formats, config=config, jobs=jobs or 0), gate.check_allow(allow))
     code = _code_fingerprint()
     signer_id = signer.fingerprint if signer is not None else ""
 
     os.makedirs(out_dir, exist_ok=True)
-    result = BuildResult(out_dir, "", shard=shard)
+    result = BuildResult(out_dir, "", shard=shard, allowed=allowed)
     with OutLock(out_dir):
         _remove_stale_temporaries(out_dir)
         # biggest first: the long packages start early and the pool drains evenly
@@ -504,7 +540,7 @@ def build_release(plan, out_dir: str | os.PathLike, *, formats: Iterable[str] | 
         specs_version = plan.settings["version"], plan.settings["release"]
         entries = [o.manifest_entry() for o in outcomes]
         record = releases.ReleaseRecord(*specs_version, targets=tuple(plan.targets), formats=tuple(formats),
-                                        allowed=tuple(sorted(set(allowed))), plan=_plan_digest(every),
+                                        allowed=tuple(r.to_dict() for r in allowed), plan=_plan_digest(every),
                                         date=options.source_date_epoch)
         if shard is None:
             # the release joins the earlier ones in manifest.json (rocpkg.releases)
@@ -568,8 +604,10 @@ def assemble_manifest(out_dir: str | os.PathLike) -> str | None:
     if problems:
         raise RocpkgInputError(problems)
     entries = [e for _, doc in docs for e in doc["packages"]]
+    allowed = tuple(a for _, doc in docs for a in doc.get("release_record", {}).get("allowed", []))
     if "release_record" in first:
-        record = dataclasses.replace(releases.ReleaseRecord.from_dict(first["release_record"]), files=())
+        record = dataclasses.replace(releases.ReleaseRecord.from_dict(first["release_record"]), files=(),
+                                     allowed=allowed)
     else:
         record = releases.ReleaseRecord(str(first["version"]), str(first["release"]), plan=first["plan"],
                                         targets=tuple(sorted({e["target"] for e in entries if e.get("target")})),
@@ -585,6 +623,11 @@ def publish_repositories(out_dir: str, *, suite: str, signer=None, source_date_e
     ({"deb": rocm.list, "rpm": rocm.repo} for the formats present, the manifest's path)."""
     from rocpkg import repo_apt, repo_dnf
 
+    if not os.path.isdir(out_dir):  # checked before the lock: nothing is created for a missing OUT
+        raise RocpkgInputError(out_dir, "no such directory: build a release into it first")
+    if not _SUITE_RE.fullmatch(suite):
+        raise RocpkgInputError("--suite", f"{suite!r} is not a suite name (letters, digits, '.', '_', '-'; "
+                                          "it becomes a directory under deb/dists/)")
     base = base_url.rstrip("/") if base_url else None
     snippets: dict[str, str] = {}
     with OutLock(out_dir):

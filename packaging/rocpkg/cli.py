@@ -10,12 +10,8 @@ import argparse
 import os
 import sys
 
-from rocpkg.cli_build import human_bytes
+from rocpkg.cli_common import add_plan_options, formats, human_bytes, load_plan, print_error, split_list, warn_if_unsigned
 from rocpkg.errors import RocpkgInputError
-
-
-def _err(where: str, what: str) -> None:
-    print(f"error: {where}: {what}" if where else f"error: {what}", file=sys.stderr)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -25,51 +21,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _add_plan_options(p: argparse.ArgumentParser, artifacts_required: bool = True) -> None:
-    """The options every plan-based command shares, so one command line moves between them."""
-    p.add_argument("-c", "--config", default=None, help="package.json (default: the bundled one)")
-    p.add_argument("-a", "--artifacts", required=artifacts_required, help="artifacts directory")
-    p.add_argument("--version", dest="pkg_version", help="release version (overrides settings.version)")
-    p.add_argument("--release", help="package release (overrides settings.release)")
-    p.add_argument("--targets", help="comma-separated targets to package (default: all found)")
-    p.add_argument("--formats", default="deb,rpm", help="comma-separated formats: deb,rpm")
-
-
-def _split_list(text: str | None) -> list[str] | None:
-    return [x.strip() for x in text.split(",") if x.strip()] if text else None
-
-
-def _formats(args) -> list[str]:
-    formats = _split_list(args.formats) or []
-    bad = [f for f in formats if f not in ("deb", "rpm")]
-    if bad or not formats:
-        raise RocpkgInputError("--formats", f"expected deb, rpm or both, got {args.formats!r}")
-    return formats
-
-
-def _load_plan(args):
-    from rocpkg.catalog import scan
-    from rocpkg.config import load_config
-    from rocpkg.plan import make_plan
-
-    config = load_config(args.config)
-    catalog = scan(args.artifacts, config.settings["families"])
-    return make_plan(config, catalog, version=args.pkg_version, release=args.release,
-                     targets=_split_list(args.targets), formats=_formats(args))
-
-
 def _cmd_plan(args) -> int:
     import json
 
     from rocpkg.plan import plan_to_dict, plan_to_dot
 
-    plan = _load_plan(args)
+    plan = load_plan(args)
     if args.json:
         json.dump(plan_to_dict(plan, with_files=not args.no_files), sys.stdout, indent=1)
         sys.stdout.write("\n")
         return 0
     if args.dot:
-        sys.stdout.write(plan_to_dot(plan, _formats(args)[0]))
+        sys.stdout.write(plan_to_dot(plan, formats(args)[0]))
         return 0
     for fmt, specs in plan.packages.items():
         rows = [("package", "kind", "target/family", "files", "bytes", "depends")]
@@ -97,7 +60,7 @@ def _cmd_sample_artifacts(args) -> int:
     from rocpkg.sample import make_sample_artifacts
 
     config = load_config(args.config)
-    summary = make_sample_artifacts(args.dir, config, targets=_split_list(args.targets), layout=args.layout,
+    summary = make_sample_artifacts(args.dir, config, targets=split_list(args.targets), layout=args.layout,
                                     size_mb=args.size_mb, seed=args.seed, clean=args.clean)
     print(f"{summary.root}: {len(summary.dirs)} artifact dirs, {summary.files} files, "
           f"{human_bytes(summary.bytes)}, targets {', '.join(summary.targets)} ({summary.layout} layout)")
@@ -126,8 +89,7 @@ def _cmd_repo(args) -> int:
         print(f"dnf: {os.path.join(out, 'rpm', 'repodata')} (repo file rocm.repo){signed}")
     if manifest:
         print(f"manifest: {manifest}")
-    if signer is None:
-        print("warning: unsigned repository: rocm.list says trusted=yes and rocm.repo gpgcheck=0", file=sys.stderr)
+    warn_if_unsigned(signer)
     return 0
 
 
@@ -142,12 +104,12 @@ def _cmd_verify(args) -> int:
             raise RocpkgInputError("verify", "give either OUT (a built tree) or -c/-a (a plan), not both")
         from rocpkg.integrity import check_integrity
 
-        report = verify_tree(args.out, formats=_formats(args))
-        report.problems += check_integrity(args.out, keyring=args.keyring, formats=_formats(args))
+        report = verify_tree(args.out, formats=formats(args))
+        report.problems += check_integrity(args.out, keyring=args.keyring, formats=formats(args))
     elif args.artifacts:
         from rocpkg.config import load_config
 
-        report = verify_plan(_load_plan(args), load_config(args.config))
+        report = verify_plan(load_plan(args), load_config(args.config))
     else:
         raise RocpkgInputError("verify", "give OUT (a built tree) or -a ARTIFACTS (a plan)")
     if args.json:
@@ -186,7 +148,7 @@ def _print_verify_summary(report) -> None:
 def _register_commands(sub) -> None:
     """Subcommand parsers; each sets `func` to its handler."""
     p = sub.add_parser("plan", help="show the package set and its relations")
-    _add_plan_options(p)
+    add_plan_options(p)
     g = p.add_mutually_exclusive_group()
     g.add_argument("--json", action="store_true", help="machine-readable plan (schema rocpkg-plan/1)")
     g.add_argument("--dot", action="store_true", help="Graphviz graph of the first format's relations")
@@ -196,7 +158,7 @@ def _register_commands(sub) -> None:
     p = sub.add_parser("sample-artifacts", help="synthesise an artifacts tree for a package.json")
     p.add_argument("dir")
     p.add_argument("-c", "--config", default=None, help="package.json (default: the bundled one)")
-    p.add_argument("--targets", default=None, help="comma-separated bare targets (default gfx942,gfx1100,gfx1101)")
+    p.add_argument("--targets", default=None, help="comma-separated targets (default gfx942,gfx1100,gfx1101); a bare target also gets its xnack+ build, a feature build (gfx90a:xnack-) named alone gets no bare one")
     p.add_argument("--layout", choices=("split", "recombined"), default="split")
     p.add_argument("--size-mb", type=float, default=1.0, help="approximate payload size")
     p.add_argument("--seed", type=int, default=0)
@@ -214,7 +176,7 @@ def _register_commands(sub) -> None:
 
     p = sub.add_parser("verify", help="prove every host binary finds its kernels, before or after building")
     p.add_argument("out", metavar="OUT", nargs="?", help="a built tree (deb/pool/main, rpm/<arch>) to read back")
-    _add_plan_options(p, artifacts_required=False)
+    add_plan_options(p, artifacts_required=False)
     p.add_argument("--json", action="store_true", help="machine-readable report (schema rocpkg-verify/1)")
     p.add_argument("--keyring", default=None, help="with OUT: public key file (rocm.gpg or rocm.asc) the index "
                                                    "signatures must verify against")
@@ -222,7 +184,7 @@ def _register_commands(sub) -> None:
 
     from rocpkg import cli_build  # build, demo, detect
 
-    cli_build.register(sub, _add_plan_options)
+    cli_build.register(sub)
     from rocpkg import cli_repo  # prune, promote, publish
 
     cli_repo.register(sub)
@@ -232,27 +194,28 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return int(args.func(args) or 0)
+        status = int(args.func(args) or 0)
+        sys.stdout.flush()  # a closed pipe shows up here when the output fits the buffer
+        return status
     except RocpkgInputError as exc:
         for where, what in exc.problems:
-            _err(where, what)
+            print_error(where, what)
         return 2
     except BrokenPipeError:  # `rocpkg plan | head`: the reader left, nothing is wrong
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
-    except OSError as exc:  # an output path that cannot be created or written: a bad argument
-        if exc.filename is None:
-            raise
-        _err(str(exc.filename), exc.strerror or str(exc))
+    except OSError as exc:  # a path that cannot be read, created or written (EACCES, ENOSPC, EIO)
+        where = exc.filename or getattr(args, "output", None) or getattr(args, "out", None) or ""
+        print_error(str(where), exc.strerror or str(exc))
         return 2
     except KeyboardInterrupt:
-        _err("", "interrupted")
+        print_error("", "interrupted")
         return 130
     except Exception as exc:  # kpack format errors are input errors too
         from kpack.errors import KpackFormatError
 
         if isinstance(exc, KpackFormatError):
-            _err("", str(exc))
+            print_error("", str(exc))
             return 2
         raise
 

@@ -8,22 +8,9 @@ import os
 import sys
 import time
 
+from rocpkg import compression
+from rocpkg.cli_common import add_plan_options, formats, human_bytes, interactive, load_plan, print_snippets
 from rocpkg.errors import RocpkgInputError
-
-
-def human_bytes(n: float) -> str:
-    """1536 -> "1.5 KiB": the size format of every rocpkg table and progress line."""
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if n < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)
-
-
-def _interactive(stream=None) -> bool:
-    """A progress bar on a terminal; plain lines in CI and in logs."""
-    stream = stream or sys.stderr
-    return stream.isatty() and not os.environ.get("CI")
 
 
 class ProgressDisplay:
@@ -32,7 +19,7 @@ class ProgressDisplay:
 
     def __init__(self, label: str = "building"):
         self.label = label
-        self.rich = _interactive()
+        self.rich = interactive()
         self.bar = None
         self.task = None
         self.started = time.perf_counter()
@@ -116,7 +103,6 @@ def _signer(args, source_date_epoch: int):
 
 def _cmd_build(args) -> int:
     from rocpkg import build as b
-    from rocpkg.cli import _formats, _load_plan
     from rocpkg.model import BuildOptions
 
     shard = b.parse_shard(args.shard) if args.shard else None
@@ -125,7 +111,7 @@ def _cmd_build(args) -> int:
                                          "then run `rocpkg repo OUT` (docs/sharding.md)")
     if args.jobs is not None and args.jobs < 1:
         raise RocpkgInputError("-j", f"expected a number of jobs >= 1, got {args.jobs}")
-    plan = _load_plan(args)
+    plan = load_plan(args)
     settings = plan.settings
     from rocpkg.releases import inputs_date
 
@@ -137,17 +123,18 @@ def _cmd_build(args) -> int:
         print(f"warning: {line}", file=sys.stderr)
     display = ProgressDisplay()
     try:
-        result = b.build_release(plan, args.output, formats=_formats(args), options=options, jobs=args.jobs,
-                                 shard=shard, progress=display, signer=signer)
+        result = b.build_release(plan, args.output, formats=formats(args), options=options, jobs=args.jobs,
+                                 shard=shard, progress=display, signer=signer, allow=args.allow or ())
     finally:
         display.close()
     print_summary(result)
+    for refusal in result.allowed:
+        where, what = refusal.as_problem()
+        print(f"allowed: {where}: {what}", file=sys.stderr)
     if args.repo:
-        from rocpkg.cli_repo import _print_snippets
-
         snippets, _ = b.publish_repositories(os.path.abspath(args.output), suite=args.suite or settings["suite"],
                                              signer=signer, source_date_epoch=sde, base_url=args.base_url)
-        _print_snippets(snippets, signer)
+        print_snippets(snippets, signer)
     return 0
 
 
@@ -230,14 +217,14 @@ def _cmd_detect(args) -> int:
     return 0
 
 
-def register(sub, add_plan_options) -> None:
+def register(sub) -> None:
     p = sub.add_parser("build", help="build every package of the plan into OUT (deb pool, rpm dirs, manifest)")
     add_plan_options(p)
     p.add_argument("-o", "--output", required=True, metavar="OUT", help="output tree")
     p.add_argument("-j", "--jobs", type=int, default=None, help="packages built at once (default: CPU count)")
     p.add_argument("--shard", default=None, metavar="I/N", help="build only part I of N (size-balanced, "
                                                                 "deterministic), for N CI runners")
-    p.add_argument("--compression", choices=("zstd", "xz", "gzip"), default=None,
+    p.add_argument("--compression", choices=compression.KINDS, default=None,
                    help="payload compression (default: settings.compression)")
     p.add_argument("--level", type=int, default=None, help="compression level (default: settings)")
     p.add_argument("--repo", action="store_true", help="then index the APT and DNF repositories under OUT")
@@ -246,6 +233,9 @@ def register(sub, add_plan_options) -> None:
                                                     "(default file://OUT)")
     p.add_argument("--gpg-home", default=None, help="GnuPG home of the signing key (default $GNUPGHOME)")
     p.add_argument("--sign-key", default=None, help="sign RPM headers (and, with --repo, the repositories)")
+    p.add_argument("--allow", action="append", default=None, metavar="CHECK",
+                   help="build even though check CHECK fails (repeatable); recorded in manifest.json. "
+                        "Checks: see `rocpkg verify` and README 'What build refuses'")
     p.set_defaults(func=_cmd_build)
 
     p = sub.add_parser("demo", help="sample artifacts + build + signed repositories, and how to install")

@@ -4,9 +4,9 @@ and `rocpkg publish` (they print). cli._register_commands calls register().
 from __future__ import annotations
 
 import os
-import sys
 
-from rocpkg.cli_build import _signer, human_bytes
+from rocpkg.cli_build import _signer
+from rocpkg.cli_common import human_bytes, print_snippets
 
 
 def _add_index_options(p) -> None:
@@ -23,14 +23,6 @@ def _index_signer(args, out_dir: str):
     return _signer(args, published_source_date_epoch(out_dir))
 
 
-def _print_snippets(snippets: dict, signer) -> None:
-    if snippets:
-        print(f"repositories: {', '.join(snippets.values())}"
-              + (f", signed by {signer.fingerprint}" if signer else ", unsigned"))
-    if snippets and signer is None:
-        print("warning: unsigned repository: rocm.list says trusted=yes and rocm.repo gpgcheck=0", file=sys.stderr)
-
-
 def _cmd_prune(args) -> int:
     from rocpkg.lifecycle import prune
 
@@ -41,7 +33,7 @@ def _cmd_prune(args) -> int:
     print(f"{verb} {len(result.removed)} releases ({', '.join(result.removed) or 'none'}), "
           f"{len(result.files)} package files; kept {', '.join(result.kept) or 'none'}")
     if not args.dry_run:
-        _print_snippets(result.snippets, signer)
+        print_snippets(result.snippets, signer)
     return 0
 
 
@@ -52,7 +44,7 @@ def _cmd_promote(args) -> int:
     result = promote(args.src, args.dst, args.release, suite=args.suite, signer=signer, base_url=args.base_url)
     print(f"promoted {args.release}: {len(result.files)} package files copied into {args.dst}; "
           f"it now holds {', '.join(result.kept)}")
-    _print_snippets(result.snippets, signer)
+    print_snippets(result.snippets, signer)
     return 0
 
 

@@ -1,16 +1,13 @@
 """Native .deb writer and reader: streams payload files from the artifacts into
-`debian-binary`, `control.tar.*`, `data.tar.*` in one ar archive, no dpkg-deb, no
+`debian-binary`, `control.tar.gz`, `data.tar.*` in one ar archive, no dpkg-deb, no
 staging copy. Knows nothing of ROCm: it packs what the PackageSpec says.
 
-Why the payload is read twice but written once: `md5sums` lives in control.tar, which
-must precede data.tar in the ar archive, and lintian refuses an uncompressed control.tar
-(error `uses-no-compression-for-control-tarball`), so control.tar's size is unknown until
-every md5 is. A first pass reads each source file for its md5 (files in parallel, it is
-pure reading); the second pass streams them into data.tar.<comp>, written straight into
-the output at its final offset, and checks each file is still the one the first pass
-hashed. The data member's size is known only after compression: its ar header is written
-with a placeholder and patched, so the sha256 of the finished .deb is taken by reading
-the (compressed, just-written) output back once.
+Each source is read once. `md5sums` lives in control.tar, which must precede data.tar
+in the ar archive, so control.tar.gz is written first with placeholder md5s in stored
+deflate blocks (its length depends only on the tar's length), data.tar.<comp> streams
+straight into the output while each file's md5 is taken, and then the control member
+is rewritten in place with the real md5s and the data member's ar header is patched
+with its size. The sha256 of the finished .deb is taken by reading the output back.
 """
 from __future__ import annotations
 
@@ -18,19 +15,17 @@ import errno
 import gzip
 import hashlib
 import io
-import lzma
 import os
-import posixpath
-import stat
 import tarfile
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import BinaryIO, Iterator
 
-import zstandard
-from debian.deb822 import Deb822
+from debian.deb822 import Deb822, PkgRelation
 
+from rocpkg import compression
 from rocpkg.errors import RocpkgInputError
+from rocpkg.filelist import check_sources, checked_files, with_parents
 from rocpkg.model import DIR, FILE, SYMLINK, BuildOptions, BuiltPackage, FileEntry, PackageSpec
 from rocpkg.render import render_deb
 from rocpkg.streams import CHUNK, AtomicOutput, HashingWriter, copy_stream
@@ -40,12 +35,6 @@ AR_HEADER_SIZE = 60
 AR_MAX_MEMBER_SIZE = 9_999_999_999      # the ar size field holds 10 decimal digits
 DEBIAN_BINARY = b"2.0\n"
 REQUIRED_CONTROL_FIELDS = ("Package", "Version", "Architecture", "Maintainer", "Description")
-COMPRESSIONS = {"zstd": "zst", "xz": "xz", "gzip": "gz"}
-# zstd workers each hold about 3 jobs: 4 MiB jobs and at most 8 workers keep the writer
-# under 200 MB of RSS on any machine (the default job size costs ~30 MB per worker). The
-# output depends on the job size, never on the number of workers.
-ZSTD_JOB_SIZE = 4 << 20
-ZSTD_MAX_THREADS = 8
 
 
 @dataclass(frozen=True)
@@ -69,60 +58,20 @@ class ArMember:
 # -- the data tree ---------------------------------------------------------------------
 
 
-def _name_problem(path: str) -> str | None:
-    """Why tar (or dpkg) can't hold this install path, or None."""
-    if not path.startswith("/") or path != "/" and path.endswith("/"):
-        return "must be an absolute path without a trailing slash"
-    if "\n" in path or "\0" in path or "\r" in path:
-        return "a file name that tar and dpkg can't hold (newline or NUL in it)"
-    if posixpath.normpath(path) != path and path != "/":
-        return "not a normalised path ('.', '..' or '//' in it)"
-    try:
-        path.encode("utf-8")
-    except UnicodeEncodeError:
-        return "a file name that is not valid UTF-8, which tar's GNU headers can't carry"
-    return None
-
-
 def _data_tree(spec: PackageSpec, doc_files: dict[str, bytes]) -> list[_DataEntry]:
     """Every data.tar member in order: `./`, missing ancestors as 0755 root dirs, the
-    planned entries and the generated doc files, sorted by path bytes (parents first)."""
-    problems: list[tuple[str, str]] = []
-    entries: dict[str, _DataEntry] = {}
-    for entry in spec.files:
-        problem = _name_problem(entry.path)
-        if entry.type not in (FILE, DIR, SYMLINK):
-            problem = f"unknown entry type {entry.type!r}"
-        elif entry.type == SYMLINK and (not entry.link_target or "\n" in entry.link_target
-                                        or "\0" in entry.link_target):
-            problem = f"symlink target {entry.link_target!r} can't be stored"
-        elif entry.type == FILE and not entry.source:
-            problem = "a file without a source path"
-        elif entry.path in entries:
-            problem = "listed twice"
-        if problem:
-            problems.append((f"{spec.name}: {entry.path}", problem))
-            continue
-        entries[entry.path] = _DataEntry(entry)
-    for path, data in doc_files.items():
-        if path in entries:
-            problems.append((f"{spec.name}: {path}", "collides with a generated Debian doc file"))
-            continue
-        entries[path] = _DataEntry(FileEntry(path, FILE, 0o644, size=len(data)), data)
-    for path in list(entries):
-        parent = posixpath.dirname(path)
-        while parent != "/":
-            existing = entries.get(parent)
-            if existing is None:
-                entries[parent] = _DataEntry(FileEntry(parent, DIR, 0o755))
-            elif existing.entry.type != DIR:
-                problems.append((f"{spec.name}: {path}", f"its parent {parent} is not a directory"))
-                break
-            parent = posixpath.dirname(parent)
-    if problems:
-        raise RocpkgInputError(problems)
-    entries["/"] = _DataEntry(FileEntry("/", DIR, 0o755))
-    return [entries[p] for p in sorted(entries, key=lambda p: p.encode("utf-8"))]
+    planned entries (the one normalised file list) and the generated doc files, sorted
+    by path bytes (parents first)."""
+    planned = checked_files(spec.name, spec.files)
+    taken = {e.path for e in planned}
+    collisions = [(f"{spec.name}: {path}", "collides with a generated Debian doc file")
+                  for path in doc_files if path in taken]
+    if collisions:
+        raise RocpkgInputError(collisions)
+    generated = [FileEntry(path, FILE, 0o644, size=len(data)) for path, data in doc_files.items()]
+    entries = with_parents(spec.name, planned + generated)
+    return ([_DataEntry(FileEntry("/", DIR, 0o755))]
+            + [_DataEntry(e, doc_files.get(e.path)) for e in entries])
 
 
 def _tar_name(path: str) -> str:
@@ -183,38 +132,6 @@ def _source_chunks(source: BinaryIO, size: int) -> Iterator[bytes | memoryview]:
         raise _SourceChanged(f"it has {os.fstat(fd).st_size} bytes now")
 
 
-# -- before writing: the sources are there ----------------------------------------------
-
-
-def _check_sources(spec: PackageSpec, tree: list[_DataEntry]) -> None:
-    """Every planned source is a readable regular file of its planned size; every bad one
-    is reported at once, before a byte is written. (Its md5 is taken while it streams into
-    data.tar, and control.tar rewritten afterwards: one read of each source.)"""
-    problems = []
-    for item in tree:
-        entry = item.entry
-        if entry.type != FILE or item.content is not None:
-            continue
-        try:
-            info = os.stat(entry.source)
-        except FileNotFoundError:
-            why = "the source file is missing (vanished since planning?)"
-        except OSError as exc:
-            why = f"the source file can't be read: {exc.strerror or exc}"
-        else:
-            if not stat.S_ISREG(info.st_mode):
-                why = "the source is not a regular file"
-            elif info.st_size != entry.size:
-                why = f"the source file has {info.st_size} bytes, the plan says {entry.size} (changed since planning?)"
-            elif not os.access(entry.source, os.R_OK):
-                why = "the source file can't be read: permission denied"
-            else:
-                continue
-        problems.append((f"{spec.name}: {entry.path}", f"{why} ({entry.source})"))
-    if problems:
-        raise RocpkgInputError(problems)
-
-
 def _md5sums(tree: list[_DataEntry], digests: dict[str, str], conffiles: list[str]) -> bytes:
     """dh_md5sums' format and choice: regular files except conffiles, paths without '/'.
     A source not yet read gets 32 zeros: the line has the same length either way."""
@@ -258,39 +175,6 @@ def _tar_end(offset: int) -> bytes:
     """Two zero blocks, then zeros up to a full 10 KiB record, as tar(1) writes."""
     offset += 2 * tarfile.BLOCKSIZE
     return b"\0" * (2 * tarfile.BLOCKSIZE + (-offset % tarfile.RECORDSIZE))
-
-
-class _XzWriter:
-    def __init__(self, sink, preset: int):
-        self.sink = sink
-        self.compressor = lzma.LZMACompressor(format=lzma.FORMAT_XZ, preset=preset)
-
-    def write(self, data) -> int:
-        self.sink.write(self.compressor.compress(data))
-        return len(data)
-
-    def close(self) -> None:
-        self.sink.write(self.compressor.flush())
-
-
-def _compressor(kind: str, options: BuildOptions, sink):
-    """A write()/close() stream compressing into sink; close() ends the stream without
-    closing sink. zstd runs in worker threads with a fixed job size; gzip writes no
-    name and mtime 0."""
-    level = options.compression_level
-    if kind == "zstd":
-        threads = min(options.threads or os.cpu_count() or 1, ZSTD_MAX_THREADS)
-        parameters = zstandard.ZstdCompressionParameters.from_level(
-            max(1, min(level, 19)), threads=threads, job_size=ZSTD_JOB_SIZE,
-            write_checksum=True)  # as dpkg-deb: dpkg then refuses a flipped byte
-        compressor = zstandard.ZstdCompressor(compression_params=parameters)
-        return compressor.stream_writer(sink, closefd=False)
-    if kind == "xz":
-        return _XzWriter(sink, max(0, min(level, 9)))
-    if kind == "gzip":
-        return gzip.GzipFile(filename="", mode="wb", fileobj=sink,
-                             compresslevel=max(1, min(level, 9)), mtime=0)
-    raise RocpkgInputError([("compression", f"unknown compression {kind!r} (zstd, xz, gzip)")])
 
 
 def _control_tar(control: str, scripts: dict[str, str], md5sums: bytes, conffiles: list[str],
@@ -417,13 +301,13 @@ def write_deb(spec: PackageSpec, out_dir: str, options: BuildOptions) -> BuiltPa
     leaves no file behind."""
     if spec.format != "deb":
         raise RocpkgInputError([(spec.name, f"a {spec.format!r} spec given to the .deb writer")])
-    if options.compression not in COMPRESSIONS:
+    if options.compression not in compression.SUFFIXES:
         raise RocpkgInputError([(spec.name, f"unknown compression {options.compression!r} (zstd, xz, gzip)")])
     rendered = render_deb(spec, options)
     control_text = _parse_control(spec, rendered.control).dump()
     tree = _data_tree(spec, rendered.doc_files)
     conffiles = [d.entry.path for d in tree if d.entry.type == FILE and d.entry.path.startswith("/etc/")]
-    _check_sources(spec, tree)
+    check_sources(spec.name, [d.entry for d in tree if d.content is None])
 
     has_sources = any(d.entry.type == FILE and d.content is None for d in tree)
 
@@ -452,7 +336,7 @@ def _write_ar(out: BinaryIO, spec: PackageSpec, control_member, tree: list[_Data
     data.tar.* compressed straight into `out`; then the data member's size and the real
     md5sums are patched in place (both keep their length)."""
     sde = options.source_date_epoch
-    data_name = f"data.tar.{COMPRESSIONS[options.compression]}"
+    data_name = f"data.tar.{compression.SUFFIXES[options.compression]}"
     out.write(AR_MAGIC)
     _ar_member(out, "debian-binary", DEBIAN_BINARY, sde)
     control_at = out.tell()
@@ -461,7 +345,7 @@ def _write_ar(out: BinaryIO, spec: PackageSpec, control_member, tree: list[_Data
     data_header_at = out.tell()
     out.write(_ar_header(data_name, 0, sde))
     counted = HashingWriter(out, ())
-    compressor = _compressor(options.compression, options, counted)
+    compressor = compression.compressor(options.compression, counted, options, compression.DEB)
     digests = _write_data_tar(compressor, spec, tree, sde)
     compressor.close()
     control = control_member(digests)
@@ -541,17 +425,7 @@ def open_deb_tar(path: str, prefix: str) -> Iterator[tarfile.TarFile]:
         raise RocpkgInputError([(path, f"no {prefix}* member")])
     with open(path, "rb") as f:
         raw = io.BufferedReader(_MemberReader(f, member), CHUNK)
-        suffix = member.name[len(prefix):]
-        if suffix == ".zst":
-            stream = zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True)
-        elif suffix == ".xz":
-            stream = lzma.LZMAFile(raw)
-        elif suffix == ".gz":
-            stream = gzip.GzipFile(fileobj=raw, mode="rb")
-        elif suffix == "":
-            stream = raw
-        else:
-            raise RocpkgInputError([(path, f"unsupported member compression {member.name}")])
+        stream = compression.open_decompressor(member.name[len(prefix):], raw, f"{path}: {member.name}")
         with tarfile.open(fileobj=stream, mode="r|") as tar:
             yield tar
 
@@ -571,6 +445,14 @@ def read_deb_control(path: str) -> Deb822:
     if data is None:
         raise RocpkgInputError([(path, "control.tar has no control file")])
     return Deb822(data.decode("utf-8"))
+
+
+def parse_relations(text: str) -> list[str]:
+    """A Depends-style field as its comma-separated relations (python-debian's parser;
+    `a (>= 1) | b` stays one), each in canonical spelling."""
+    if not text.strip():
+        return []
+    return [PkgRelation.str([group]) for group in PkgRelation.parse_relations(text)]
 
 
 def list_deb_files(path: str) -> list[tuple[str, int, int, str, str]]:

@@ -7,6 +7,7 @@ list. Writers pack what the plan says and nothing else.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import posixpath
 import re
 from dataclasses import dataclass, field
@@ -121,12 +122,11 @@ class _PlanBuilder:
         self.problems: list[tuple[str, str]] = []
         self.warnings: list[str] = []
         found = catalog.targets
+        # feature builds asked for by name (`--targets gfx90a:xnack+`): bare target -> IDs;
+        # a target asked for bare, or not at all, keeps every build the artifacts hold
+        self.builds: dict[str, set[str]] = {}
         if targets:
-            wanted = [kt.parse_target(t).processor.lower() for t in targets]
-            for t in wanted:
-                if t not in found:
-                    self.problems.append(("--targets", f"no artifact carries device code for {t}"))
-            self.targets = sort_targets(t for t in wanted if t in found)
+            self.targets = self._wanted_targets(targets, found)
         else:
             self.targets = found
         self.families = {}
@@ -135,6 +135,40 @@ class _PlanBuilder:
             if present:
                 self.families[fam] = present
         self.classes = {name: self._classify(d) for name, d in self.defs.items()}
+
+    def _wanted_targets(self, names: list[str], found: list[str]) -> list[str]:
+        """`--targets`: bare targets, feature builds, ROCr ISA names, families (their members
+        the artifacts hold). A name with features selects the builds a GPU of that name can
+        run (`gfx942:xnack+`: the xnack+ and the bare build, not the xnack- one)."""
+        from kpack.loader import compatible_targets
+
+        bare: list[str] = []
+        named_bare: set[str] = set()
+        for name in (n for text in names for n in re.split(r"[,;\s]+", text) if n):
+            family = next((f for f in self.families_table if f.lower() == name.lower()), None)
+            try:
+                wanted = kt.parse_target_list(name, self.families_table)
+            except kt.InvalidTargetError as exc:
+                self.problems.append(("--targets", str(exc)))
+                continue
+            if family is not None:
+                wanted = [t for t in wanted if t in found]
+                if not wanted:
+                    self.problems.append(("--targets", f"family {family}: no artifact carries device code for "
+                                                       f"any of {', '.join(self.families_table[family])}"))
+            for tid in map(kt.parse_target, wanted):
+                if tid.processor not in found:
+                    self.problems.append(("--targets", f"no artifact carries device code for {tid.processor} "
+                                                       f"(the artifacts have {', '.join(found) or 'none'})"))
+                    continue
+                if tid.processor not in bare:
+                    bare.append(tid.processor)
+                if tid.features:
+                    self.builds.setdefault(tid.processor, set()).update(compatible_targets(str(tid)))
+                else:
+                    named_bare.add(tid.processor)
+        self.builds = {t: ids for t, ids in self.builds.items() if t not in named_bare}  # bare: every build
+        return sort_targets(bare)
 
     # ---- classification and files -------------------------------------------------
     def _device_refs(self, d: Definition):
@@ -188,7 +222,8 @@ class _PlanBuilder:
                 continue
             for adir, stage, entries in self.catalog.stages(ref.artifact, ref.component, ref.subdir, target):
                 label = f"{adir.dirname}/{stage.line}"
-                chosen.extend((label, e) for e in entries)
+                named = self.builds.get(target or "")
+                chosen.extend((label, e) for e in entries if not named or not e.variant or e.variant in named)
         return self._entries_to_files(pkg_label, chosen)
 
     def _check_artifacts(self, d: Definition, namer: _Namer) -> None:
@@ -418,11 +453,15 @@ class _PlanBuilder:
 
     def _link_archive_providers(self, plan: Plan, files) -> None:
         """A device package that ships no kpack archive of its own depends on the device
-        package that ships the archive its host binaries' markers name (the splitter put a
-        shared artifact's archive under its first stage prefix only)."""
-        from kpack.marker import read_marker, resolve_search_paths
+        packages that ship the archives the runtime would load for its host binaries on a
+        GPU of its target, in every feature mode (the splitter put a shared artifact's
+        archive under its first stage prefix only; a release may build only feature
+        variants, `gfx90a:xnack+` and `gfx90a:xnack-`)."""
+        from kpack.loader import find_kernel
+        from kpack.marker import read_marker
 
         marker_cache: dict[str, object] = {}
+        index_cache: dict[str, object] = {}
 
         def markers_of(fe: m.FileEntry):
             if fe.source not in marker_cache:
@@ -434,12 +473,23 @@ class _PlanBuilder:
             return marker_cache[fe.source]
 
         for fmt, specs in plan.packages.items():
-            shipped: dict[str, str] = {}
+            shipped: dict[str, m.FileEntry] = {}
+            owner: dict[str, str] = {}
             for p in specs:
                 if p.kind == m.KIND_DEVICE:
                     for fe in p.files:
-                        if fe.type != m.DIR:
-                            shipped[fe.path] = p.name
+                        if fe.type == m.FILE and fe.path.endswith(".kpack"):
+                            shipped[fe.path] = fe
+                            owner[fe.path] = p.name
+
+            def open_archive(path: str):
+                fe = shipped.get(path)
+                if fe is None:
+                    return None
+                if fe.source not in index_cache:
+                    index_cache[fe.source] = _archive_index(fe.source)
+                return index_cache[fe.source]
+
             for p in specs:
                 if p.kind != m.KIND_DEVICE:
                     continue
@@ -453,12 +503,13 @@ class _PlanBuilder:
                     marker = markers_of(fe)
                     if marker is None:
                         continue
-                    for path in resolve_search_paths(marker, fe.path, p.target):
-                        owner = shipped.get(path)
-                        if owner and owner != p.name and owner not in providers:
-                            providers.append(owner)
-                for owner in providers:
-                    dep = self._pin(fmt, owner)
+                    for isa in device_isas(p.target):
+                        found = find_kernel(marker, fe.path, isa, 0, open_archive)
+                        provider = owner.get(found.archive or "")
+                        if provider and provider != p.name and provider not in providers:
+                            providers.append(provider)
+                for provider in providers:
+                    dep = self._pin(fmt, provider)
                     if dep not in p.depends:
                         p.depends.append(dep)
                 if not providers and not any(fe.type != m.DIR for fe in p.files):
@@ -488,6 +539,33 @@ class _PlanBuilder:
                  for n, d in self.defs.items()}
         return [f"dependency cycle (legal in DEB/RPM): {' -> '.join(c + [c[0]])}" for c in _strongly_connected(graph)
                 if len(c) > 1]
+
+
+def device_isas(target: str) -> list[str]:
+    """Every ISA name a GPU of this bare target can report: each feature it supports on
+    and off (`gfx90a:sramecc+:xnack-`, ...), in LLVM's feature order; the bare name for a
+    processor without features."""
+    features = sorted(kt.supported_features(target))
+    return [target + "".join(f":{name}{sign}" for name, sign in zip(features, signs))
+            for signs in itertools.product("+-", repeat=len(features))]
+
+
+def _archive_index(source: str):
+    """What the runtime consults of one archive (kpack.loader.ArchiveIndex); an archive
+    that does not open is skipped by the runtime, so it answers nothing here (the build
+    checks name it)."""
+    from kpack.archive import KpackReader
+    from kpack.errors import KpackFormatError
+    from kpack.loader import ArchiveIndex
+
+    try:
+        with KpackReader(source) as reader:
+            kernels: dict[str, set[str]] = {}
+            for entry in reader.entries():
+                kernels.setdefault(entry.key, set()).add(entry.arch)
+            return ArchiveIndex.from_kernels(reader.gfx_arches, kernels)
+    except (KpackFormatError, OSError):
+        return None
 
 
 def _looks_elf(path: str) -> bool:

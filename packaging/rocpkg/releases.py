@@ -25,6 +25,7 @@ from typing import Iterable
 from debian.debian_support import Version
 
 from rocpkg.errors import RocpkgInputError
+from rocpkg.indexes import PackageRef, published_entries
 from rocpkg.streams import AtomicOutput
 
 MANIFEST = "manifest.json"
@@ -39,7 +40,7 @@ class ReleaseRecord:
     release: str
     targets: tuple[str, ...] = ()
     formats: tuple[str, ...] = ()
-    allowed: tuple[str, ...] = ()       # verify checks build was told to let through (--allow)
+    allowed: tuple = ()                 # problems build let through (--allow): gate.Refusal.to_dict()
     plan: str = ""
     files: tuple[str, ...] = ()         # package files, relative to OUT
     date: int = 0                       # the SOURCE_DATE_EPOCH it was built with
@@ -193,8 +194,10 @@ def write_release(out_dir: str | os.PathLike, record: ReleaseRecord, entries: It
     return write_manifest(out_dir, record_release(read_manifest(out_dir), record, entries))
 
 
-def _union(a: Iterable[str], b: Iterable[str]) -> tuple[str, ...]:
-    return tuple(sorted(set(a) | set(b)))
+def _union(a: Iterable, b: Iterable) -> tuple:
+    """Sorted, without repeats; items are names or (allowed problems) small dicts."""
+    items = {json.dumps(x, sort_keys=True): x for x in (*a, *b)}
+    return tuple(items[k] for k in sorted(items))
 
 
 def _document(records: list[ReleaseRecord], packages: Iterable[dict], newest: ReleaseRecord | None,
@@ -213,16 +216,10 @@ def _document(records: list[ReleaseRecord], packages: Iterable[dict], newest: Re
 # -- published bytes never change -------------------------------------------------------------
 
 @dataclass(frozen=True)
-class Planned:
+class Planned(PackageRef):
     """A package build is about to write: what it is, where it goes, and whether the
     build would rewrite it (its fingerprint differs from the one OUT's state recorded)."""
 
-    format: str
-    name: str
-    version: str
-    release: str
-    arch: str
-    file: str               # relative to OUT
     rewrite: bool = True
 
 
@@ -231,8 +228,6 @@ def conflicting_rebuilds(out_dir: str | os.PathLike, planned: Iterable[Planned])
     although an index in OUT (APT Packages, DNF primary) or the manifest already publishes
     its name-version-release-architecture: the published bytes would change under the
     same name. Pure: reads OUT, writes nothing."""
-    from rocpkg.integrity import published_entries
-
     out_dir = os.fspath(out_dir)
     published = {(p.format, p.name, p.version, p.release, p.arch): p for p in published_entries(out_dir)}
     known = {}

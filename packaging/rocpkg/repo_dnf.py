@@ -14,17 +14,17 @@ import gzip
 import io
 import os
 import re
-import stat
 import time
 import xml.etree.ElementTree as ET
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from xml.sax.saxutils import XMLGenerator
 
-from rocpkg import rpm
 from rocpkg.digest_cache import DigestCache
 from rocpkg.errors import RocpkgInputError
-from rocpkg.rpm import Tag
+from rocpkg.rpm import RpmPackageRecord, package_from_header, read_rpm, split_evr
+from rocpkg.rpm.record import DEPENDENCY_TAGS
+from rocpkg.rpm.relations import FLAG_NAMES, PRE_FLAGS
 from rocpkg.sign import ARMORED_KEY_NAME, Signer, sign_rpm_header
 from rocpkg.streams import AtomicOutput, HashingWriter, hash_file
 
@@ -36,21 +36,6 @@ NS_REPO = "http://linux.duke.edu/metadata/repo"
 
 CHANGELOG_LIMIT = 10        # createrepo_c's default --changelog-limit
 
-# Requires that must be satisfied before a scriptlet runs: createrepo_c's pre="1".
-_PRE_FLAGS = (1 << 5) | (1 << 6) | (1 << 7) | (1 << 9) | (1 << 10)  # POSTTRANS PREREQ PRETRANS PRE POST
-_FLAG_NAMES = {rpm.RPMSENSE_LESS: "LT", rpm.RPMSENSE_GREATER: "GT", rpm.RPMSENSE_EQUAL: "EQ",
-               rpm.RPMSENSE_LESS | rpm.RPMSENSE_EQUAL: "LE",
-               rpm.RPMSENSE_GREATER | rpm.RPMSENSE_EQUAL: "GE"}
-_DEPENDENCY_KINDS = (  # primary element, name tag, flags tag, version tag
-    ("provides", Tag.PROVIDENAME, Tag.PROVIDEFLAGS, Tag.PROVIDEVERSION),
-    ("requires", Tag.REQUIRENAME, Tag.REQUIREFLAGS, Tag.REQUIREVERSION),
-    ("conflicts", Tag.CONFLICTNAME, Tag.CONFLICTFLAGS, Tag.CONFLICTVERSION),
-    ("obsoletes", Tag.OBSOLETENAME, Tag.OBSOLETEFLAGS, Tag.OBSOLETEVERSION),
-    ("suggests", Tag.SUGGESTNAME, Tag.SUGGESTFLAGS, Tag.SUGGESTVERSION),
-    ("enhances", Tag.ENHANCENAME, Tag.ENHANCEFLAGS, Tag.ENHANCEVERSION),
-    ("recommends", Tag.RECOMMENDNAME, Tag.RECOMMENDFLAGS, Tag.RECOMMENDVERSION),
-    ("supplements", Tag.SUPPLEMENTNAME, Tag.SUPPLEMENTFLAGS, Tag.SUPPLEMENTVERSION),
-)
 # XML 1.0 cannot carry these at all, escaped or not.
 _XML_INVALID = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
 
@@ -140,22 +125,16 @@ def write_client_snippet(out_dir: str | os.PathLike, base_url: str | None = None
 
 @dataclass
 class _Package:
-    """What the metadata needs from one RPM: its header, file facts and location."""
+    """One RPM's header record and the facts of its file: checksum, size, location."""
 
-    info: rpm.RpmInfo
+    record: RpmPackageRecord
     href: str
     checksum: str
     size: int
     file_time: int
-    name: str
-    arch: str
-    epoch: int
-    version: str
-    release: str
 
-    @property
-    def path(self) -> str:
-        return self.info.path
+    def __getattr__(self, name: str):
+        return getattr(self.record, name)   # name, arch, epoch, version, release, path...
 
     @property
     def nevra(self) -> str:
@@ -175,20 +154,13 @@ def _rpm_files(rpm_root: str) -> list[str]:
 def _read_package(rpm_root: str, rel: str, source_date_epoch: int | None,
                   digests: DigestCache) -> _Package:
     path = os.path.join(rpm_root, rel)
-    info = rpm.read_rpm(path)
-    header = info.header
-    for tag in (Tag.NAME, Tag.VERSION, Tag.RELEASE, Tag.ARCH):
-        if not header.get(tag):
-            raise RocpkgInputError(path, f"RPM header has no {tag.name} tag")
+    record = package_from_header(read_rpm(path))
     href = rel.replace(os.sep, "/")
     sha256, size = digests.sha256(path, href)
     mtime = int(os.stat(path).st_mtime)
     if source_date_epoch is not None:
         mtime = min(mtime, int(source_date_epoch))
-    return _Package(info=info, href=href, checksum=sha256, size=size, file_time=mtime, name=header[Tag.NAME],
-                    arch="src" if header.get(Tag.SOURCEPACKAGE) else header[Tag.ARCH],
-                    epoch=_int(header.get(Tag.EPOCH)), version=header[Tag.VERSION],
-                    release=header[Tag.RELEASE])
+    return _Package(record=record, href=href, checksum=sha256, size=size, file_time=mtime)
 
 
 def _sign_packages(paths: list[str], signer: Signer) -> dict[str, str]:
@@ -210,51 +182,13 @@ def _sign_packages(paths: list[str], signer: Signer) -> dict[str, str]:
 
 
 def _has_header_signature(path: str) -> bool:
-    signature = rpm.read_rpm(path).signature
-    return rpm.SigTag.RSA in signature or rpm.SigTag.DSA in signature
-
-
-def _files(header: dict) -> list[tuple[str, str]]:
-    """(path, type) for every file in header order; type "", "dir" or "ghost"."""
-    if Tag.BASENAMES in header:
-        dirnames = header[Tag.DIRNAMES]
-        paths = [dirnames[i] + base for i, base in zip(header[Tag.DIRINDEXES], header[Tag.BASENAMES])]
-    else:
-        paths = list(header.get(Tag.OLDFILENAMES, []))
-    modes = header.get(Tag.FILEMODES, [])
-    flags = header.get(Tag.FILEFLAGS, [])
-    result = []
-    for i, path in enumerate(paths):
-        if i < len(modes) and stat.S_ISDIR(modes[i]):
-            kind = "dir"
-        elif i < len(flags) and flags[i] & rpm.RPMFILE_GHOST:
-            kind = "ghost"
-        else:
-            kind = ""
-        result.append((path, kind))
-    return result
+    return package_from_header(read_rpm(path)).header_signed
 
 
 def _is_primary_file(path: str) -> bool:
     """createrepo_c's cr_is_primary(): the files dnf may resolve path requires against
     without downloading filelists."""
     return path.startswith("/etc/") or path == "/usr/lib/sendmail" or "bin/" in path
-
-
-def _dependencies(header: dict, name_tag: int, flags_tag: int, version_tag: int):
-    names = header.get(name_tag, [])
-    flags = header.get(flags_tag, [0] * len(names))
-    versions = header.get(version_tag, [""] * len(names))
-    return list(zip(names, flags, versions))
-
-
-def _split_evr(evr: str) -> tuple[str | None, str | None, str | None]:
-    """'[epoch:]version[-release]' -> (epoch or "0", version, release or None)."""
-    if not evr:
-        return None, None, None
-    epoch, _, rest = evr.rpartition(":") if ":" in evr else ("0", "", evr)
-    version, _, release = rest.partition("-")
-    return epoch or "0", version, release or None
 
 
 # -- what is already published ------------------------------------------------------------
@@ -389,33 +323,30 @@ def _version_attrs(pkg: _Package) -> dict:
 def _dump_primary(xml: _Xml, packages: list[_Package]) -> None:
     xml.start("metadata", {"xmlns": NS_COMMON, "xmlns:rpm": NS_RPM, "packages": str(len(packages))})
     for pkg in packages:
-        h = pkg.info.header
+        r = pkg.record
         xml.newline(0)
         xml.start("package", {"type": "rpm"})
         for name, text, attrs in (
                 ("name", pkg.name, None), ("arch", pkg.arch, None),
                 ("version", None, _version_attrs(pkg)),
                 ("checksum", pkg.checksum, {"type": "sha256", "pkgid": "YES"}),
-                ("summary", _text(h, Tag.SUMMARY), None),
-                ("description", _text(h, Tag.DESCRIPTION), None),
-                ("packager", _text(h, Tag.PACKAGER), None), ("url", _text(h, Tag.URL), None),
-                ("time", None, {"file": pkg.file_time, "build": _int(h.get(Tag.BUILDTIME))}),
-                ("size", None, {"package": pkg.size, "installed": _installed_size(h),
-                                "archive": _archive_size(pkg.info)}),
+                ("summary", r.summary, None), ("description", r.description, None),
+                ("packager", r.packager, None), ("url", r.url, None),
+                ("time", None, {"file": pkg.file_time, "build": r.build_time}),
+                ("size", None, {"package": pkg.size, "installed": r.installed_size,
+                                "archive": r.archive_size}),
                 ("location", None, {"href": pkg.href})):
             xml.newline(1)
             xml.element(name, text, attrs)
         xml.newline(1)
         xml.start("format")
-        for name, text in (("rpm:license", _text(h, Tag.LICENSE)), ("rpm:vendor", _text(h, Tag.VENDOR)),
-                           ("rpm:group", _text(h, Tag.GROUP)), ("rpm:buildhost", _text(h, Tag.BUILDHOST)),
-                           ("rpm:sourcerpm", _text(h, Tag.SOURCERPM))):
+        for name, text in (("rpm:license", r.license), ("rpm:vendor", r.vendor), ("rpm:group", r.group),
+                           ("rpm:buildhost", r.buildhost), ("rpm:sourcerpm", r.sourcerpm)):
             xml.newline(2)
             xml.element(name, text)
         xml.newline(2)
-        xml.element("rpm:header-range", None, {"start": pkg.info.header_start, "end": pkg.info.header_end})
-        files = _files(h)
-        for kind, entries in _primary_dependencies(h, {p for p, _ in files}):
+        xml.element("rpm:header-range", None, {"start": r.header_start, "end": r.header_end})
+        for kind, entries in _primary_dependencies(r):
             xml.newline(2)
             xml.start(f"rpm:{kind}")
             for attrs in entries:
@@ -423,10 +354,10 @@ def _dump_primary(xml: _Xml, packages: list[_Package]) -> None:
                 xml.element("rpm:entry", None, attrs)
             xml.newline(2)
             xml.end(f"rpm:{kind}")
-        for path, kind in files:
-            if _is_primary_file(path):
+        for f in r.files:
+            if _is_primary_file(f.path):
                 xml.newline(2)
-                xml.element("file", path, {"type": kind or None})
+                xml.element("file", f.path, {"type": f.kind or None})
         xml.newline(1)
         xml.end("format")
         xml.newline(0)
@@ -436,22 +367,23 @@ def _dump_primary(xml: _Xml, packages: list[_Package]) -> None:
     xml.out.ignorableWhitespace("\n")
 
 
-def _primary_dependencies(header: dict, files: set[str]):
+def _primary_dependencies(record: RpmPackageRecord):
     """(kind, [entry attrs]) per non-empty dependency kind, filtered as createrepo_c does:
     no rpmlib() requires, no requires on the package's own primary files, no repeats."""
-    for kind, name_tag, flags_tag, version_tag in _DEPENDENCY_KINDS:
+    files = {f.path for f in record.files}
+    for kind in DEPENDENCY_TAGS:
         entries, seen = [], set()
-        for name, flags, evr in _dependencies(header, name_tag, flags_tag, version_tag):
+        for name, flags, evr in record.dependencies[kind]:
             pre = None
             if kind == "requires":
                 if name.startswith("rpmlib("):
                     continue
                 if name.startswith("/") and name in files and _is_primary_file(name):
                     continue
-                if flags & _PRE_FLAGS:
+                if flags & PRE_FLAGS:
                     pre = "1"
-            epoch, version, release = _split_evr(evr)
-            attrs = {"name": name, "flags": _FLAG_NAMES.get(flags & 0xF),
+            epoch, version, release = split_evr(evr)
+            attrs = {"name": name, "flags": FLAG_NAMES.get(flags & 0xF),
                      "epoch": epoch, "ver": version, "rel": release, "pre": pre}
             key = tuple(attrs.values())
             if key in seen:
@@ -469,9 +401,9 @@ def _dump_filelists(xml: _Xml, packages: list[_Package]) -> None:
         xml.start("package", {"pkgid": pkg.checksum, "name": pkg.name, "arch": pkg.arch})
         xml.newline(1)
         xml.element("version", None, _version_attrs(pkg))
-        for path, kind in _files(pkg.info.header):
+        for f in pkg.record.files:
             xml.newline(1)
-            xml.element("file", path, {"type": kind or None})
+            xml.element("file", f.path, {"type": f.kind or None})
         xml.newline(0)
         xml.end("package")
     xml.newline(0)
@@ -482,13 +414,11 @@ def _dump_filelists(xml: _Xml, packages: list[_Package]) -> None:
 def _dump_other(xml: _Xml, packages: list[_Package]) -> None:
     xml.start("otherdata", {"xmlns": NS_OTHER, "packages": str(len(packages))})
     for pkg in packages:
-        h = pkg.info.header
         xml.newline(0)
         xml.start("package", {"pkgid": pkg.checksum, "name": pkg.name, "arch": pkg.arch})
         xml.newline(1)
         xml.element("version", None, _version_attrs(pkg))
-        entries = list(zip(h.get(Tag.CHANGELOGTIME, []), h.get(Tag.CHANGELOGNAME, []),
-                           h.get(Tag.CHANGELOGTEXT, [])))[:CHANGELOG_LIMIT]
+        entries = pkg.record.changelog[:CHANGELOG_LIMIT]
         for when, author, text in reversed(entries):     # oldest first, as createrepo_c
             xml.newline(1)
             xml.element("changelog", text, {"author": author, "date": when})
@@ -515,29 +445,6 @@ def _repomd_bytes(records: list[dict], revision: int) -> bytes:
 
 
 # -- small helpers ------------------------------------------------------------------------
-
-def _text(header: dict, tag: int) -> str:
-    value = header.get(tag, "")
-    if isinstance(value, list):   # I18NSTRING: the C locale's text comes first
-        value = value[0] if value else ""
-    return value
-
-
-def _int(value) -> int:
-    if isinstance(value, list):
-        return value[0] if value else 0
-    return value or 0
-
-
-def _installed_size(header: dict) -> int:
-    return _int(header.get(Tag.LONGSIZE)) or _int(header.get(Tag.SIZE))
-
-
-def _archive_size(info: rpm.RpmInfo) -> int:
-    return (_int(info.signature.get(rpm.SigTag.LONGARCHIVESIZE))
-            or _int(info.signature.get(rpm.SigTag.PAYLOADSIZE))
-            or _int(info.header.get(Tag.ARCHIVESIZE)))
-
 
 def _as_url(location: str) -> str:
     return location if "://" in location else "file://" + os.path.abspath(location)

@@ -51,10 +51,11 @@ def _is_device_artifact(config: Config, artifact: str, component: str) -> bool:
 
 class _Generator:
     def __init__(self, root: str, config: Config, targets: list[str], layout: str, size_mb: float, seed: int,
-                 scheme: str):
+                 scheme: str, variants: dict[str, list[str]] | None = None):
         self.root = root
         self.config = config
         self.targets = targets
+        self.variants = variants or {}
         self.layout = layout
         self.rng = random.Random(seed)
         self.scheme = scheme
@@ -157,7 +158,11 @@ class _Generator:
 
     # ---- device trees ------------------------------------------------------------
     def _variants(self, target: str) -> list[str]:
-        """The target itself and, where it has the feature, its xnack+ build."""
+        """The builds asked for (`gfx90a:xnack+,gfx90a:xnack-`: those only, TheRock's xnack/ASAN
+        layout with no bare build), else the target itself and, where it has the feature, its
+        xnack+ build."""
+        if self.variants.get(target):
+            return self.variants[target]
         return [target] + ([f"{target}:xnack+"] if "xnack" in kt.supported_features(target) else [])
 
     def _code_object(self, variant: str) -> bytes:
@@ -207,10 +212,11 @@ class _Generator:
 
     def _split(self, artifact: str, component: str) -> None:
         for t in self.targets:
-            for variant in self._variants(t):
+            for index, variant in enumerate(self._variants(t)):
                 path = self._artifact_dir(artifact, component, variant)
-                if variant == t:
-                    self._device_tree(path, artifact, component, [t], [t])
+                if variant == t or (index == 0 and t not in self._variants(t)):
+                    # the bare build, or the first feature build when there is no bare one
+                    self._device_tree(path, artifact, component, [t], [variant])
                 else:  # a feature build holds just its archive
                     subdirs = self.groups[(artifact, component)]
                     self._archive(os.path.join(path, self._stage_line(artifact, subdirs[0])), artifact, component, variant)
@@ -245,19 +251,24 @@ def make_sample_artifacts(root: str | os.PathLike, config: Config, *, targets: l
     problems = []
     if layout not in ("split", "recombined"):
         problems.append(("--layout", f"{layout!r} is not split or recombined"))
-    parsed = []
+    parsed: list[str] = []
+    variants: dict[str, list[str]] = {}
     for t in targets or DEFAULT_TARGETS:
         try:
             tid = kt.parse_target(t)
         except ValueError as exc:
             problems.append(("--targets", str(exc)))
             continue
-        if tid.features:
-            problems.append(("--targets", f"{t}: give bare targets; feature builds are generated where supported"))
-        elif kt.family_of(tid.processor) is None:
-            problems.append(("--targets", f"{t}: not in any family"))
-        elif tid.processor not in parsed:
+        if problem := kt.release_target_problem(t):
+            problems.append(("--targets", problem))
+            continue
+        if tid.processor not in parsed:
             parsed.append(tid.processor)
+        named = variants.setdefault(tid.processor, [])
+        if str(tid) not in named:
+            named.append(str(tid))
+    # a feature build asked for by name: only the named builds of that target (bare one first)
+    variants = {p: sorted(ids, key=lambda v: (v != p, v)) for p, ids in variants.items() if ids != [p]}
     if os.path.exists(root) and os.listdir(root):
         if clean:
             shutil.rmtree(root)
@@ -266,4 +277,4 @@ def make_sample_artifacts(root: str | os.PathLike, config: Config, *, targets: l
     if problems:
         raise RocpkgInputError(problems)
     os.makedirs(root, exist_ok=True)
-    return _Generator(root, config, parsed, layout, size_mb, seed, scheme).run()
+    return _Generator(root, config, parsed, layout, size_mb, seed, scheme, variants).run()

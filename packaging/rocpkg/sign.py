@@ -12,15 +12,11 @@ from __future__ import annotations
 import os
 import subprocess
 
-from rocpkg import rpm
 from rocpkg.errors import RocpkgInputError
+from rocpkg.rpm import TYPE_BIN, SigTag, package_from_header, read_rpm, replace_signature
 from rocpkg.streams import AtomicOutput
 
-# RPM signature header tags for a header-only OpenPGP signature (rpmtag.h).
-RPMSIGTAG_DSA = 267       # DSA, ECDSA and EdDSA keys
-RPMSIGTAG_RSA = 268       # RSA keys
-
-# OpenPGP public key algorithm ids (RFC 4880 9.1) that rpm files under RPMSIGTAG_RSA.
+# OpenPGP public key algorithm ids (RFC 4880 9.1) that rpm files under SigTag.RSA.
 _RSA_ALGORITHMS = {"1", "2", "3"}
 
 KEYRING_NAME = "rocm.gpg"     # binary keyring, for apt's signed-by=
@@ -69,7 +65,7 @@ class Signer:
     @property
     def rpm_header_signature_tag(self) -> int:
         """The signature-header tag rpm expects for this key's header signature."""
-        return RPMSIGTAG_RSA if self._secret_key()[0] in _RSA_ALGORITHMS else RPMSIGTAG_DSA
+        return SigTag.RSA if self._secret_key()[0] in _RSA_ALGORITHMS else SigTag.DSA
 
     # -- signatures ------------------------------------------------------------------
 
@@ -147,12 +143,12 @@ def sign_rpm_header(path: str | os.PathLike, signer: Signer) -> bool:
     for v4 packages: RSAHEADER or DSAHEADER in the signature header), in place, keeping
     the file size, main header and payload byte-identical. An RPM that already carries a
     header signature is left as it is. Returns whether it signed."""
-    info = rpm.read_rpm(path)
-    if RPMSIGTAG_RSA in info.signature or RPMSIGTAG_DSA in info.signature:
+    record = package_from_header(read_rpm(path))
+    if record.header_signed:
         return False
     with open(path, "rb") as f:
-        f.seek(info.header_start)
-        header_bytes = f.read(info.header_end - info.header_start)
+        f.seek(record.header_start)
+        header_bytes = f.read(record.header_end - record.header_start)
     signature = signer.detached_binary(header_bytes)
-    rpm.replace_signature(path, {signer.rpm_header_signature_tag: (rpm.TYPE_BIN, signature)})
+    replace_signature(path, {signer.rpm_header_signature_tag: (TYPE_BIN, signature)})
     return True

@@ -79,16 +79,32 @@ class AtomicOutput:
 
     def __exit__(self, exc_type, exc, tb):
         try:
-            self.file.close()
-        finally:
+            self.file.close()  # flushes: a full disk may only show here
             if exc_type is None:
                 os.replace(self.tmp, self.path)
-            else:
-                try:
-                    os.unlink(self.tmp)
-                except FileNotFoundError:
-                    pass
+        except OSError as error:
+            self._discard()
+            raise self._named(error)
+        except BaseException:
+            self._discard()
+            raise
+        if exc_type is not None:
+            self._discard()
+            if isinstance(exc, OSError):
+                self._named(exc)
         return False
+
+    def _discard(self) -> None:
+        try:
+            os.unlink(self.tmp)
+        except FileNotFoundError:
+            pass
+
+    def _named(self, error: OSError) -> OSError:
+        """A failed write (ENOSPC, EIO) names no file; the user needs to know which one."""
+        if error.filename is None:
+            error.filename = self.path
+        return error
 
 
 def read_upto(stream, n: int) -> bytes:

@@ -62,14 +62,19 @@ from typing import Callable, Iterable
 from kpack import targets as kt
 from kpack.archive import KpackReader
 from kpack.errors import KpackFormatError
-from kpack.marker import GFXARCH, Marker, read_marker, resolve_search_paths
+from kpack.loader import ArchiveIndex, compatible_targets, find_kernel, search_order
+from kpack.marker import GFXARCH, Marker, read_marker
 from rocpkg import model as m
 from rocpkg.config import common_namespace, external_rule, namespace, relation_names
 from rocpkg.errors import RocpkgInputError
-from rocpkg.plan import closure
+from rocpkg.plan import closure, device_isas
 from rocpkg.streams import CHUNK, copy_stream, read_exact, read_upto, skip_exact
 
 REPORT_SCHEMA = "rocpkg-verify/1"
+# The checks verify makes of a plan (and so the ones build refuses on, rocpkg.gate)
+PLAN_CHECKS = ("archive-missing", "variant-missing", "archive-target", "kernel-missing", "generic-binary",
+               "empty-device", "target-depends", "meta-kernels", "meta-foreign-target", "file-conflict",
+               "relation", "unreadable")
 RELATION_FIELDS = ("depends", "pre_depends", "recommends", "suggests")
 EM_AMDGPU = 224
 KPACK_HEAD = 68                 # header, zeros to 64, and the zstd frame count at 64
@@ -307,24 +312,19 @@ def _package_files(out_dir: str) -> dict[str, list[str]]:
     return found
 
 
-def _split_evr(evr: str) -> tuple[int, str, str]:
-    epoch, _, rest = evr.rpartition(":")
-    version, _, release = rest.rpartition("-")
-    return int(epoch or 0), version or rest, release if version else ""
-
-
 def _read_deb_meta(path: str):
-    from rocpkg.deb import read_deb_control
+    from debian.debian_support import Version
+
+    from rocpkg.deb import parse_relations, read_deb_control
 
     try:
         control = read_deb_control(path)
-        epoch, version, release = _split_evr(control["Version"])
-        spec = m.PackageSpec("deb", control["Package"], version, release, control.get("Architecture", ""), "",
-                             epoch=epoch)
+        version = Version(control["Version"])
+        spec = m.PackageSpec("deb", control["Package"], version.upstream_version, version.debian_revision or "",
+                             control.get("Architecture", ""), "", epoch=int(version.epoch or 0))
         for attr, key in (("depends", "Depends"), ("pre_depends", "Pre-Depends"), ("recommends", "Recommends"),
                           ("suggests", "Suggests"), ("provides", "Provides")):
-            text = control.get(key, "")
-            getattr(spec, attr).extend(r.strip() for r in text.split(",") if r.strip())
+            getattr(spec, attr).extend(parse_relations(control.get(key, "")))
         return path, spec, None
     except (RocpkgInputError, KeyError, ValueError, OSError, EOFError) as exc:
         return path, None, _why(exc)
@@ -336,60 +336,33 @@ def _why(exc: Exception) -> str:
     return str(exc) or type(exc).__name__
 
 
-def _rpm_relations(info, name_tag, flags_tag, version_tag) -> list[str]:
-    from rocpkg import rpm
+def _rpm_relations(record, kind: str) -> list[str]:
+    """The record's relations of one kind as text, without rpmlib() features or repeats."""
+    from rocpkg.rpm.relations import format_relation, is_rpmlib
 
-    names = info.header.get(name_tag) or []
-    flags = info.header.get(flags_tag) or [0] * len(names)
-    versions = info.header.get(version_tag) or [""] * len(names)
     out = []
-    for name, flag, version in zip(names, flags, versions):
-        if flag & rpm.RPMSENSE_RPMLIB or name.startswith("rpmlib("):
-            continue
-        op = {rpm.RPMSENSE_EQUAL: "=", rpm.RPMSENSE_LESS: "<", rpm.RPMSENSE_GREATER: ">",
-              rpm.RPMSENSE_LESS | rpm.RPMSENSE_EQUAL: "<=",
-              rpm.RPMSENSE_GREATER | rpm.RPMSENSE_EQUAL: ">="}.get(flag & 0xE, "")
-        text = f"{name} {op} {version}" if op and version else name
-        if text not in out:
+    for name, flags, version in record.dependencies[kind]:
+        text = format_relation(name, flags, version)
+        if not is_rpmlib(name, flags) and text not in out:
             out.append(text)
     return out
 
 
 def _read_rpm_meta(path: str):
-    from rocpkg import rpm
+    from rocpkg.rpm import package_from_header, read_rpm
 
-    T = rpm.Tag
     try:
-        info = rpm.read_rpm(path)
-        h = info.header
-        spec = m.PackageSpec("rpm", info.name, h[T.VERSION], h[T.RELEASE], h.get(T.ARCH, ""), "",
-                             epoch=int(info.first(T.EPOCH, 0) or 0))
-        spec.depends = _rpm_relations(info, T.REQUIRENAME, T.REQUIREFLAGS, T.REQUIREVERSION)
-        spec.recommends = _rpm_relations(info, T.RECOMMENDNAME, getattr(T, "RECOMMENDFLAGS", 0), T.RECOMMENDVERSION)
-        spec.suggests = _rpm_relations(info, T.SUGGESTNAME, T.SUGGESTFLAGS, T.SUGGESTVERSION)
-        spec.provides = _rpm_relations(info, T.PROVIDENAME, T.PROVIDEFLAGS, T.PROVIDEVERSION)
-        spec.files = _rpm_header_files(info)
+        record = package_from_header(read_rpm(path))
+        spec = m.PackageSpec("rpm", record.name, record.version, record.release, record.arch, "",
+                             epoch=record.epoch)
+        spec.depends = _rpm_relations(record, "requires")
+        spec.recommends = _rpm_relations(record, "recommends")
+        spec.suggests = _rpm_relations(record, "suggests")
+        spec.provides = _rpm_relations(record, "provides")
+        spec.files = record.file_entries()
         return path, spec, None
     except (RocpkgInputError, KeyError, ValueError, OSError, EOFError) as exc:
         return path, None, _why(exc)
-
-
-def _rpm_header_files(info) -> list[m.FileEntry]:
-    from rocpkg.rpm import Tag
-
-    h = info.header
-    basenames = h.get(Tag.BASENAMES) or []
-    dirnames = h.get(Tag.DIRNAMES) or []
-    indexes = h.get(Tag.DIRINDEXES) or []
-    modes = h.get(Tag.FILEMODES) or []
-    sizes = h.get(Tag.LONGFILESIZES) or h.get(Tag.FILESIZES) or []
-    links = h.get(Tag.FILELINKTOS) or [""] * len(basenames)
-    files = []
-    for base, index, mode, size, link in zip(basenames, indexes, modes, sizes, links):
-        kind = {0o040000: m.DIR, 0o120000: m.SYMLINK}.get(mode & 0o170000, m.FILE)
-        files.append(m.FileEntry(dirnames[index] + base, kind, mode & 0o7777, "", size if kind == m.FILE else 0,
-                                 link if kind == m.SYMLINK else ""))
-    return files
 
 
 def _target_suffix(name: str) -> str:
@@ -602,17 +575,17 @@ def _read_deb_payload(spec: m.PackageSpec, package_file: str, spill_dir: str):
 
 def _read_rpm_payload(spec: m.PackageSpec, package_file: str, spill_dir: str):
     """One pass over the cpio payload, only when the header lists something to inspect."""
-    from rocpkg.rpm import Tag, iter_cpio, open_payload_stream, read_rpm, skip_cpio_pad
+    from rocpkg.rpm import iter_cpio, open_payload_stream, package_from_header, read_rpm, skip_cpio_pad
 
     inspector = _Inspector(spec, spill_dir)
     by_index = {i: fe for i, fe in enumerate(spec.files)}
     if not any(fe.type == m.FILE and inspector.wants(fe.path) for fe in spec.files):
         return None, {}, {}, []
     try:
-        info = read_rpm(package_file)
+        record = package_from_header(read_rpm(package_file))
         with open(package_file, "rb") as fh:
-            fh.seek(info.payload_offset)
-            stream = io.BufferedReader(open_payload_stream(fh, info.first(Tag.PAYLOADCOMPRESSOR, "gzip")), CHUNK)
+            fh.seek(record.payload_offset)
+            stream = io.BufferedReader(open_payload_stream(fh, record.payload_compressor), CHUNK)
             for index, path, size in iter_cpio(stream, by_index):
                 body = _Bounded(stream, size)
                 fe = by_index.get(index) if index is not None else None
@@ -641,6 +614,8 @@ class _Checker:
         self.specs = release.specs
         self.fmt = release.fmt
         self._closures: dict[str, tuple[list[str], list[str]]] = {}
+        self._indexes: dict[str, ArchiveIndex] = {}
+        self._by_isa: dict[tuple, list[str]] = {}
         self._shipped: dict[str, dict[str, str]] = {}
         self.devices: dict[str, dict[str, str]] = {}     # host -> target -> device package
         hosts = {s.definition: s.name for s in self.specs.values() if s.kind == m.KIND_HOST}
@@ -703,11 +678,31 @@ class _Checker:
         self.report.problems.extend(self.r.problems)
 
     def _exact_paths(self, marker: Marker, path: str, target_id: str) -> list[str]:
-        return [resolve_search_paths(Marker([sp], marker.kernel_name), path, target_id)[0]
+        """Per search path, the archive the marker names for exactly `target_id`."""
+        return [search_order(Marker([sp], marker.kernel_name), path, target_id)[0]
                 for sp in marker.kpack_search_paths]
 
     def _host_markers(self, host: str) -> list[tuple[str, Marker]]:
         return [(path, mk) for (pkg, path), mk in sorted(self.r.markers.items()) if pkg == host]
+
+    def opener(self, root: str):
+        """The runtime's view of an install of `root`'s closure: an archive exists where a
+        package of the closure ships it (loader.find_kernel's open_archive)."""
+        shipped = self.shipped(root)
+
+        def open_archive(path: str) -> ArchiveIndex | None:
+            if path not in shipped:
+                return None
+            owned = self.archive_owner.get(path)
+            if owned is None:  # shipped but unreadable: reported as such; the runtime skips it
+                raise KpackFormatError("unreadable archive", path=path)
+            return self._index(path, owned[1])
+        return open_archive
+
+    def _index(self, path: str, info: _Archive) -> ArchiveIndex:
+        if path not in self._indexes:
+            self._indexes[path] = ArchiveIndex.from_kernels(info.arches, info.kernels)
+        return self._indexes[path]
 
     def check_empty_devices(self) -> None:
         for host, per_target in sorted(self.devices.items()):
@@ -716,8 +711,13 @@ class _Checker:
                 if _payload(self.specs[device]):
                     continue
                 shipped = self.shipped(device)
-                providers = {shipped[p] for path, mk in markers for p in self._exact_paths(mk, path, target)
-                             if p in shipped and shipped[p] != device}
+                opener = self.opener(device)
+                providers = set()
+                for path, mk in markers:
+                    for isa in device_isas(target):
+                        found = find_kernel(mk, path, isa, 0, opener)
+                        if found.archive and shipped.get(found.archive, device) != device:
+                            providers.add(shipped[found.archive])
                 if not providers:
                     self.empty.add(device)
                     why = (f"and none of its dependencies ships the kpack archives the markers of {host}'s "
@@ -739,10 +739,12 @@ class _Checker:
         return keys
 
     def check_markers(self) -> None:
+        """For every host binary, every target its package is for, and every ISA a GPU of
+        that target reports (each feature on and off): what the runtime loads, per kernel."""
         for (package, path), marker in sorted(self.r.markers.items()):
             self.counts["host_binaries"] += 1
             spec = self.specs[package]
-            required = self._required_keys(marker, path)
+            required = sorted(self._required_keys(marker, path), key=_key_order) or [f"{marker.kernel_name}#0"]
             if spec.kind == m.KIND_HOST:
                 plans = [(t, d) for t, d in sorted(self.devices.get(package, {}).items(), key=lambda x: _target_order(x[0]))]
             else:
@@ -750,49 +752,65 @@ class _Checker:
             for target, root in plans:
                 if root in self.empty:
                     continue
-                for target_id in self.variants.get(target, [target]):
-                    self._check_one(spec, path, marker, target_id, root, required)
+                for isa in device_isas(target):
+                    self._check_one(spec, path, marker, isa, target, root, required)
+        self._flush_isa_problems()
 
-    def _check_one(self, spec, path, marker, target_id, root, required) -> None:
+    def _release_variant(self, isa: str, target: str) -> str:
+        """The most specific build of the release a GPU reporting `isa` can run."""
+        built = self.variants.get(target, [target])
+        return next((t for t in compatible_targets(isa) if t in built), target)
+
+    def _check_one(self, spec, path, marker, isa, target, root, required) -> None:
         self.counts["lookups"] += 1
         shipped = self.shipped(root)
-        exact = self._exact_paths(marker, path, target_id)
-        found = next((p for p in exact if p in shipped), None)
-        generic = spec.kind != m.KIND_HOST
-        if found is None:
-            fallback = next((p for p in resolve_search_paths(marker, path, target_id) if p in shipped), None)
-            if generic:
-                self.problem("generic-binary", spec.name, path, target_id,
-                             f"needs per-target kernels ({exact[0]}) but {spec.name} has no device packages and its "
-                             f"closure ships no archive for {target_id}")
-            elif fallback is not None:
-                self.problem("variant-missing", root, exact[0], target_id,
-                             f"the release builds {target_id} but {root} and its dependencies ship no archive for it: "
-                             f"{path} (in {spec.name}) would load {posixpath.basename(fallback)} instead")
+        result = find_kernel(marker, path, isa, int(required[0].rpartition("#")[2]), self.opener(root))
+        wanted = self._release_variant(isa, target)
+        needed_by = f"needed by {path} (in {spec.name})"
+        on = self._on_isas
+        if result.archive is None:
+            exact = self._exact_paths(marker, path, wanted)
+            if spec.kind != m.KIND_HOST:
+                on(isa, "generic-binary", spec.name, path, wanted,
+                   f"needs per-target kernels ({exact[0]}) but {spec.name} has no device packages and its closure "
+                   f"ships no archive for {wanted}: on {{isas}} the runtime finds none")
+            elif result.opened:
+                listed = sorted({a for p in result.opened for a in self.archive_owner[p][1].arches})
+                on(isa, "archive-target", shipped.get(result.opened[0], root), result.opened[0], wanted,
+                   f"on {{isas}} the runtime opens {', '.join(posixpath.basename(p) for p in result.opened)} but "
+                   f"its gfx_arches list {', '.join(listed) or '(none)'}, not {wanted}: ARCH_NOT_FOUND; {needed_by}")
             else:
-                self.problem("archive-missing", root, exact[0], target_id,
-                             f"{path} (in {spec.name}) finds no kpack archive: neither {root} nor its dependencies "
-                             f"ship {', '.join(exact)}")
+                on(isa, "archive-missing", root, exact[0], wanted,
+                   f"{path} (in {spec.name}) finds no kpack archive on {{isas}}: neither {root} nor its "
+                   f"dependencies ship {', '.join(exact)}")
             return
-        owner, info = self.archive_owner.get(found, (shipped[found], None))
-        if info is None:
-            return  # unreadable: already reported
-        if target_id not in info.arches:
-            self.problem("archive-target", owner, found, target_id,
-                         f"archive lists gfx_arches {', '.join(info.arches) or '(none)'}, not {target_id}")
-            return
-        have = {k for k, arches in info.kernels.items() if marker.owns(k) and target_id in arches}
+        owner, info = self.archive_owner[result.archive]
+        if result.target != wanted:
+            on(isa, "variant-missing", root, self._exact_paths(marker, path, wanted)[0], wanted,
+               f"the release builds {wanted} but {root} and its dependencies ship no archive for it: on {{isas}} "
+               f"the runtime loads {posixpath.basename(result.archive)} (built for {result.target}) instead; "
+               f"{needed_by}")
+        index = self._index(result.archive, info)
         self.counts["kernels_checked"] += len(required)
-        if not have:
-            self.problem("kernel-missing", owner, found, target_id,
-                         f"holds no {marker.kernel_name}#N kernel for {target_id}, needed by {path} (in {spec.name})")
-            return
-        missing = sorted(required - have, key=_key_order)
-        if missing:
+        missing = [k for k in required if not index.has_kernel(k, result.target)]
+        if len(missing) == len(required):
+            on(isa, "kernel-missing", owner, result.archive, result.target,
+               f"holds no {marker.kernel_name}#N kernel for {result.target}: on {{isas}} the runtime opens this "
+               f"archive and fails with KERNEL_NOT_FOUND; {needed_by}")
+        elif missing:
             shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
-            self.problem("kernel-missing", owner, found, target_id,
-                         f"lacks {shown} for {target_id} (other archives of the prefix hold them), "
-                         f"needed by {path} (in {spec.name})")
+            on(isa, "kernel-missing", owner, result.archive, result.target,
+               f"lacks {shown} for {result.target} (other archives of the prefix hold them): on {{isas}} the "
+               f"runtime opens this archive and fails with KERNEL_NOT_FOUND; {needed_by}")
+
+    def _on_isas(self, isa: str, check: str, package: str, path: str, target: str, template: str) -> None:
+        """One problem, one line: the GPUs (ISAs) that meet the same problem are listed in it."""
+        self._by_isa.setdefault((check, package, path, target, template), []).append(isa)
+
+    def _flush_isa_problems(self) -> None:
+        for (check, package, path, target, template), isas in self._by_isa.items():
+            self.problem(check, package, path, target, template.replace("{isas}", ", ".join(isas)))
+        self._by_isa.clear()
 
     def _allowed(self, spec: m.PackageSpec) -> set[str] | None:
         if spec.target:

@@ -1,0 +1,196 @@
+"""The structural check of one kpack archive: what `kpack verify` prints and what rocpkg's
+build refuses. One problem, one line naming the file and the place; only this archive is
+blamed. A structural fault is reported alone (what follows from it would be noise: a wrong
+frame count also misplaces every later frame); once the structure is sound every kernel is
+checked on its own, and each bad one is a line.
+
+Checked: header and padding; TOC shape and types; ordinals (unique, one per stored
+kernel); gfx_arches (no repeats; every arch the TOC files kernels under is listed, else
+the runtime can never reach them — listing an arch without kernels is valid, the
+reference writer does it for empty archives); blob and frame bounds against the file;
+declared sizes (blob size, zstd frame header, what a frame can hold); with decode_objects,
+every kernel streamed through decompression (bounded memory) to its exact original_size,
+and each AMDGPU code object's EF_AMDGPU_MACH, plus the xnack/sramecc state where the arch
+names one, compared with the arch it is filed under. `expected_target` is the target the
+archive's name files it under (`blas_lib_gfx942.kpack`): gfx_arches must list it and the
+TOC must hold kernels for it only.
+"""
+from __future__ import annotations
+
+import os
+
+import zstandard
+
+from kpack import detect
+from kpack.archive import ZSTD_FRAME_HEADER_MAX, KpackReader
+from kpack.errors import InvalidTargetError, KpackFormatError
+from kpack.format import BLOB_AREA_START, HEADER_SIZE, SCHEME_NONE, ZSTD_MAX_RATIO, Entry
+from kpack.targets import parse_target
+
+# Problems reported per archive before the rest are summarised in one line.
+MAX_PROBLEMS = 20
+
+
+class CodeObjectProblem(KpackFormatError):
+    """A kernel that is sound as archive data but is not a code object for the arch it is
+    filed under (another EF_AMDGPU_MACH or feature state, or no AMDGPU ELF at all): what
+    a GPU meets as hipErrorInvalidImage. Callers may allow it apart from format faults."""
+
+
+def check_archive(path: str | os.PathLike, expected_target: str | None = None, *,
+                  decode_objects: bool = True, require_code_objects: bool = True) -> list[KpackFormatError]:
+    """Every problem of the archive at `path` ([] = sound). require_code_objects=False
+    accepts kernels that are not ELF files at all (opaque test payloads, as in
+    rocm-kpack's own test assets); an ELF for another machine, or for another target, is
+    still a problem."""
+    name = os.fspath(path)
+    try:
+        with KpackReader(name) as reader:
+            return check_reader(reader, expected_target, decode_objects=decode_objects,
+                                require_code_objects=require_code_objects)
+    except KpackFormatError as exc:
+        return [exc.with_path(name)]
+    except OSError as exc:
+        return [KpackFormatError(exc.strerror or str(exc), path=name)]
+
+
+def check_reader(reader: KpackReader, expected_target: str | None = None, *, decode_objects: bool = True,
+                 require_code_objects: bool = True) -> list[KpackFormatError]:
+    """check_archive for an archive that is already open."""
+    problems: list[KpackFormatError] = []
+    try:
+        _check(reader, expected_target, decode_objects, require_code_objects, problems)
+    except KpackFormatError as exc:  # a fault that stops the walk (the TOC cannot be read further)
+        problems.append(exc)
+    for problem in problems:
+        problem.with_path(reader.path)
+    if len(problems) > MAX_PROBLEMS:
+        problems[MAX_PROBLEMS:] = [KpackFormatError(f"and {len(problems) - MAX_PROBLEMS} more problems",
+                                                    path=reader.path)]
+    return problems
+
+
+def _check(reader: KpackReader, expected: str | None, decode: bool, require_objects: bool,
+           problems: list[KpackFormatError]) -> None:
+    padding = reader._src.read_at(HEADER_SIZE, BLOB_AREA_START - HEADER_SIZE)
+    if any(padding):
+        first = next(i for i, byte in enumerate(padding) if byte)
+        raise KpackFormatError("header padding is not zero", where=HEADER_SIZE + first)
+    entries = list(reader.entries())
+    by_ordinal: dict[int, Entry] = {}
+    for entry in entries:
+        if entry.ordinal in by_ordinal:
+            other = by_ordinal[entry.ordinal]
+            raise KpackFormatError(f"ordinal {entry.ordinal} is also used by {other.key!r}/{other.arch!r}",
+                                   where=f"toc[{entry.key!r}][{entry.arch!r}].ordinal")
+        else:
+            by_ordinal[entry.ordinal] = entry
+    if len(by_ordinal) != reader.kernel_count:
+        raise KpackFormatError(f"archive stores {reader.kernel_count} kernels but the TOC lists "
+                               f"{len(by_ordinal)}", where="TOC['toc']")
+    _check_arches(reader, entries, expected, problems)
+    _check_storage(reader, entries, problems)
+    if decode and not problems:
+        for entry in entries:
+            _check_kernel(reader, entry, require_objects, problems)
+
+
+def _check_arches(reader: KpackReader, entries: list[Entry], expected: str | None,
+                  problems: list[KpackFormatError]) -> None:
+    listed = reader.gfx_arches
+    repeated = sorted({arch for arch in listed if listed.count(arch) > 1})
+    if repeated:
+        problems.append(KpackFormatError(f"gfx_arches lists {', '.join(repeated)} more than once",
+                                         where="TOC['gfx_arches']"))
+    for arch in dict.fromkeys(entry.arch for entry in entries):
+        if arch not in listed:
+            problems.append(KpackFormatError(f"TOC files kernels under {arch} but gfx_arches "
+                                             f"({', '.join(listed) or 'empty'}) does not list it: the runtime "
+                                             f"never looks there", where=f"TOC['gfx_arches']"))
+        elif expected is not None and arch != expected:
+            problems.append(KpackFormatError(f"archive is named for {expected} but holds kernels for {arch}",
+                                             where="TOC['toc']"))
+    if expected is not None and expected not in listed:
+        problems.append(KpackFormatError(f"archive is named for {expected} but gfx_arches lists "
+                                         f"{', '.join(listed) or 'nothing'}", where="TOC['gfx_arches']"))
+
+
+def _check_storage(reader: KpackReader, entries: list[Entry], problems: list[KpackFormatError]) -> None:
+    """Blob and frame bounds and the sizes they declare, without decompressing."""
+    if reader.scheme == SCHEME_NONE:
+        if reader.kernel_count:
+            reader._build_blob_table()  # validates every blob descriptor
+        for entry in entries:
+            _, size = reader._blob(entry.ordinal)
+            if size != entry.original_size:
+                problems.append(KpackFormatError(f"blob is {size} bytes but original_size is {entry.original_size}",
+                                                 where=f"toc[{entry.key!r}][{entry.arch!r}].original_size"))
+        return
+    end = reader.zstd_offset + reader.zstd_size
+    frames_end = reader.zstd_offset + 4
+    if reader.kernel_count:
+        last_offset, last_size = reader._frame(reader.kernel_count - 1)
+        frames_end = last_offset + last_size
+    if frames_end != end:
+        raise KpackFormatError(f"{reader.kernel_count} frames end at {frames_end} but the zstd area "
+                               f"ends at {end} (wrong frame count?)", where=frames_end)
+    for entry in entries:
+        offset, size = reader._frame(entry.ordinal)
+        where = f"toc[{entry.key!r}][{entry.arch!r}]"
+        if entry.original_size > ZSTD_MAX_RATIO * size:
+            problems.append(KpackFormatError(f"original_size {entry.original_size} is more than a {size}-byte "
+                                             f"zstd frame can hold", where=f"{where}.original_size"))
+            continue
+        try:
+            params = zstandard.get_frame_parameters(reader._src.read_at(offset, min(size, ZSTD_FRAME_HEADER_MAX)))
+        except zstandard.ZstdError as exc:
+            problems.append(KpackFormatError(f"not a zstd frame ({exc})", where=offset))
+            continue
+        if params.content_size not in (zstandard.CONTENTSIZE_UNKNOWN, entry.original_size):
+            problems.append(KpackFormatError(f"zstd frame declares {params.content_size} bytes but "
+                                             f"original_size is {entry.original_size}", where=offset))
+
+
+def _object_target(head: bytes) -> str | None:
+    """The target an AMDGPU ELF header says; None when `head` is not an AMDGPU ELF.
+    kpack.detect owns the decoding (code_object_target where it exists)."""
+    decode = getattr(detect, "code_object_target", None) or detect.elf_target
+    return decode(head)
+
+
+def _check_kernel(reader: KpackReader, entry: Entry, require_objects: bool,
+                  problems: list[KpackFormatError]) -> None:
+    """Stream one kernel through decompression (bounded) and compare its ELF target."""
+    where = f"toc[{entry.key!r}][{entry.arch!r}]"
+    head = b""
+    try:
+        for chunk in reader.stream_entry(entry):
+            if len(head) < 64:
+                head += chunk[:64 - len(head)]
+        found = _object_target(head)
+    except KpackFormatError as exc:
+        if exc.where is None:
+            exc.where = where
+        problems.append(exc)
+        return
+    if found is None:
+        if require_objects or head.startswith(b"\x7fELF"):
+            problems.append(CodeObjectProblem("kernel is not an AMDGPU code object", where=where))
+        return
+    mismatch = _target_mismatch(found, entry.arch)
+    if mismatch:
+        problems.append(CodeObjectProblem(f"code object is for {found}, not {entry.arch} ({mismatch})", where=where))
+
+
+def _target_mismatch(found: str, filed: str) -> str | None:
+    """Why a code object for `found` does not belong under arch `filed`, or None."""
+    try:
+        have, want = parse_target(found), parse_target(filed)
+    except InvalidTargetError:
+        return None if found == filed else "arch is not a target ID"
+    if have.processor != want.processor:
+        return f"EF_AMDGPU_MACH says {have.processor}"
+    for feature, on in sorted(want.features.items()):
+        if feature in have.features and have.features[feature] != on:
+            return f"e_flags say {feature}{'+' if have.features[feature] else '-'}"
+    return None

@@ -1,0 +1,233 @@
+"""Device code only where it belongs.
+
+- A host ELF must not carry kernels once its device code is split into kpack archives:
+  RFC0008's split step turns `.hip_fatbin` into NOBITS, so a host file whose `.hip_fatbin`
+  is still PROGBITS and non-empty (Debian's librocsparse: 1.3 GB of it) did not go through
+  the split. `host_device_code(path)` reports that, and any AMDGPU code object or offload
+  bundle embedded in another allocated data section (ROCr's blit kernels in `.data`), with
+  the targets of each.
+- Device code filed under a target must be for that target: `device_code_objects(path)`
+  names the target of every code object inside a device file (code object, offload bundle,
+  compressed bundle, kpack archive, embedding container), and `code_fits(target, filed_under)`
+  says whether code for one target belongs under a target or family suffix.
+
+Everything is read through bounded, positioned reads: section headers, bundle headers and
+ELF headers, and data sections in 1 MiB chunks; never a whole file.
+"""
+from __future__ import annotations
+
+import os
+import struct
+from typing import BinaryIO, NamedTuple
+
+from kpack.archive import KpackReader
+from kpack.bundle import BUNDLE_MAGIC, CCOB_MAGIC, SCAN_CHUNK, BundleEntry, bundle_end, bundle_entries
+from kpack.bundle import compressed_bundle_entries
+from kpack.codeobject import ELF_MAGIC, EM_AMDGPU, _Source, decode_code_object
+from kpack.detect import KIND_BUNDLE, KIND_CODE_OBJECT, KIND_COMPRESSED_BUNDLE, KIND_EMBEDDED, KIND_KPACK
+from kpack.detect import detect, scan_code_objects
+from kpack.elf import _SHDR, SHF_ALLOC, SHF_EXECINSTR, SHT_PROGBITS
+from kpack.errors import KpackFormatError
+from kpack.targets import FAMILIES, GENERIC_TARGETS, parse_target
+
+FAT_BINARY = "fat-binary"                       # a non-empty PROGBITS .hip_fatbin
+EMBEDDED_CODE_OBJECT = "embedded-code-object"   # an AMDGPU ELF inside another data section
+EMBEDDED_BUNDLE = "embedded-offload-bundle"     # an offload bundle inside another data section
+CODE_OBJECT = "code-object"                     # the file itself is an AMDGPU code object
+FAT_BINARY_SECTIONS = (".hip_fatbin",)
+
+
+class Finding(NamedTuple):
+    kind: str
+    section: str        # ".hip_fatbin", ".data"; "" for the whole file
+    offset: int         # file offset of the section (fat binary) or of the embedded object
+    size: int
+    targets: list[str]
+    count: int = 1      # offload bundles in a fat binary
+
+    def describe(self) -> str:
+        targets = ", ".join(self.targets) or "no amdgcn target"
+        if self.kind == FAT_BINARY:
+            return (f"{self.section} is PROGBITS and holds {self.size} bytes of device code ({self.count} offload "
+                    f"bundles for {targets}): the kpack split step did not run on this host binary")
+        if self.kind == CODE_OBJECT:
+            return f"is an AMDGPU code object for {targets}"
+        what = "an AMDGPU code object" if self.kind == EMBEDDED_CODE_OBJECT else "an offload bundle"
+        return f"{self.section} embeds {what} for {targets} at offset {self.offset}"
+
+
+class Bundle(NamedTuple):
+    offset: int         # file offset of the bundle
+    size: int
+    entries: list[BundleEntry]
+
+
+def _sections(handle: BinaryIO, size: int) -> list[tuple[str, int, int, int, int]]:
+    """(name, sh_type, sh_flags, offset, size) of every section of an ELF64 LE file."""
+    handle.seek(0)
+    header = handle.read(64)
+    if len(header) < 64 or header[4] != 2 or header[5] != 1:
+        return []
+    shoff, = struct.unpack_from("<Q", header, 40)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", header, 58)
+    if not shoff or shentsize != _SHDR.size or shoff + shnum * _SHDR.size > size or shstrndx >= shnum:
+        return []
+    handle.seek(shoff)
+    table = handle.read(shnum * _SHDR.size)
+    raw = [_SHDR.unpack_from(table, index * _SHDR.size) for index in range(shnum)]
+    names_at, names_size = raw[shstrndx][4], raw[shstrndx][5]
+    if names_at + names_size > size:
+        raise KpackFormatError("section name table runs past the end of the file", where=shoff)
+    handle.seek(names_at)
+    names = handle.read(names_size)
+    result = []
+    for name_at, sh_type, flags, _, offset, length, *_ in raw:
+        name = names[name_at:names.find(b"\0", name_at)].decode("ascii", "replace") if name_at < len(names) else ""
+        if sh_type == SHT_PROGBITS and offset + length > size:
+            raise KpackFormatError(f"section {name} [{offset}, {offset + length}) runs past the end of the file",
+                                   where=shoff)
+        result.append((name, sh_type, flags, offset, length))
+    return result
+
+
+def _find(handle: BinaryIO, magics: tuple[bytes, ...], start: int, end: int) -> int:
+    """Offset of the first of `magics` in [start, end), or -1; reads 1 MiB at a time."""
+    overlap = max(len(magic) for magic in magics) - 1
+    position = start
+    while position < end:
+        handle.seek(position)
+        chunk = handle.read(min(SCAN_CHUNK + overlap, end - position))
+        hits = [hit for hit in (chunk.find(magic) for magic in magics) if 0 <= hit < SCAN_CHUNK]
+        if hits:
+            return position + min(hits)
+        position += SCAN_CHUNK
+    return -1
+
+
+def _bundles_in(handle: BinaryIO, start: int, end: int, *, check_objects: bool) -> list[Bundle]:
+    """The uncompressed offload bundles laid one after another (with padding) in [start, end)."""
+    bundles = []
+    position = _find(handle, (BUNDLE_MAGIC,), start, end)
+    while position >= 0:
+        entries = bundle_entries(handle, base=position, size=end - position, check_objects=check_objects)
+        length = bundle_end(entries)
+        bundles.append(Bundle(position, length, entries))
+        position = _find(handle, (BUNDLE_MAGIC,), position + length, end)
+    return bundles
+
+
+def fat_binary_bundles(path: str | os.PathLike, *, check_objects: bool = True) -> list[Bundle]:
+    """The offload bundles of a host ELF's PROGBITS `.hip_fatbin`, in file order (each
+    amdgcn entry checked against its ELF unless check_objects=False)."""
+    with open(path, "rb") as handle:
+        size = handle.seek(0, os.SEEK_END)
+        try:
+            return [bundle for name, sh_type, _, offset, length in _sections(handle, size)
+                    if name in FAT_BINARY_SECTIONS and sh_type == SHT_PROGBITS
+                    for bundle in _bundles_in(handle, offset, offset + length, check_objects=check_objects)]
+        except KpackFormatError as exc:
+            raise exc.with_path(path)
+
+
+def _targets(entries) -> list[str]:
+    return list(dict.fromkeys(entry.target for entry in entries if entry.target))
+
+
+def _embedded(handle: BinaryIO, name: str, start: int, end: int) -> list[Finding]:
+    found = []
+    for at, target in scan_code_objects(handle, start, end):
+        found.append(Finding(EMBEDDED_CODE_OBJECT, name, at, _elf_extent(handle, at, end), [target]))
+    position = _find(handle, (BUNDLE_MAGIC,), start, end)
+    while position >= 0:
+        try:
+            entries = bundle_entries(handle, base=position, size=end - position, check_objects=False)
+        except KpackFormatError:  # the magic string inside other data
+            position = _find(handle, (BUNDLE_MAGIC,), position + 1, end)
+            continue
+        length = bundle_end(entries)
+        found.append(Finding(EMBEDDED_BUNDLE, name, position, length, _targets(entries)))
+        position = _find(handle, (BUNDLE_MAGIC,), position + length, end)
+    return found
+
+
+def _elf_extent(handle: BinaryIO, at: int, end: int) -> int:
+    """Bytes an embedded ELF spans (to the end of its section header table), bounded by end."""
+    handle.seek(at)
+    header = handle.read(64)
+    shoff, = struct.unpack_from("<Q", header, 40)
+    shentsize, shnum = struct.unpack_from("<HH", header, 58)
+    return min(end - at, shoff + shentsize * shnum)
+
+
+def host_device_code(path: str | os.PathLike) -> list[Finding]:
+    """Device code inside a host file: a non-empty PROGBITS `.hip_fatbin` (with the targets of
+    its bundles), AMDGPU code objects and offload bundles embedded in other allocated data
+    sections, or the file itself being an AMDGPU code object. [] for a clean host file and
+    for anything that is not an ELF. Raises KpackFormatError (naming the file) for a fat
+    binary whose bundles are malformed or lie about their code objects."""
+    with open(path, "rb") as handle:
+        size = handle.seek(0, os.SEEK_END)
+        handle.seek(0)
+        head = handle.read(64)
+        if not head.startswith(ELF_MAGIC) or len(head) < 20:
+            return []
+        try:
+            if struct.unpack_from("<H", head, 18)[0] == EM_AMDGPU:
+                target = decode_code_object(_Source(handle))
+                return [Finding(CODE_OBJECT, "", 0, size, [target])]
+            findings = []
+            for name, sh_type, flags, offset, length in _sections(handle, size):
+                if sh_type != SHT_PROGBITS or not length:
+                    continue
+                if name in FAT_BINARY_SECTIONS:
+                    bundles = _bundles_in(handle, offset, offset + length, check_objects=True)
+                    targets = _targets(entry for bundle in bundles for entry in bundle.entries)
+                    findings.append(Finding(FAT_BINARY, name, offset, length, targets, len(bundles)))
+                elif flags & SHF_ALLOC and not flags & SHF_EXECINSTR:
+                    findings.extend(_embedded(handle, name, offset, offset + length))
+            return findings
+        except KpackFormatError as exc:
+            raise exc.with_path(path)
+
+
+def device_code_objects(path: str | os.PathLike) -> list[tuple[str, str]]:
+    """(where, target) of every code object inside a device file: `("", target)` for a code
+    object, `("bundle entry 2 (hipv4-...)", target)` for each amdgcn entry of a bundle (plain
+    or compressed), `("lib/x.so#0", arch)` for each kernel of a kpack archive, `("offset N",
+    target)` for code objects embedded in a container (.mxr). [] for a file that is not
+    device code. Raises KpackFormatError naming the file for a malformed one."""
+    kind, _ = detect(path)
+    if kind not in (KIND_CODE_OBJECT, KIND_BUNDLE, KIND_COMPRESSED_BUNDLE, KIND_KPACK, KIND_EMBEDDED):
+        return []
+    try:
+        with open(path, "rb") as handle:
+            if kind == KIND_CODE_OBJECT:
+                return [("", decode_code_object(_Source(handle)))]
+            if kind in (KIND_BUNDLE, KIND_COMPRESSED_BUNDLE):
+                entries = bundle_entries(handle) if kind == KIND_BUNDLE else compressed_bundle_entries(handle)
+                return [(f"bundle entry {e.index} ({e.entry_id})", e.target) for e in entries if e.target]
+            if kind == KIND_KPACK:
+                return [(entry.key, entry.arch) for entry in KpackReader(handle).entries()]
+            return [(f"offset {at}", target) for at, target in scan_code_objects(handle)]
+    except KpackFormatError as exc:
+        raise exc.with_path(path)
+
+
+def code_fits(target: str, filed_under: str, families: dict[str, list[str]] | None = None) -> bool:
+    """Whether code for `target` belongs under an artifact suffix `filed_under` (a target such as
+    `gfx90a` / `gfx90a:xnack+`, or a family such as `gfx110X`): its processor is the suffix's
+    processor (or a family member), or a generic target that runs on one; and it does not set
+    a feature the suffix names the other way. gfx803 code under gfx90a does not fit;
+    gfx90a:xnack- code fits gfx90a but not gfx90a:xnack+; gfx90a (any) code fits both."""
+    table = families or FAMILIES
+    code = parse_target(target)
+    family = next((members for name, members in table.items() if name.lower() == filed_under.lower()), None)
+    if family is not None:
+        processors, wanted = set(family), {}
+    else:
+        where = parse_target(filed_under)
+        processors, wanted = {where.processor}, where.features
+    runs_on = set(GENERIC_TARGETS.get(code.processor, [code.processor]))
+    if not runs_on & processors:
+        return False
+    return all(code.features.get(name, value) == value for name, value in wanted.items())

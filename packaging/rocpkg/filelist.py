@@ -1,0 +1,136 @@
+"""The one normalised file list every writer packs (nfpm's files/files.go): install
+paths checked once with one rule, duplicates and system directories refused, parents
+added where a format needs them, and sources checked before a byte is written.
+
+Every problem of a package is reported at once, each naming the package and the path."""
+from __future__ import annotations
+
+import os
+import posixpath
+import stat
+from typing import Iterable
+
+from rocpkg.errors import RocpkgInputError
+from rocpkg.model import DIR, FILE, SYMLINK, FileEntry
+
+# Directories that belong to the base system (Debian's base-files, Fedora's filesystem
+# package): never owned by a package built here.
+SYSTEM_DIRS = frozenset({
+    "/", "/bin", "/boot", "/etc", "/home", "/lib", "/lib64", "/media", "/mnt", "/opt",
+    "/root", "/run", "/sbin", "/srv", "/tmp", "/usr", "/usr/bin", "/usr/include",
+    "/usr/lib", "/usr/lib64", "/usr/libexec", "/usr/local", "/usr/sbin", "/usr/share",
+    "/usr/share/doc", "/usr/share/man", "/usr/src", "/var", "/etc/ld.so.conf.d",
+})
+
+
+def sort_key(path: str) -> bytes:
+    """Both formats order files bytewise by path (parents before children)."""
+    return path.encode("utf-8", "surrogateescape")
+
+
+def path_problem(path: str) -> str | None:
+    """Why no package format can hold this install path, or None."""
+    if not path.startswith("/") or path != "/" and path.endswith("/"):
+        return "must be an absolute path without a trailing slash"
+    if "\n" in path or "\0" in path or "\r" in path:
+        return "a file name that tar and dpkg can't hold (newline or NUL in it)"
+    if posixpath.normpath(path) != path and path != "/":
+        return "not a normalised path ('.', '..' or '//' in it)"
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        return "a file name that is not valid UTF-8, which tar's GNU headers can't carry"
+    return None
+
+
+def _entry_problem(entry: FileEntry) -> str | None:
+    problem = path_problem(entry.path)
+    if problem:
+        return problem
+    if entry.type not in (FILE, DIR, SYMLINK):
+        return f"unknown entry type {entry.type!r}"
+    if entry.type == SYMLINK and (not entry.link_target or "\n" in entry.link_target
+                                  or "\0" in entry.link_target):
+        return f"symlink target {entry.link_target!r} can't be stored"
+    if entry.type == FILE and not entry.source:
+        return "a file without a source path"
+    if entry.type == DIR and entry.path in SYSTEM_DIRS:
+        return "a system directory must not be owned by a package"
+    return None
+
+
+def checked_files(owner: str, files: Iterable[FileEntry]) -> list[FileEntry]:
+    """The planned entries sorted bytewise by path, after refusing what a package
+    manager would mis-install: bad paths, unknown types, empty symlinks, files without
+    a source, duplicates, owned system directories, a parent that is not a directory."""
+    problems: list[tuple[str, str]] = []
+    entries: dict[str, FileEntry] = {}
+    for entry in files:
+        problem = _entry_problem(entry)
+        if problem is None and entry.path in entries:
+            problem = "listed twice"
+        if problem:
+            problems.append((f"{owner}: {entry.path}", problem))
+        else:
+            entries[entry.path] = entry
+    problems += _parent_problems(owner, entries)
+    if problems:
+        raise RocpkgInputError(problems)
+    return [entries[p] for p in sorted(entries, key=sort_key)]
+
+
+def _parent_problems(owner: str, entries: dict[str, FileEntry]) -> list[tuple[str, str]]:
+    problems = []
+    for path in entries:
+        parent = posixpath.dirname(path)
+        while parent not in ("/", ""):
+            existing = entries.get(parent)
+            if existing is not None and existing.type != DIR:
+                problems.append((f"{owner}: {path}", f"its parent {parent} is not a directory"))
+                break
+            parent = posixpath.dirname(parent)
+    return problems
+
+
+def with_parents(owner: str, files: Iterable[FileEntry]) -> list[FileEntry]:
+    """The entries plus every missing ancestor (a 0755 root directory, "/" excluded),
+    sorted bytewise: what dpkg needs, parents before children."""
+    entries = {e.path: e for e in files}
+    problems = _parent_problems(owner, entries)
+    if problems:
+        raise RocpkgInputError(problems)
+    for path in list(entries):
+        parent = posixpath.dirname(path)
+        while parent not in ("/", "") and parent not in entries:
+            entries[parent] = FileEntry(parent, DIR, 0o755)
+            parent = posixpath.dirname(parent)
+    return [entries[p] for p in sorted(entries, key=sort_key)]
+
+
+def check_sources(owner: str, files: Iterable[FileEntry]) -> None:
+    """Before a byte is written: every regular file's source is a readable regular file
+    of its planned size; every bad one is reported at once. (Its digests are taken while
+    it streams into the package: one read of each source.)"""
+    problems = []
+    for entry in files:
+        if entry.type != FILE:
+            continue
+        try:
+            info = os.stat(entry.source)
+        except FileNotFoundError:
+            why = "the source file is missing (vanished since planning?)"
+        except OSError as exc:
+            why = f"the source file can't be read: {exc.strerror or exc}"
+        else:
+            if not stat.S_ISREG(info.st_mode):
+                why = "the source is not a regular file"
+            elif info.st_size != entry.size:
+                why = (f"the source file has {info.st_size} bytes, planned {entry.size} "
+                       f"(changed since planning?)")
+            elif not os.access(entry.source, os.R_OK):
+                why = "the source file can't be read: permission denied"
+            else:
+                continue
+        problems.append((f"{owner}: {entry.path}", f"{why} ({entry.source})"))
+    if problems:
+        raise RocpkgInputError(problems)

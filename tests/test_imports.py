@@ -1,0 +1,80 @@
+"""The layout's promises, read from the sources with `ast`: rocpkg's modules import each
+other without a circle (one owner per fact: a helper both sides need lives in a third
+module), and kpack, the format library, imports nothing of rocpkg."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+ROOTS = {"rocpkg": REPO / "packaging" / "rocpkg", "kpack": REPO / "kpack"}
+
+
+def modules(package: str) -> dict[str, Path]:
+    """Dotted module name -> source file, for every .py of a package (subpackages too)."""
+    root = ROOTS[package]
+    found = {}
+    for path in sorted(root.rglob("*.py")):
+        parts = [package, *path.relative_to(root).with_suffix("").parts]
+        if parts[-1] == "__init__":
+            parts.pop()
+        found[".".join(parts)] = path
+    return found
+
+
+def imported(path: Path, known: set[str]) -> set[str]:
+    """The known modules a source file imports, at module level or inside a function
+    (`from rocpkg import rpm` names the module rocpkg.rpm, `from rocpkg.x import f` rocpkg.x)."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_bytes(), str(path))):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            for alias in node.names:
+                full = f"{node.module}.{alias.name}"
+                names.add(full if full in known else node.module)
+    return {n for n in names if n in known or n.split(".")[0] in ROOTS}
+
+
+def cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import circle of the graph, as the modules along it, or None."""
+    state: dict[str, int] = {}      # 1 on the current path, 2 done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return path[path.index(nxt):] + [nxt]
+            if nxt not in state and (found := visit(nxt)):
+                return found
+        path.pop()
+        state[node] = 2
+        return None
+
+    for start in sorted(graph):
+        if start not in state and (found := visit(start)):
+            return found
+    return None
+
+
+def test_rocpkg_modules_import_each_other_without_a_circle():
+    known = modules("rocpkg")
+    graph = {name: {n for n in imported(path, set(known)) if n in known and n != name}
+             for name, path in known.items()}
+    assert "rocpkg.rpm.write" in graph["rocpkg.rpm"]          # the reader sees the package's parts
+    assert cycle(graph) is None, " -> ".join(cycle(graph))
+
+
+def test_the_circle_finder_finds_a_circle():
+    assert cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a", "b", "c", "a"]
+    assert cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_kpack_imports_nothing_of_rocpkg():
+    offenders = {name: sorted(n for n in imported(path, set()) if n.split(".")[0] == "rocpkg")
+                 for name, path in modules("kpack").items()}
+    assert {name: found for name, found in offenders.items() if found} == {}
