@@ -481,3 +481,13 @@ def test_without_source_date_epoch_the_release_is_dated_by_its_artifacts(tmp_pat
     deb = next((tmp_path / "out").rglob("rocm-fft-host7.1_*.deb"))
     assert {m.mtime for m in iter_deb_members(str(deb))} == {produced}
     assert manifest_releases(read_manifest(tmp_path / "out"))[0].date == produced
+
+
+def test_building_into_an_indexed_out_without_repo_says_the_indexes_are_stale(story, tmp_path):
+    out = tmp_path / "out"
+    rocpkg("build", "-a", story.artifacts, "-o", out, "--formats", "deb", "-j", "2", "--repo")
+    built = rocpkg("build", "-a", story.artifacts, "-o", out, "--formats", "deb", "-j", "2", "--release", "3")
+    assert f"{out}: the repository indexes are stale" in built.stderr
+    assert {p.check for p in check_integrity(out)} == {"stale-index"}
+    rocpkg("repo", out)
+    assert check_integrity(out) == []

@@ -104,6 +104,7 @@ def _signer(args, source_date_epoch: int):
 def _cmd_build(args) -> int:
     from rocpkg import build as b
     from rocpkg.model import BuildOptions
+    from rocpkg.releases import inputs_date
 
     shard = b.parse_shard(args.shard) if args.shard else None
     if shard and args.repo:
@@ -113,8 +114,6 @@ def _cmd_build(args) -> int:
         raise RocpkgInputError("-j", f"expected a number of jobs >= 1, got {args.jobs}")
     plan = load_plan(args)
     settings = plan.settings
-    from rocpkg.releases import inputs_date
-
     sde = b.source_date_epoch(settings, default=inputs_date(args.config, args.artifacts))
     options = BuildOptions(source_date_epoch=sde, compression=args.compression or settings["compression"],
                            compression_level=args.level if args.level is not None else settings["compression_level"])
@@ -135,6 +134,13 @@ def _cmd_build(args) -> int:
         snippets, _ = b.publish_repositories(os.path.abspath(args.output), suite=args.suite or settings["suite"],
                                              signer=signer, source_date_epoch=sde, base_url=args.base_url)
         print_snippets(snippets, signer)
+    elif not shard:
+        from rocpkg.integrity import stale_index_problems
+
+        stale = stale_index_problems(args.output)
+        if stale:
+            print(f"warning: {args.output}: the repository indexes are stale ({len(stale)} packages are not in "
+                  f"them or differ from them): run `rocpkg repo {args.output}`", file=sys.stderr)
     return 0
 
 

@@ -123,6 +123,15 @@ def check_integrity(out_dir: str | os.PathLike, *, keyring: str | os.PathLike | 
     return problems
 
 
+def stale_index_problems(out_dir: str | os.PathLike) -> list:
+    """The problems that mean OUT's indexes no longer describe its packages (a build after
+    the last `repo`): none when OUT has no index yet."""
+    out_dir = os.fspath(out_dir)
+    if not apt_suites(out_dir) and not repomd_records(out_dir):
+        return []
+    return [p for p in check_integrity(out_dir) if p.check in ("stale-index", "index-mismatch")]
+
+
 def _check_index_files(root: str, files: dict[str, tuple[int, str]], fmt: str, out_dir: str,
                        digests: _Digests, add) -> None:
     """Each index file a Release or repomd.xml lists has the size and sha256 it lists."""
