@@ -491,3 +491,9 @@ def test_building_into_an_indexed_out_without_repo_says_the_indexes_are_stale(st
     assert {p.check for p in check_integrity(out)} == {"stale-index"}
     rocpkg("repo", out)
     assert check_integrity(out) == []
+
+
+def test_publishing_to_a_bucket_that_does_not_exist_is_one_error_line(story, signed_repo):
+    result = rocpkg("publish", signed_repo, "s3://no-such-bucket/x", "--endpoint-url", story.server.url, check=False)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.startswith("error: s3://no-such-bucket/x")

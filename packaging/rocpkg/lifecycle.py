@@ -157,6 +157,11 @@ def promote(src: str | os.PathLike, dst: str | os.PathLike, release_id: str, *, 
     entries = releases.release_packages(doc, release_id)
     problems, todo = [], []
     for entry in entries:
+        rel = os.path.normpath(entry["file"])
+        if os.path.isabs(rel) or rel.startswith("..") or rel.split(os.sep)[0] not in ("deb", "rpm"):
+            problems.append((os.path.join(src, releases.MANIFEST), f"package file {entry['file']!r} is not "
+                                                                    f"under deb/ or rpm/"))
+            continue
         source, target = os.path.join(src, entry["file"]), os.path.join(dst, entry["file"])
         try:
             whole = hash_file(source)

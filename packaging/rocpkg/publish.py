@@ -17,6 +17,7 @@ OUT is checked first (rocpkg.integrity): a tampered or stale OUT is not publishe
 """
 from __future__ import annotations
 
+import contextlib
 import mimetypes
 import os
 import re
@@ -179,11 +180,24 @@ class S3Dest:
                  "ContentType": mimetypes.guess_type(f.rel)[0] or "application/octet-stream"}
         if f.stage:         # mutable names: caches must revalidate them
             extra["CacheControl"] = "no-cache"
-        self.client.upload_file(os.path.join(out_dir, f.rel), self.bucket, self.prefix + f.rel, ExtraArgs=extra,
-                                Config=TransferConfig(multipart_threshold=MULTIPART_THRESHOLD, use_threads=False))
+        with self._errors(f.rel, "upload"):
+            self.client.upload_file(os.path.join(out_dir, f.rel), self.bucket, self.prefix + f.rel, ExtraArgs=extra,
+                                    Config=TransferConfig(multipart_threshold=MULTIPART_THRESHOLD, use_threads=False))
 
     def remove(self, rel: str) -> None:
-        self.client.delete_object(Bucket=self.bucket, Key=self.prefix + rel)
+        with self._errors(rel, "remove"):
+            self.client.delete_object(Bucket=self.bucket, Key=self.prefix + rel)
+
+    @contextlib.contextmanager
+    def _errors(self, rel: str, what: str):
+        """A refused or failed request is one error line naming the object, not a traceback."""
+        from boto3.exceptions import S3UploadFailedError
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            yield
+        except (BotoCoreError, ClientError, S3UploadFailedError) as exc:
+            raise RocpkgInputError(f"{self.label.rstrip('/')}/{rel}", f"cannot {what} it: {exc}") from None
 
 
 def destination(dest: str, endpoint_url: str | None = None):
