@@ -21,7 +21,7 @@ import os
 
 import zstandard
 
-from kpack import detect
+from kpack.codeobject import code_object_target
 from kpack.archive import ZSTD_FRAME_HEADER_MAX, KpackReader
 from kpack.errors import InvalidTargetError, KpackFormatError
 from kpack.format import BLOB_AREA_START, HEADER_SIZE, SCHEME_NONE, ZSTD_MAX_RATIO, Entry
@@ -151,30 +151,59 @@ def _check_storage(reader: KpackReader, entries: list[Entry], problems: list[Kpa
                                              f"original_size is {entry.original_size}", where=offset))
 
 
-def _object_target(head: bytes) -> str | None:
-    """The target an AMDGPU ELF header says; None when `head` is not an AMDGPU ELF.
-    kpack.detect owns the decoding (code_object_target where it exists)."""
-    decode = getattr(detect, "code_object_target", None) or detect.elf_target
-    return decode(head)
+V2_OBJECT_LIMIT = 64 << 20  # a v2 object is named from its notes: kept whole up to this size
+
+
+def _object_target(data: bytes) -> str | None:
+    """The target an AMDGPU code object says (kpack.codeobject, comgr's reading); None when
+    `data` is not an AMDGPU ELF at all."""
+    if not _is_amdgpu_elf(data):
+        return None
+    return code_object_target(data)
+
+
+def _is_amdgpu_elf(head: bytes) -> bool:
+    return len(head) >= 20 and head[:4] == b"\x7fELF" and head[5] == 1 and head[18:20] == b"\xe0\x00"
+
+
+def _is_v2(head: bytes) -> bool:
+    """Code object v2 (EI_OSABI HSA, EI_ABIVERSION 0) names its target in notes, not e_flags."""
+    return _is_amdgpu_elf(head) and len(head) > 8 and head[7] == 64 and head[8] == 0
 
 
 def _check_kernel(reader: KpackReader, entry: Entry, require_objects: bool,
                   problems: list[KpackFormatError]) -> None:
-    """Stream one kernel through decompression (bounded) and compare its ELF target."""
+    """Stream one kernel through decompression (bounded) and compare its ELF target. Only
+    the header is kept, except for a v2 object (its target is in its notes), kept whole up
+    to V2_OBJECT_LIMIT."""
     where = f"toc[{entry.key!r}][{entry.arch!r}]"
-    head = b""
+    kept = bytearray()
+    keep_all = None  # decided once the ELF header is in hand
     try:
         for chunk in reader.stream_entry(entry):
-            if len(head) < 64:
-                head += chunk[:64 - len(head)]
-        found = _object_target(head)
-    except KpackFormatError as exc:
+            if keep_all is None:
+                kept += chunk
+                if len(kept) >= 64:
+                    keep_all = _is_v2(kept)
+            elif keep_all:
+                kept += chunk
+                if len(kept) > V2_OBJECT_LIMIT:
+                    problems.append(CodeObjectProblem(f"code object v2 larger than {V2_OBJECT_LIMIT} bytes: its "
+                                                      f"target cannot be read from its notes", where=where))
+                    return
+    except KpackFormatError as exc:  # the stored bytes themselves are bad: a structural problem
         if exc.where is None:
             exc.where = where
         problems.append(exc)
         return
+    data = bytes(kept if keep_all else kept[:64])
+    try:
+        found = _object_target(data)
+    except KpackFormatError as exc:
+        problems.append(CodeObjectProblem(exc.what, where=where))
+        return
     if found is None:
-        if require_objects or head.startswith(b"\x7fELF"):
+        if require_objects or data.startswith(b"\x7fELF"):
             problems.append(CodeObjectProblem("kernel is not an AMDGPU code object", where=where))
         return
     mismatch = _target_mismatch(found, entry.arch)

@@ -2,11 +2,12 @@
 from __future__ import annotations
 
 import os
+import shutil
 
 import pytest
 
-from kpack.elf import build_amdgpu_code_object
-from rocpkg.catalog import scan
+from kpack.elf import build_amdgpu_code_object, build_host_elf
+from rocpkg.catalog import dropped_mode_bits, scan
 from rocpkg.config import load_config
 from rocpkg.errors import RocpkgInputError
 from rocpkg.sample import make_sample_artifacts
@@ -112,3 +113,66 @@ def test_manifest_line_escaping_artifact_is_refused(tmp_path):
     (d / "artifact_manifest.txt").write_text("../../etc\n")
     (where, what), = problems(tmp_path)
     assert "escapes the artifact dir" in what
+
+
+# -- facts read once ---------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def split(tmp_path_factory):
+    root = tmp_path_factory.mktemp("split") / "artifacts"
+    make_sample_artifacts(root, load_config(None), targets=["gfx942", "gfx1100"], size_mb=0.1)
+    return root
+
+
+def test_the_catalog_records_each_files_facts(split):
+    catalog = scan(split)
+    host = next(f for s, f in catalog.facts.items() if s.endswith("blas_lib_generic/rocBLAS/stage/lib/librocblas.so.1.0"))
+    assert host.elf == "host" and "libc.so.6" in host.needed
+    assert host.marker.kpack_search_paths == ["../.kpack/blas_lib_@GFXARCH@.kpack"]
+    archive = next(f for s, f in catalog.facts.items() if s.endswith("blas_lib_gfx942.kpack"))
+    assert archive.archive.arches == ("gfx942",) and archive.targets == ("gfx942",)
+    assert all(arches == {"gfx942"} for arches in archive.archive.kernels.values())
+    assert any(key.startswith(host.marker.kernel_name + "#") for key in archive.archive.kernels)
+
+
+def test_plan_and_verify_use_the_facts_without_reopening_an_artifact(split, tmp_path):
+    from rocpkg.plan import make_plan, plan_to_dict
+    from rocpkg.verify import verify_plan
+
+    config = load_config(None)
+    copy = tmp_path / "artifacts"
+    shutil.copytree(split, copy, symlinks=True)
+    catalog = scan(copy)
+    expected_plan = plan_to_dict(make_plan(config, scan(copy)))
+    expected_report = verify_plan(make_plan(config, scan(copy)), config).to_dict()
+    for source in catalog.facts:  # what a stage reopening the files would now read
+        with open(source, "r+b") as fh:
+            fh.write(b"\0" * os.fstat(fh.fileno()).st_size)
+    plan = make_plan(config, catalog)
+    assert plan_to_dict(plan) == expected_plan
+    assert verify_plan(plan, config).to_dict() == expected_report
+
+
+def test_a_malformed_marker_or_archive_is_a_recorded_fact_not_an_exception(tmp_path):
+    d = make_artifact(tmp_path, "a_lib_generic", files=())
+    lib = d / "x/stage/lib"
+    lib.mkdir(parents=True)
+    (lib / "liba.so.1").write_bytes(build_host_elf({".rocm_kpack_ref": b"\xc1"}, soname="liba.so.1"))
+    (lib / "a.kpack").write_bytes(b"KPAK\x01\0\0\0" + b"\xff" * 8)
+    facts = scan(tmp_path).facts
+    assert "not valid MessagePack" in facts[str(lib / "liba.so.1")].marker_error
+    assert "TOC offset" in facts[str(lib / "a.kpack")].archive_error
+
+
+def test_a_symlinked_directory_in_a_stage_is_an_entry_never_walked(tmp_path):
+    d = make_artifact(tmp_path, "a_lib_generic", files=("share/doc/readme",))
+    os.symlink("share", d / "x/stage/linked")
+    entries = {(e.rel, e.type) for s in scan(tmp_path).artifact_dirs("a", "lib")[0].stages for e in s.entries}
+    assert ("linked", "symlink") in entries
+    assert not any(rel.startswith("linked/") for rel, _ in entries)
+
+
+def test_risky_mode_bits_are_named():
+    assert dropped_mode_bits(0o4755, "file") == "setuid bit"
+    assert dropped_mode_bits(0o2777, "dir") == "setgid/world-writable bits"
+    assert dropped_mode_bits(0o755, "file") == dropped_mode_bits(0o777, "symlink") == ""

@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from rocpkg.config import load_config, namespace, relation_names
+from rocpkg.config import load_config, namespace, prefix_problem, relation_names, relation_problem
 from rocpkg.errors import RocpkgInputError
 
 
@@ -75,3 +75,36 @@ def test_invalid_json_names_line(tmp_path):
 ])
 def test_relation_names(relation, expected):
     assert relation_names(relation) == expected
+
+
+# -- what the metadata checks accept (no false alarms on real package lists) -------------------
+
+@pytest.mark.parametrize("relation", [
+    "libc6", "libc6 (>= 2.34)", "libstdc++6|libstdc++8", "libgcc-s1 | libgcc1", "python3:any (>= 3.6)",
+    "foo (= 1:2.0-1~bpo1)", "liba (<< 3) | libb (>> 1.0+dfsg)",
+])
+def test_debian_relations_policy_allows_are_accepted(relation):
+    assert relation_problem("deb", relation) == ""
+
+
+@pytest.mark.parametrize("relation", [
+    "glibc", "glibc >= 2.34", "python3 = 3:3.9.18-1.el9", "(gcc or clang)", "(a >= 1 with a < 2)",
+    "(pkg-a if (b and c) else d)", "libc.so.6()(64bit)", "perl(File::Temp)", "/usr/bin/sh", "libstdc++|libstdc++6",
+])
+def test_rpm_relations_rpmbuild_allows_are_accepted(relation):
+    assert relation_problem("rpm", relation) == ""
+
+
+@pytest.mark.parametrize("prefix", ["/opt/rocm/core-{abi}", "/opt/rocm-{version}", "/usr/local/rocm_7.1+x"])
+def test_usual_install_prefixes_are_accepted(prefix):
+    assert prefix_problem(prefix, "7.1.0") == ""
+
+
+def test_every_bad_string_of_one_file_is_reported_at_once(tmp_path):
+    path = write(tmp_path, {"settings": {"maintainer": "a\nb", "prefix": "/opt/../x"}, "packages": [
+        {"Package": "ns-a", "Section": "x\ny", "DEBDepends": ["libfoo >="], "RPMRequires": ["(a or"]}]})
+    with pytest.raises(RocpkgInputError) as exc:
+        load_config(path)
+    where = {w.split(": ", 1)[1] for w, _ in exc.value.problems}
+    assert where == {"settings.maintainer", "settings.prefix", "packages[0](ns-a).Section",
+                     "packages[0](ns-a).DEBDepends[0]", "packages[0](ns-a).RPMRequires[0]"}

@@ -195,3 +195,26 @@ def test_e_flags_that_contradict_the_amdhsa_target_note_are_refused(clang_matrix
     with pytest.raises(KpackFormatError) as caught:
         code_object_target(bytes(data))
     assert "name gfx90a:xnack- but the amdhsa.target note says gfx90a:xnack+" in caught.value.what
+
+
+def test_kpack_check_names_archived_objects_of_every_version_as_comgr_does(clang_matrix, tmp_path):
+    """kpack.check (what `kpack verify` and rocpkg build run) files no false mismatch for a
+    v2 object (named from its notes: the whole object is read) nor for v3-v5, and catches an
+    object filed under a feature it was built without."""
+    from kpack.archive import KpackWriter
+    from kpack.check import CodeObjectProblem, check_archive
+
+    good = tmp_path / "good.kpack"
+    chosen = {(v, t): d for (v, t), d in clang_matrix.items() if t.startswith(("gfx906", "gfx900"))}
+    arches = sorted({code_object_target(d) for d in chosen.values()})
+    with KpackWriter(good, "objects", "gfx9", arches) as writer:
+        for n, ((version, target), data) in enumerate(sorted(chosen.items())):
+            writer.add(f"lib/libk.so#{n}", code_object_target(data), data)
+    assert check_archive(good) == []
+    wrong = tmp_path / "wrong.kpack"
+    data = clang_matrix[2, "gfx906:xnack-"]
+    with KpackWriter(wrong, "objects", "gfx906", ["gfx906:xnack+"]) as writer:
+        writer.add("lib/libk.so#0", "gfx906:xnack+", data)
+    problems = check_archive(wrong)
+    assert len(problems) == 1 and isinstance(problems[0], CodeObjectProblem)
+    assert "xnack-" in str(problems[0])

@@ -5,22 +5,81 @@ Both of TheRock's layouts are understood: split per target (`fft_lib_gfx942`,
 `blas_lib_gfx90a:xnack+`) and recombined per family (`fft_lib_gfx110X`), where each file is
 routed to one target by its kpack TOC, its code-object header or its name. The catalog only
 reads; it never copies a byte of the artifacts.
+
+The artifacts are untrusted. The tree is walked through directory descriptors, every
+component opened with O_NOFOLLOW, so that no stage dir and no file is reached through a
+symlink (a manifest line `rocFFT/evil/secret` with `rocFFT/evil -> /etc` is refused, not
+followed); only regular files, directories and symlinks are accepted, and every regular
+file is opened, which is the only readability test that holds for root too. While a file
+is open, every fact a later stage needs is read from it, once (FileFacts: ELF class,
+DT_NEEDED, the `.rocm_kpack_ref` marker, a kpack archive's TOC summary, the targets of
+device code); a malformed marker or archive becomes a recorded error of that file, so
+plan, build and verify never reopen an artifact to learn something about it.
 """
 from __future__ import annotations
 
+import dataclasses
+import errno
 import os
 import posixpath
 import re
 import stat
+import struct
 from dataclasses import dataclass, field
 
 from kpack import targets as kt
+from kpack.errors import KpackFormatError
+from kpack.detect import EMBEDDING_SUFFIXES
+from kpack.marker import MARKER_SECTION, Marker, decode_marker
 from rocpkg.errors import RocpkgInputError
+from rocpkg.preflight import printable
 
 MANIFEST = "artifact_manifest.txt"
 GENERIC = "generic"
 # A processor name inside a file name or path component: gfx942, gfx1100, gfx90a:xnack+ ...
 _TARGET_IN_NAME = re.compile(r"(?<![0-9a-z])(gfx[0-9]{1,2}[0-9a-f]{1,2}(?:-generic)?(?::(?:xnack|sramecc)[+-])*)(?![0-9a-z])")
+# Opening a directory of the tree: never through a symlink, never a non-directory.
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+# Opening a file of the tree: never through a symlink, never blocking on a FIFO swapped in.
+_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0)
+ELF_MAGIC = b"\x7fELF"
+EM_AMDGPU = 224
+# Leading bytes that say "device code whose targets kpack.detect can read".
+_DEVICE_MAGICS = (b"__CLANG_OFFLOAD_BUNDLE__", b"CCOB")
+
+
+@dataclass(frozen=True)
+class ArchiveToc:
+    """What the stages need of a kpack archive: its target IDs, and per kernel key the
+    target IDs it holds."""
+
+    arches: tuple[str, ...]
+    kernels: dict[str, frozenset[str]]
+
+
+@dataclass(frozen=True)
+class FileFacts:
+    """Everything later stages need to know of one artifact file, read once by the catalog.
+
+    elf:      "" (not ELF), "host" (an ELF that is not an AMDGPU code object) or "amdgpu"
+    needed:   DT_NEEDED of an ELF
+    marker:   the `.rocm_kpack_ref` marker of a host ELF (None: it has none)
+    archive:  the TOC summary of a kpack archive
+    targets:  target IDs of device code (code object, offload bundle, .mxr, archive)
+    *_error:  what is wrong with the marker, the archive or the device code, "" if nothing
+    identity: (st_dev, st_ino) of the file the catalog read, so that a later reader can
+              tell whether the path still names the same file
+    """
+
+    elf: str = ""
+    needed: tuple[str, ...] = ()
+    marker: Marker | None = None
+    marker_error: str = ""
+    archive: ArchiveToc | None = None
+    archive_error: str = ""
+    targets: tuple[str, ...] = ()
+    device_error: str = ""
+    identity: tuple[int, int] = (0, 0)
 
 
 @dataclass(frozen=True)
@@ -35,6 +94,7 @@ class StageEntry:
     link_target: str = ""
     target: str = ""    # bare lower-case target ("gfx942") for device files
     variant: str = ""   # full target ID it was built for ("gfx90a:xnack+")
+    facts: FileFacts | None = None  # regular files only
 
 
 @dataclass
@@ -69,6 +129,11 @@ class Catalog:
     root: str
     families: dict[str, list[str]]
     dirs: dict[tuple[str, str], list[ArtifactDir]] = field(default_factory=dict)
+    facts: dict[str, FileFacts] = field(default_factory=dict)   # source path -> its facts
+
+    def facts_of(self, source: str) -> FileFacts:
+        """The facts of one artifact file (empty facts for a path the catalog never saw)."""
+        return self.facts.get(source) or FileFacts()
 
     @property
     def targets(self) -> list[str]:
@@ -118,6 +183,17 @@ class Catalog:
         return result
 
 
+_DROPPED_BITS = ((stat.S_ISUID, "setuid"), (stat.S_ISGID, "setgid"), (stat.S_ISVTX, "sticky"),
+                 (stat.S_IWOTH, "world-writable"))
+
+
+def dropped_mode_bits(mode: int, entry_type: str) -> str:
+    """The risky permission bits of an artifact file or dir that a package never carries
+    (setuid, setgid, sticky, world-writable), named for a warning; "" when there are none."""
+    names = [name for bit, name in _DROPPED_BITS if mode & bit] if entry_type != "symlink" else []
+    return f"{'/'.join(names)} bit{'s' if len(names) > 1 else ''}" if names else ""
+
+
 def sort_targets(names) -> list[str]:
     order = {t: i for i, t in enumerate(t for ts in kt.FAMILIES.values() for t in ts)}
     return sorted(set(names), key=lambda t: (order.get(t, len(order)), t))
@@ -149,144 +225,385 @@ def scan(root: str | os.PathLike, families: dict[str, list[str]] | None = None) 
     """Index every artifact dir under root; all problems are reported together."""
     root = os.path.abspath(os.fspath(root))
     families = families or kt.FAMILIES
-    if not os.path.isdir(root):
-        raise RocpkgInputError(root, "artifacts directory not found")
+    try:  # the root the user named may itself be a symlink; nothing below it is followed
+        root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
+    except (FileNotFoundError, NotADirectoryError):
+        raise RocpkgInputError(root, "artifacts directory not found") from None
+    except OSError as exc:
+        raise RocpkgInputError(root, f"cannot open: {exc.strerror}") from None
     catalog = Catalog(root=root, families=families)
     problems: list[tuple[str, str]] = []
-    for dirname in sorted(os.listdir(root)):
-        path = os.path.join(root, dirname)
-        if dirname.startswith(".") or not os.path.isdir(path):
-            continue
-        parsed = parse_dirname(dirname)
-        if parsed is None:
-            problems.append((path, "directory name is not <name>_<component>_<suffix>"))
-            continue
-        artifact, component, suffix = parsed
-        kind = classify_suffix(suffix, families)
-        if kind is None:
-            problems.append((path, f"suffix {suffix!r} is neither 'generic', a known target nor a family"))
-            continue
-        adir = ArtifactDir(dirname, artifact, component, suffix, kind, path)
-        _read_stages(adir, families, problems)
-        catalog.dirs.setdefault((artifact, component), []).append(adir)
+    try:
+        for dirname in sorted(os.listdir(root_fd)):
+            path = os.path.join(root, dirname)
+            if dirname.startswith("."):
+                continue
+            st = os.stat(dirname, dir_fd=root_fd, follow_symlinks=False)
+            if stat.S_ISLNK(st.st_mode):
+                problems.append((printable(path), "artifact dir is a symlink (artifacts are read through real "
+                                                  "directories only)"))
+                continue
+            if not stat.S_ISDIR(st.st_mode):
+                continue
+            parsed = parse_dirname(dirname)
+            if parsed is None:
+                problems.append((printable(path), "directory name is not <name>_<component>_<suffix>"))
+                continue
+            artifact, component, suffix = parsed
+            kind = classify_suffix(suffix, families)
+            if kind is None:
+                problems.append((printable(path), f"suffix {printable(suffix)!r} is neither 'generic', a known "
+                                                  "target nor a family"))
+                continue
+            adir = ArtifactDir(dirname, artifact, component, suffix, kind, path)
+            try:
+                dir_fd = os.open(dirname, _DIR_FLAGS, dir_fd=root_fd)
+            except OSError as exc:
+                problems.append((printable(path), f"cannot open: {exc.strerror}"))
+                continue
+            try:
+                _Walker(catalog, adir, problems).read_stages(dir_fd)
+            finally:
+                os.close(dir_fd)
+            catalog.dirs.setdefault((artifact, component), []).append(adir)
+    finally:
+        os.close(root_fd)
     if problems:
         raise RocpkgInputError(problems)
     return catalog
 
 
-def _read_stages(adir: ArtifactDir, families, problems) -> None:
-    manifest = os.path.join(adir.path, MANIFEST)
-    try:
-        with open(manifest, encoding="utf-8") as fh:
-            lines = [ln.strip() for ln in fh if ln.strip() and not ln.lstrip().startswith("#")]
-    except FileNotFoundError:
-        problems.append((manifest, "missing manifest"))
-        return
-    except (OSError, UnicodeDecodeError) as exc:
-        problems.append((manifest, f"cannot read: {exc}"))
-        return
-    if not lines:
-        problems.append((manifest, "empty manifest: lists no stage dir"))
-        return
-    for lineno, line in enumerate(lines, 1):
-        where = f"{manifest}:{lineno}"
-        norm = posixpath.normpath(line)
-        if line.startswith("/") or norm == ".." or norm.startswith("../"):
-            problems.append((where, f"stage dir {line!r} escapes the artifact dir"))
-            continue
-        stage_root = os.path.join(adir.path, norm)
-        if not os.path.isdir(stage_root) or os.path.islink(stage_root):
-            problems.append((where, f"stage dir {line!r} does not exist"))
-            continue
-        stage = Stage(norm, stage_root)
-        _walk_stage(adir, stage, families, problems)
-        adir.stages.append(stage)
+_TYPE_NAMES = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+               (stat.S_ISBLK, "a block device"))
+MAX_DEPTH = 128   # directory levels below a stage root; deeper trees cannot be installed anyway
 
 
-def _walk_stage(adir: ArtifactDir, stage: Stage, families, problems) -> None:
-    default_target = adir.bare_target if adir.kind == "target" else ""
-    variant = adir.suffix if adir.kind == "target" else ""
-    for dirpath, dirnames, filenames in os.walk(stage.root):
-        dirnames.sort()
-        rel_dir = os.path.relpath(dirpath, stage.root)
-        rel_dir = "" if rel_dir == "." else rel_dir.replace(os.sep, "/")
-        for name in sorted(dirnames + filenames):
-            full = os.path.join(dirpath, name)
-            rel = f"{rel_dir}/{name}" if rel_dir else name
+class _Walker:
+    """Reads one artifact dir: its manifest, its stage trees and the facts of their files,
+    through directory descriptors, never through a symlink."""
+
+    def __init__(self, catalog: Catalog, adir: ArtifactDir, problems: list[tuple[str, str]]):
+        self.catalog = catalog
+        self.adir = adir
+        self.problems = problems
+        self.default_target = adir.bare_target if adir.kind == "target" else ""
+        self.variant = adir.suffix if adir.kind == "target" else ""
+
+    def problem(self, path: str, what: str) -> None:
+        self.problems.append((printable(path), what))
+
+    def read_stages(self, dir_fd: int) -> None:
+        adir = self.adir
+        manifest = os.path.join(adir.path, MANIFEST)
+        try:
+            fd = os.open(MANIFEST, _FILE_FLAGS, dir_fd=dir_fd)
+        except FileNotFoundError:
+            self.problem(manifest, "missing manifest")
+            return
+        except OSError as exc:
+            self.problem(manifest, _open_error(exc, dir_fd, MANIFEST))
+            return
+        try:
+            with os.fdopen(fd, "rb") as fh:
+                if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+                    self.problem(manifest, "not a regular file")
+                    return
+                text = fh.read().decode("utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            self.problem(manifest, f"cannot read: {exc}")
+            return
+        lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+        if not lines:
+            self.problem(manifest, "empty manifest: lists no stage dir")
+            return
+        for lineno, line in enumerate(lines, 1):
+            where = f"{manifest}:{lineno}"
+            norm = posixpath.normpath(line)
+            if line.startswith("/") or norm == ".." or norm.startswith("../"):
+                self.problem(where, f"stage dir {printable(line)!r} escapes the artifact dir")
+                continue
+            stage_fd = self._open_stage(dir_fd, norm, line, where)
+            if stage_fd is None:
+                continue
             try:
-                st = os.lstat(full)
+                stage = Stage(norm, os.path.normpath(os.path.join(adir.path, norm)))
+                self._walk(stage, stage_fd)
+            finally:
+                os.close(stage_fd)
+            adir.stages.append(stage)
+
+    def _open_stage(self, dir_fd: int, norm: str, line: str, where: str) -> int | None:
+        """The stage dir opened one component at a time, none of them a symlink."""
+        fd = os.dup(dir_fd)
+        parts = [] if norm == "." else norm.split("/")
+        for index, part in enumerate(parts):
+            try:
+                nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)
             except OSError as exc:
-                problems.append((full, f"cannot stat: {exc.strerror}"))
+                os.close(fd)
+                sub = "/".join(parts[:index + 1])
+                if exc.errno == errno.ENOENT:
+                    self.problem(where, f"stage dir {printable(line)!r} does not exist")
+                elif _is_symlink(dir_fd, sub):
+                    self.problem(where, f"stage dir {printable(line)!r} runs through the symlink "
+                                        f"{printable(sub)} (artifacts are read through real directories only)")
+                elif exc.errno == errno.ENOTDIR:
+                    self.problem(where, f"stage dir {printable(line)!r}: {printable(sub)} is not a directory")
+                else:
+                    self.problem(where, f"stage dir {printable(line)!r}: cannot open {printable(sub)}: "
+                                        f"{exc.strerror}")
+                return None
+            os.close(fd)
+            fd = nxt
+        return fd
+
+    def _walk(self, stage: Stage, stage_fd: int) -> None:
+        """Depth first, each directory's entries in name order; one descriptor per level."""
+        pending = [(os.dup(stage_fd), "", iter(self._read_dir(stage, stage_fd, "")))]
+        try:
+            while pending:
+                fd, rel_dir, subdirs = pending[-1]
+                name = next(subdirs, None)
+                if name is None:
+                    os.close(fd)
+                    pending.pop()
+                    continue
+                rel = f"{rel_dir}/{name}" if rel_dir else name
+                full = os.path.join(stage.root, rel)
+                if len(pending) >= MAX_DEPTH:
+                    self.problem(full, f"directories nested deeper than {MAX_DEPTH} levels")
+                    continue
+                try:
+                    sub = os.open(name, _DIR_FLAGS, dir_fd=fd)
+                except OSError as exc:
+                    self.problem(full, _open_error(exc, fd, name))
+                    continue
+                try:
+                    names = self._read_dir(stage, sub, rel)
+                except BaseException:
+                    os.close(sub)
+                    raise
+                pending.append((sub, rel, iter(names)))
+        finally:
+            for fd, _, _ in pending:
+                os.close(fd)
+
+    def _read_dir(self, stage: Stage, fd: int, rel_dir: str) -> list[str]:
+        """Add the entries of one directory; return the names of its subdirectories."""
+        subdirs = []
+        try:
+            names = sorted(os.listdir(fd))
+        except OSError as exc:
+            self.problem(os.path.join(stage.root, rel_dir), f"cannot list: {exc.strerror}")
+            return subdirs
+        for name in names:
+            rel = f"{rel_dir}/{name}" if rel_dir else name
+            full = os.path.join(stage.root, rel)
+            try:
+                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            except OSError as exc:
+                self.problem(full, f"cannot stat: {exc.strerror}")
                 continue
             mode = stat.S_IMODE(st.st_mode)
             if stat.S_ISLNK(st.st_mode):
-                link = os.readlink(full)
+                link = os.readlink(name, dir_fd=fd)
                 resolved = posixpath.normpath(posixpath.join(posixpath.dirname(rel), link))
                 if link.startswith("/") or resolved == ".." or resolved.startswith("../"):
-                    problems.append((full, f"symlink to {link!r} escapes its stage dir"))
+                    self.problem(full, f"symlink to {printable(link)!r} escapes its stage dir")
                     continue
-                entry = StageEntry(rel, "symlink", 0o777, 0, full, link, default_target, variant)
-                if name in dirnames:
-                    dirnames.remove(name)  # never follow
+                entry = StageEntry(rel, "symlink", 0o777, 0, full, link, self.default_target, self.variant)
             elif stat.S_ISDIR(st.st_mode):
-                entry = StageEntry(rel, "dir", mode, 0, full, "", default_target, variant)
+                subdirs.append(name)
+                entry = StageEntry(rel, "dir", mode, 0, full, "", self.default_target, self.variant)
             elif stat.S_ISREG(st.st_mode):
-                entry = StageEntry(rel, "file", mode, st.st_size, full, "", default_target, variant)
+                entry = self._file(fd, name, rel, full, mode)
+                if entry is None:
+                    continue
             else:
-                problems.append((full, "not a regular file, directory or symlink"))
+                kind = next((what for test, what in _TYPE_NAMES if test(st.st_mode)), "an unknown file type")
+                self.problem(full, f"is {kind}: only regular files, directories and symlinks can be packaged")
                 continue
-            if adir.kind == "family":
-                if entry.type == "dir":
-                    # a per-arch dir (library/gfx942/) belongs to its target; other dirs are
-                    # owned through the files routed into them
-                    named = {kt.parse_target(n).processor.lower() for n in _TARGET_IN_NAME.findall(rel)}
-                    if len(named) != 1:
-                        continue
-                    entry = StageEntry(rel, "dir", mode, 0, full, "", named.pop(), "")
-                else:
-                    entry = _route(adir, entry, families, problems)
-                    if entry is None:
-                        continue
+            if self.adir.kind == "family":
+                entry = self._route(entry)
+                if entry is None:
+                    continue
             stage.entries.append(entry)
+        return subdirs
 
+    def _file(self, dir_fd: int, name: str, rel: str, full: str, mode: int) -> StageEntry | None:
+        """Open a regular file (the readability test that also holds for root), read its
+        facts, and make its entry."""
+        try:
+            fd = os.open(name, _FILE_FLAGS, dir_fd=dir_fd)
+        except OSError as exc:
+            self.problem(full, _open_error(exc, dir_fd, name))
+            return None
+        with os.fdopen(fd, "rb") as fh:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                self.problem(full, "changed type while being read (now not a regular file)")
+                return None
+            embedded = (self.adir.kind == "family" and not _TARGET_IN_NAME.search(rel)
+                        and rel.lower().endswith(EMBEDDING_SUFFIXES))
+            try:
+                facts = dataclasses.replace(read_facts(fh, name, embedded), identity=(st.st_dev, st.st_ino))
+            except OSError as exc:
+                self.problem(full, f"cannot be read: {exc.strerror or exc}")
+                return None
+        self.catalog.facts[full] = facts
+        return StageEntry(rel, "file", mode, st.st_size, full, "", self.default_target, self.variant, facts)
 
-def _route(adir: ArtifactDir, entry: StageEntry, families, problems) -> StageEntry | None:
-    """Find the one target of a file in a family dir, or report it."""
-    members = set(families[adir.suffix])
-    candidates: set[str] = set()
-    variants: set[str] = set()
-    reason = ""
-    try:
-        if entry.type == "file" and entry.rel.endswith(".kpack"):
-            from kpack.archive import read_toc_arches
-
-            arches = read_toc_arches(entry.source)
-            variants = set(arches)
-            candidates = {kt.parse_target(a).processor.lower() for a in arches}
-            reason = "its kpack TOC lists " + ", ".join(sorted(arches))
-        if not candidates:
+    def _route(self, entry: StageEntry) -> StageEntry | None:
+        """Find the one target of an entry in a family dir, or report it. A per-arch dir
+        (library/gfx942/) belongs to its target; other dirs are owned through the files
+        routed into them (None, silently)."""
+        adir = self.adir
+        if entry.type == "dir":
+            named = {kt.parse_target(n).processor.lower() for n in _TARGET_IN_NAME.findall(entry.rel)}
+            if len(named) != 1:
+                return None
+            return StageEntry(entry.rel, "dir", entry.mode, 0, entry.source, "", named.pop(), "")
+        facts = entry.facts or FileFacts()
+        reason, variants = "", []
+        if facts.archive is not None:
+            variants, reason = list(facts.archive.arches), "its kpack TOC lists "
+        elif facts.archive_error:
+            self.problem(entry.source, f"cannot be routed to a target: {facts.archive_error}")
+            return None
+        if not variants:
             named = _TARGET_IN_NAME.findall(entry.rel if entry.type != "symlink" else entry.rel + "/" + entry.link_target)
-            if named:
-                variants = set(named)
-                candidates = {kt.parse_target(n).processor.lower() for n in named}
-                reason = "its name names " + ", ".join(sorted(named))
-        if not candidates and entry.type == "file":
-            from kpack.detect import detect_targets
+            variants, reason = named, "its name names "
+        if not variants and facts.device_error:
+            self.problem(entry.source, f"cannot be routed to a target: {facts.device_error}")
+            return None
+        if not variants and facts.targets:
+            variants, reason = list(facts.targets), "its code objects are for "
+        candidates = {kt.parse_target(v).processor.lower() for v in variants}
+        if len(candidates) != 1:
+            what = reason + ", ".join(sorted(set(variants))) if candidates else "no target found in its name or content"
+            self.problem(entry.source, f"cannot be routed to one target of {adir.suffix}: {what}")
+            return None
+        (target,) = candidates
+        if target not in self.catalog.families[adir.suffix]:
+            self.problem(entry.source, f"routed to {target}, which is not in family {adir.suffix}")
+            return None
+        variant = variants[0] if len(set(variants)) == 1 else target
+        return StageEntry(entry.rel, entry.type, entry.mode, entry.size, entry.source, entry.link_target, target,
+                          variant, entry.facts)
 
-            detected = detect_targets(entry.source)
-            variants = set(detected)
-            candidates = {kt.parse_target(t).processor.lower() for t in detected}
-            reason = "its code objects are for " + ", ".join(sorted(detected))
-    except Exception as exc:  # KpackFormatError, OSError: a file we cannot read is unroutable
-        problems.append((entry.source, f"cannot be routed to a target: {exc}"))
-        return None
-    if len(candidates) != 1:
-        what = reason if candidates else "no target found in its name or content"
-        problems.append((entry.source, f"cannot be routed to one target of {adir.suffix}: {what}"))
-        return None
-    (target,) = candidates
-    if target not in members:
-        problems.append((entry.source, f"routed to {target}, which is not in family {adir.suffix}"))
-        return None
-    variant = sorted(variants)[0] if len(variants) == 1 else target
-    return StageEntry(entry.rel, entry.type, entry.mode, entry.size, entry.source, entry.link_target, target, variant)
+
+def _is_symlink(dir_fd: int, rel: str) -> bool:
+    try:
+        return stat.S_ISLNK(os.stat(rel, dir_fd=dir_fd, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
+
+
+def _open_error(exc: OSError, dir_fd: int, name: str) -> str:
+    """What to say when opening an entry failed: a symlink swapped in, or unreadable."""
+    if exc.errno in (errno.ELOOP, errno.ENOTDIR) and _is_symlink(dir_fd, name):
+        return "is a symlink where a real file or directory was expected (never followed)"
+    if exc.errno == errno.EACCES:
+        return "cannot be read: permission denied (rocpkg must read every file it packs)"
+    return f"cannot be read: {exc.strerror}"
+
+
+# -- facts of one file ---------------------------------------------------------------------
+
+def read_facts(fh, name: str, scan_embedded: bool = False) -> FileFacts:
+    """Every fact of one open artifact file (seekable binary handle) that a later stage
+    needs; format errors are recorded in the facts, OSError propagates."""
+    head = fh.read(64)
+    if head.startswith(ELF_MAGIC) and len(head) >= 20:
+        machine = struct.unpack_from(">H" if head[5] == 2 else "<H", head, 18)[0]
+        if machine == EM_AMDGPU:
+            return _code_object_facts(head)
+        return _host_elf_facts(fh, name)
+    if name.endswith(".kpack") or head.startswith(b"KPAK"):
+        return _archive_facts(fh)
+    if head.startswith(_DEVICE_MAGICS) or scan_embedded:
+        return _device_facts(fh, scan_embedded)
+    return FileFacts(elf="other" if head.startswith(ELF_MAGIC) else "")
+
+
+def _code_object_facts(head: bytes) -> FileFacts:
+    from kpack.detect import elf_target
+
+    try:
+        return FileFacts(elf="amdgpu", targets=(elf_target(head),))
+    except KpackFormatError as exc:
+        return FileFacts(elf="amdgpu", device_error=_why(exc))
+
+
+def _host_elf_facts(fh, name: str) -> FileFacts:
+    """DT_NEEDED and the `.rocm_kpack_ref` marker, from one parse of the ELF headers."""
+    from elftools.common.exceptions import ELFError, ELFParseError
+    from elftools.elf.elffile import ELFFile
+
+    errors = (ELFError, ELFParseError, ValueError, KeyError, IndexError, OverflowError, AttributeError,
+              struct.error)
+    size = os.fstat(fh.fileno()).st_size
+    fh.seek(0)
+    try:
+        elf = ELFFile(fh)
+    except errors as exc:
+        return FileFacts(elf="host", marker_error=f"unreadable ELF ({exc})")
+    needed: tuple[str, ...] = ()
+    try:
+        dynamic = elf.get_section_by_name(".dynamic")
+        if dynamic is not None:
+            needed = tuple(t.needed for t in dynamic.iter_tags("DT_NEEDED"))
+    except errors:
+        needed = ()  # a .dynamic rocpkg cannot parse: no libc dependency is inferred
+    try:
+        section = elf.get_section_by_name(MARKER_SECTION)
+        if section is None:
+            return FileFacts(elf="host", needed=needed)
+        offset, length = section["sh_offset"], section["sh_size"]
+        if section["sh_type"] == "SHT_NOBITS" or offset + length > size:
+            raise KpackFormatError(f"{MARKER_SECTION} [{offset}, {offset + length}) is not inside the file "
+                                   f"({size} bytes)", where=MARKER_SECTION)
+        marker = decode_marker(section.data(), where=MARKER_SECTION)
+    except KpackFormatError as exc:
+        return FileFacts(elf="host", needed=needed, marker_error=_why(exc))
+    except errors as exc:
+        return FileFacts(elf="host", needed=needed, marker_error=f"unreadable ELF ({exc})")
+    return FileFacts(elf="host", needed=needed, marker=marker)
+
+
+def _archive_facts(fh) -> FileFacts:
+    """The TOC summary of a kpack archive (header and TOC only, never a kernel), with the
+    declared kernel sizes held against what the file can hold."""
+    from kpack.archive import SCHEME_ZSTD, ZSTD_MAX_RATIO, KpackReader
+
+    fh.seek(0)
+    try:
+        reader = KpackReader(fh)
+        kernels: dict[str, set[str]] = {}
+        stored = reader.zstd_size * ZSTD_MAX_RATIO if reader.scheme == SCHEME_ZSTD else reader.file_size
+        for entry in reader.entries():
+            if entry.original_size > stored:
+                raise KpackFormatError(f"original_size {entry.original_size} is more than the archive can hold "
+                                       f"({stored} bytes)", where=f"toc[{entry.key!r}][{entry.arch!r}].original_size")
+            kernels.setdefault(entry.key, set()).add(entry.arch)
+        toc = ArchiveToc(tuple(reader.gfx_arches), {k: frozenset(v) for k, v in kernels.items()})
+    except KpackFormatError as exc:
+        return FileFacts(archive_error=_why(exc))
+    return FileFacts(archive=toc, targets=toc.arches)
+
+
+def _device_facts(fh, scan_embedded: bool) -> FileFacts:
+    """Targets of an offload bundle, compressed bundle or code-object container, by
+    kpack.detect over this same open file (/proc/self/fd names the open file, not a path
+    that could have been swapped)."""
+    from kpack.detect import detect
+
+    try:
+        return FileFacts(targets=tuple(detect(f"/proc/self/fd/{fh.fileno()}", scan_embedded=scan_embedded).targets))
+    except KpackFormatError as exc:
+        return FileFacts(device_error=_why(exc))
+
+
+def _why(exc: KpackFormatError) -> str:
+    """The error without its file name: the problem's `where` names the artifact file."""
+    return ": ".join(part for part in (exc.location, exc.what) if part)

@@ -2,15 +2,23 @@
 
 Every problem is collected with the file, the JSON path and what is wrong, and raised
 together, so that a maintainer fixes a config in one pass instead of one error per run.
+
+package.json is untrusted: every string that lands in a control file, spec header,
+changelog, Release file or repo config is checked here (no newline or control character
+in a one-line field, names, versions and relations in each format's syntax, an install
+prefix that is absolute and normalised), with the syntax rules of rocpkg.preflight.
 """
 from __future__ import annotations
 
 import json
 import os
+import posixpath
 import re
+import string
 from dataclasses import dataclass, field
 from importlib import resources
 
+from rocpkg import preflight as pf
 from rocpkg.errors import RocpkgInputError
 
 # Keys of a package definition and the type each must have. "bool" accepts TheRock's
@@ -102,8 +110,23 @@ SETTINGS_TYPES = {
     "rpm_arch": str, "external": list, "allow_unsatisfied": bool,
 }
 COMPRESSIONS = ("zstd", "xz", "gzip")
-_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9+.-]+$")
+_NAME_RE = pf.DEB_NAME
 _VERSION_RE = re.compile(r"^[0-9][A-Za-z0-9.+~]*$")
+# Definition strings that land in one line of a control file or spec header.
+ONE_LINE_KEYS = ("Version", "Release", "Architecture", "BuildArch", "Maintainer", "Description_Short", "Section",
+                 "Priority", "Group", "License", "Vendor", "Homepage")
+ONE_LINE_SETTINGS = ("maintainer", "vendor", "homepage", "license")
+PRIORITIES = ("required", "important", "standard", "optional", "extra")
+_SECTION_RE = re.compile(r"^[a-z0-9][a-z0-9+._-]*(?:/[a-z0-9][a-z0-9+._-]*)?$")
+_SUITE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_FAMILY_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.+-]*$")
+# An install prefix: plain path characters only (it lands in maintainer scripts, spec
+# %files and ld.so.conf.d).
+_PREFIX_RE = re.compile(r"^/[A-Za-z0-9._+~@/-]*$")
+# The placeholders each naming pattern may use, and sample values to check what it makes.
+NAMING_FIELDS = {"versioned": ("name", "abi"), "host": ("name", "abi"), "device": ("name", "abi", "target"),
+                 "family": ("name", "abi", "family"), "alias": ("family", "abi")}
+_SAMPLE = {"name": "lib", "abi": "7.1", "target": "gfx942", "family": "gfx110X", "version": "7.1.0"}
 
 
 @dataclass(frozen=True)
@@ -258,17 +281,141 @@ def _load_settings(raw, problems) -> dict:
 def validate_settings(settings: dict, where_prefix: str = "settings") -> list[tuple[str, str]]:
     """Checks that also apply after command-line overrides (--version, --release)."""
     problems = []
-    if not _VERSION_RE.match(str(settings["version"])) or str(settings["version"]).count(".") < 1:
+    version_ok = _VERSION_RE.match(str(settings["version"])) and str(settings["version"]).count(".") >= 1
+    if not version_ok:
         problems.append((f"{where_prefix}.version", f"{settings['version']!r} is not a MAJOR.MINOR[.PATCH] version"))
     if not re.match(r"^[A-Za-z0-9.+~]+$", str(settings["release"])):
         problems.append((f"{where_prefix}.release", f"{settings['release']!r} is not a valid release"))
     if settings["compression"] not in COMPRESSIONS:
         problems.append((f"{where_prefix}.compression", f"must be one of {', '.join(COMPRESSIONS)}"))
-    if not str(settings["prefix"]).startswith("/"):
-        problems.append((f"{where_prefix}.prefix", "must be an absolute path"))
+    problem = prefix_problem(str(settings["prefix"]), str(settings["version"])) if version_ok else ""
+    if problem:
+        problems.append((f"{where_prefix}.prefix", problem))
     if settings["epoch"] < 0:
         problems.append((f"{where_prefix}.epoch", "must be >= 0"))
+    problems += [(f"{where_prefix}.{w}", what) for w, what in _settings_string_problems(settings)]
     return problems
+
+
+def _placeholder_problem(pattern: str, allowed) -> str:
+    """A str.format pattern may use only the named placeholders, bare (no attribute,
+    index, conversion or format spec: `{name.__class__}` is not a package name)."""
+    try:
+        fields = [(name, spec, conv) for _, name, spec, conv in string.Formatter().parse(pattern) if name is not None]
+    except ValueError as exc:
+        return f"{pattern!r} is not a valid pattern ({exc})"
+    for name, spec, conv in fields:
+        if name not in allowed or spec or conv:
+            return f"placeholder {{{name}}} is not one of {', '.join('{' + a + '}' for a in allowed)}"
+    return ""
+
+
+def prefix_problem(pattern: str, version: str) -> str:
+    """What is wrong with the install prefix ("" if nothing): absolute, normalised, no
+    `..` or `//`, plain path characters, and not / itself."""
+    problem = _placeholder_problem(pattern, ("abi", "version")) or pf.control_problem(pattern)
+    if problem:
+        return problem
+    prefix = pattern.format(abi=".".join(version.split(".")[:2]), version=version)
+    if not prefix.startswith("/"):
+        return f"{prefix!r} must be an absolute path"
+    if ".." in prefix.split("/"):
+        return f"{prefix!r} holds '..'"
+    if "//" in prefix:
+        return f"{prefix!r} holds '//'"
+    if posixpath.normpath(prefix) != prefix:
+        return f"{prefix!r} is not normalised (write {posixpath.normpath(prefix)!r})"
+    if prefix == "/":
+        return "must not be / (the packages would own the whole file system)"
+    if not _PREFIX_RE.match(prefix):
+        return f"{prefix!r} holds characters other than letters, digits and . _ + ~ @ - /"
+    return ""
+
+
+def _settings_string_problems(settings: dict) -> list[tuple[str, str]]:
+    """Settings strings that land in metadata or on disk: one-line fields, the suite,
+    architectures, naming patterns, families, targets and names."""
+    from kpack.targets import parse_target
+
+    out = []
+    for key in ONE_LINE_SETTINGS:
+        problem = pf.control_problem(settings[key])
+        if problem:
+            out.append((key, problem))
+    if not _SUITE_RE.match(settings["suite"]) or ".." in settings["suite"]:
+        out.append(("suite", f"{settings['suite']!r} is not a suite name (letters, digits and . _ -; no '/')"))
+    if not pf.DEB_ARCH.match(settings["deb_arch"]):
+        out.append(("deb_arch", f"{settings['deb_arch']!r} is not a Debian architecture name"))
+    if not pf.RPM_ARCH.match(settings["rpm_arch"]):
+        out.append(("rpm_arch", f"{settings['rpm_arch']!r} is not an RPM architecture name"))
+    for key, pattern in settings["naming"].items():
+        allowed = NAMING_FIELDS[key]
+        problem = _placeholder_problem(pattern, allowed) or pf.control_problem(pattern)
+        if not problem:
+            made = pattern.format(**{k: _SAMPLE[k] for k in allowed}).lower()
+            if not _NAME_RE.match(made):
+                problem = f"{pattern!r} makes {made!r}, not a valid package name"
+        if problem:
+            out.append((f"naming.{key}", problem))
+    families = settings["families"] or {}
+    for name, members in families.items():
+        if not _FAMILY_RE.match(name):
+            out.append((f"families.{name}", "not a family name (letters, digits and . + -)"))
+        if not isinstance(members, list) or not all(isinstance(t, str) for t in members):
+            out.append((f"families.{name}", "expected a list of target names"))
+            continue
+        out += [(f"families.{name}", f"{t!r} is not a target") for t in members if not _is_target(t, parse_target)]
+    for index, target in enumerate(settings["targets"] or []):
+        if not isinstance(target, str) or not _is_target(target, parse_target):
+            out.append((f"targets[{index}]", f"{target!r} is not a target"))
+    for index, name in enumerate(settings["external"]):
+        if not isinstance(name, str) or not (pf.DEB_NAME.match(name) or pf.RPM_NAME.match(name)):
+            out.append((f"external[{index}]", f"{name!r} is not a package name"))
+    top = settings["top_metapackage"]
+    if top is not None and not _NAME_RE.match(top):
+        out.append(("top_metapackage", f"{top!r} is not a package name"))
+    return out
+
+
+def _is_target(text: str, parse_target) -> bool:
+    try:
+        parse_target(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _definition_string_problems(entry: dict) -> list[tuple[str, str]]:
+    """(key, what) for a definition's metadata strings."""
+    out = []
+    for key in ONE_LINE_KEYS:
+        value = entry.get(key)
+        if isinstance(value, str) and pf.control_problem(value):
+            out.append((key, pf.control_problem(value)))
+    if isinstance(entry.get("Description_Long"), str) and pf.control_problem(entry["Description_Long"], True):
+        out.append(("Description_Long", pf.control_problem(entry["Description_Long"], True)))
+    checks = (("Section", lambda v: _SECTION_RE.match(v), "not a Debian section (lower-case, e.g. libs, devel)"),
+              ("Priority", lambda v: v in PRIORITIES, f"not one of {', '.join(PRIORITIES)}"),
+              ("Architecture", lambda v: pf.DEB_ARCH.match(v), "not a Debian architecture name"),
+              ("BuildArch", lambda v: pf.RPM_ARCH.match(v), "not an RPM architecture name"),
+              ("Version", lambda v: _VERSION_RE.match(v), "not a version valid for both DEB and RPM"),
+              ("Release", lambda v: re.match(r"^[A-Za-z0-9.+~]+$", v), "not a release valid for both DEB and RPM"))
+    done = {key for key, _ in out}
+    for key, ok, what in checks:
+        value = entry.get(key)
+        if isinstance(value, str) and value and key not in done and not ok(value):
+            out.append((key, f"{value!r} is {what}"))
+    return out
+
+
+def relation_problem(fmt: str, relation: str) -> str:
+    """A package.json relation in one format's syntax ("" if valid). RPM relations may
+    use DEB-style `a | b` alternatives: the plan writes them as `(a or b)`."""
+    if fmt == "deb":
+        return pf.deb_relation_problem(relation)
+    if not relation.strip().startswith("(") and "|" in relation:
+        return next((p for p in map(pf.rpm_relation_problem, relation.split("|")) if p), "")
+    return pf.rpm_relation_problem(relation)
 
 
 def relation_names(relation: str) -> list[str]:
@@ -351,19 +498,25 @@ def load_config(path: str | os.PathLike | None = None) -> Config:
         d.artifacts = _parse_artifactory(entry.get("Artifactory", []), where, problems)
         if d.metapackage and d.artifacts and not d.disabled:
             problems.append((f"{where}.Artifactory", "a meta-package ships no files"))
-        for key, attr in DEB_RELATION_KEYS.items():
-            if isinstance(entry.get(key), list):
-                d.deb_relations[attr] = [r.strip() for r in entry[key] if r.strip()]
-        for key, attr in RPM_RELATION_KEYS.items():
-            if isinstance(entry.get(key), list):
-                d.rpm_relations[attr] = [r.strip() for r in entry[key] if r.strip()]
+        problems += [(f"{where}.{key}", what) for key, what in _definition_string_problems(entry)]
+        for fmt, keys, relations in (("deb", DEB_RELATION_KEYS, d.deb_relations),
+                                     ("rpm", RPM_RELATION_KEYS, d.rpm_relations)):
+            for key, attr in keys.items():
+                if not isinstance(entry.get(key), list) or not all(isinstance(r, str) for r in entry[key]):
+                    continue
+                relations[attr] = [r.strip() for r in entry[key] if r.strip()]
+                problems += [(f"{where}.{key}[{ri}]", relation_problem(fmt, r)) for ri, r in enumerate(entry[key])
+                             if r.strip() and relation_problem(fmt, r)]
         # TheRock leaves RPMRequires out where it matches DEBDepends minus system names
         definitions.append(d)
 
+    if len(definitions) == len(entries) and not any(not d.disabled for d in definitions):
+        problems.append((base or "package list", "no package to build: the list is empty or every definition "
+                                                 "has DisablePackaging"))
     config = Config(path=path, settings=settings, definitions=definitions)
     problems += _check_relations(config, base)
     if problems:
-        raise RocpkgInputError([(f"{path}: {w}", m) for w, m in problems])
+        raise RocpkgInputError([(pf.printable(f"{path}: {w}"), pf.printable(m)) for w, m in problems])
     return config
 
 

@@ -14,9 +14,10 @@ from dataclasses import dataclass, field
 
 from kpack import targets as kt
 from rocpkg import model as m
-from rocpkg.catalog import Catalog, StageEntry, sort_targets
+from rocpkg.catalog import Catalog, StageEntry, dropped_mode_bits, sort_targets
 from rocpkg.config import Config, Definition, relation_names, validate_settings
 from rocpkg.errors import RocpkgInputError
+from rocpkg.preflight import check_plan, printable
 
 FORMATS = ("deb", "rpm")
 _SHARED_LIB = re.compile(r"/lib[^/]*\.so(\.[0-9]+)*$")
@@ -40,6 +41,7 @@ class Plan:
     packages: dict[str, list[m.PackageSpec]] = field(default_factory=dict)
     info: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    facts: dict = field(default_factory=dict)  # artifact source path -> catalog.FileFacts, read once
 
     def by_name(self, fmt: str) -> dict[str, m.PackageSpec]:
         return {p.name: p for p in self.packages.get(fmt, [])}
@@ -189,6 +191,9 @@ class _PlanBuilder:
         origin: dict[str, str] = {}
         for label, e in chosen:
             path = f"{self.prefix}/{e.rel}"
+            dropped = dropped_mode_bits(e.mode, e.type)
+            if dropped:  # never shipped; said, not silently
+                self.warnings.append(f"{printable(e.source)}: {dropped} dropped from the package")
             if e.type == "file":
                 fe = m.FileEntry(path, m.FILE, e.mode & 0o755, e.source, e.size)
             elif e.type == "symlink":
@@ -337,7 +342,8 @@ class _PlanBuilder:
         if not self.targets and any(c == PER_TARGET_META for c in self.classes.values()):
             self.warnings.append("no target found in the artifacts: per-target meta-packages have no variants")
         top = self._top_metapackage()
-        plan = Plan(self.settings, self.abi, self.targets, self.families, top, self.classes)
+        plan = Plan(self.settings, self.abi, self.targets, self.families, top, self.classes,
+                    facts=self.catalog.facts)
         if self.problems:
             raise RocpkgInputError(self.problems)
         # files are shared by both formats: collect once
@@ -363,6 +369,7 @@ class _PlanBuilder:
                                       "change settings.naming"))
         plan.info.extend(self._cycles())
         plan.warnings.extend(self.warnings)
+        self.problems.extend(check_plan(plan))
         if self.problems:
             raise RocpkgInputError(self.problems)
         return plan
@@ -456,21 +463,11 @@ class _PlanBuilder:
         packages that ship the archives the runtime would load for its host binaries on a
         GPU of its target, in every feature mode (the splitter put a shared artifact's
         archive under its first stage prefix only; a release may build only feature
-        variants, `gfx90a:xnack+` and `gfx90a:xnack-`)."""
+        variants, `gfx90a:xnack+` and `gfx90a:xnack-`). Markers and archive TOCs are the
+        catalog's facts: no artifact is reopened here."""
         from kpack.loader import find_kernel
-        from kpack.marker import read_marker
 
-        marker_cache: dict[str, object] = {}
         index_cache: dict[str, object] = {}
-
-        def markers_of(fe: m.FileEntry):
-            if fe.source not in marker_cache:
-                try:
-                    marker_cache[fe.source] = read_marker(fe.source)
-                except Exception as exc:  # a malformed marker is verify's business; note it
-                    self.warnings.append(f"{fe.source}: unreadable .rocm_kpack_ref marker: {exc}")
-                    marker_cache[fe.source] = None
-            return marker_cache[fe.source]
 
         for fmt, specs in plan.packages.items():
             shipped: dict[str, m.FileEntry] = {}
@@ -487,7 +484,7 @@ class _PlanBuilder:
                 if fe is None:
                     return None
                 if fe.source not in index_cache:
-                    index_cache[fe.source] = _archive_index(fe.source)
+                    index_cache[fe.source] = _archive_index(self.catalog.facts_of(fe.source))
                 return index_cache[fe.source]
 
             for p in specs:
@@ -498,9 +495,9 @@ class _PlanBuilder:
                 host = next((h for h in specs if h.kind == m.KIND_HOST and h.definition == p.definition), None)
                 providers: list[str] = []
                 for fe in host.files if host else []:
-                    if fe.type != m.FILE or not _looks_elf(fe.source):
+                    if fe.type != m.FILE:
                         continue
-                    marker = markers_of(fe)
+                    marker = self.catalog.facts_of(fe.source).marker  # a malformed one: preflight's
                     if marker is None:
                         continue
                     for isa in device_isas(p.target):
@@ -529,7 +526,7 @@ class _PlanBuilder:
                 continue
             for fe in spec.files:
                 if fe.type == m.FILE and fe.source not in needs:
-                    needs[fe.source] = _looks_elf(fe.source) and "libc.so.6" in _elf_needed(fe.source)
+                    needs[fe.source] = "libc.so.6" in self.catalog.facts_of(fe.source).needed
                 if fe.type == m.FILE and needs[fe.source]:
                     spec.depends.insert(0, "libc6")
                     break
@@ -550,43 +547,15 @@ def device_isas(target: str) -> list[str]:
             for signs in itertools.product("+-", repeat=len(features))]
 
 
-def _archive_index(source: str):
-    """What the runtime consults of one archive (kpack.loader.ArchiveIndex); an archive
-    that does not open is skipped by the runtime, so it answers nothing here (the build
-    checks name it)."""
-    from kpack.archive import KpackReader
-    from kpack.errors import KpackFormatError
+def _archive_index(facts):
+    """What the runtime consults of one archive (kpack.loader.ArchiveIndex), from the
+    catalog's TOC summary; an archive that does not open is skipped by the runtime, so it
+    answers nothing here (preflight and the build checks name it)."""
     from kpack.loader import ArchiveIndex
 
-    try:
-        with KpackReader(source) as reader:
-            kernels: dict[str, set[str]] = {}
-            for entry in reader.entries():
-                kernels.setdefault(entry.key, set()).add(entry.arch)
-            return ArchiveIndex.from_kernels(reader.gfx_arches, kernels)
-    except (KpackFormatError, OSError):
+    if facts.archive is None:
         return None
-
-
-def _looks_elf(path: str) -> bool:
-    try:
-        with open(path, "rb") as fh:
-            return fh.read(4) == b"\x7fELF"
-    except OSError:
-        return False
-
-
-def _elf_needed(path: str) -> list[str]:
-    """DT_NEEDED entries of an ELF file ([] when it has none or cannot be parsed)."""
-    from elftools.common.exceptions import ELFError
-    from elftools.elf.elffile import ELFFile
-
-    try:
-        with open(path, "rb") as fh:
-            dynamic = ELFFile(fh).get_section_by_name(".dynamic")
-            return [t.needed for t in dynamic.iter_tags("DT_NEEDED")] if dynamic is not None else []
-    except (ELFError, OSError, ValueError, AttributeError):
-        return []
+    return ArchiveIndex.from_kernels(facts.archive.arches, facts.archive.kernels)
 
 
 def _normalise_external(fmt: str, relation: str) -> str:

@@ -1,9 +1,15 @@
 """Jinja2 over templates/: the package metadata text (DEB control, changelog, copyright,
 maintainer scripts). Templates are the single source of that text; the writers parse what
 is rendered here and never spell a field themselves.
+
+Metadata strings are checked again before they are rendered (config.py checked them where
+they came from): a newline in a one-line field would start a new control field or spec
+tag. Descriptions are folded the deb822 way; in spec text every `%` is written `%%`, so
+that no string from package.json is expanded as an rpm macro.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import gzip
 import importlib.resources
@@ -20,6 +26,7 @@ import jinja2
 
 from rocpkg.errors import RocpkgInputError
 from rocpkg.model import DIR, FILE, BuildOptions, PackageSpec
+from rocpkg.preflight import control_problem
 
 SYNOPSIS_MAX = 79           # lintian: synopsis must be shorter than 80 characters
 DESCRIPTION_WIDTH = 79      # extended description lines, leading space included
@@ -253,8 +260,33 @@ def installed_size_kib(spec: PackageSpec, doc_files: dict[str, bytes]) -> int:
     return total
 
 
+_ONE_LINE = ("name", "version", "release", "arch", "maintainer", "vendor", "license", "homepage", "section",
+             "priority", "group", "summary")
+_RELATIONS = ("depends", "pre_depends", "recommends", "suggests", "conflicts", "breaks", "replaces", "provides",
+              "obsoletes")
+
+
+def check_metadata(spec: PackageSpec) -> None:
+    """Refuse a string that would break out of its field: a newline or control character
+    in a one-line field or a relation, a control character in the description."""
+    problems = [(f"{spec.name}: {name}", control_problem(str(getattr(spec, name))))
+                for name in _ONE_LINE if control_problem(str(getattr(spec, name)))]
+    problems += [(f"{spec.name}: {name}", control_problem(rel)) for name in _RELATIONS
+                 for rel in getattr(spec, name) if control_problem(rel)]
+    if control_problem(spec.description, multi_line=True):
+        problems.append((f"{spec.name}: description", control_problem(spec.description, multi_line=True)))
+    if problems:
+        raise RocpkgInputError(problems)
+
+
+def rpm_escape(text: str) -> str:
+    """Spec text reads `%` as the start of a macro; `%%` is a literal percent sign."""
+    return text.replace("%", "%%")
+
+
 def render_deb(spec: PackageSpec, options: BuildOptions) -> RenderedDeb:
     """Render control, changelog, copyright and maintainer scripts of one .deb."""
+    check_metadata(spec)
     if not spec.maintainer.strip():
         raise RocpkgInputError([(spec.name, "no Maintainer: Debian packages need one")])
     unknown = sorted(set(spec.scripts) - set(SCRIPT_NAMES))
@@ -314,6 +346,7 @@ def render_spec(spec: PackageSpec, options: BuildOptions) -> str:
     """The RPM spec text of one package (templates/rpm/spec.j2): preamble, %description,
     scriptlets (shared templates/scripts bodies, Debian names mapped to %pre/%post/%preun/
     %postun), %files for review and %changelog dated from SOURCE_DATE_EPOCH."""
+    check_metadata(spec)
     unknown = sorted(set(spec.scripts) - set(RPM_SCRIPTLETS))
     if unknown:
         raise RocpkgInputError([(spec.name, f"unknown maintainer script {unknown[0]!r}")])
@@ -323,12 +356,16 @@ def render_spec(spec: PackageSpec, options: BuildOptions) -> str:
         if name in spec.scripts
     ]
     date = datetime.fromtimestamp(options.source_date_epoch, tz=timezone.utc)
+    escaped = dataclasses.replace(
+        spec, license=rpm_escape(spec.license), homepage=rpm_escape(spec.homepage), vendor=rpm_escape(spec.vendor),
+        maintainer=rpm_escape(spec.maintainer), group=rpm_escape(spec.group),
+        files=[dataclasses.replace(f, path=rpm_escape(f.path)) if "%" in f.path else f for f in spec.files])
     return _environment().get_template("rpm/spec.j2").render(
-        spec=spec,
+        spec=escaped,
         options=options,
-        summary=deb_synopsis(spec.summary or spec.name),
-        description=rpm_description(spec),
+        summary=rpm_escape(deb_synopsis(spec.summary or spec.name)),
+        description=rpm_escape(rpm_description(spec)),
         scriptlets=scriptlets,
         changelog_date=date.strftime("%a %b %d %Y"),
-        packager=spec.maintainer or spec.vendor or "rocpkg",
+        packager=rpm_escape(spec.maintainer or spec.vendor or "rocpkg"),
     )

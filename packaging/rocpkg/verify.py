@@ -65,6 +65,7 @@ from kpack.errors import KpackFormatError
 from kpack.loader import ArchiveIndex, compatible_targets, find_kernel, search_order
 from kpack.marker import GFXARCH, Marker, read_marker
 from rocpkg import model as m
+from rocpkg.catalog import FileFacts
 from rocpkg.config import common_namespace, external_rule, namespace, relation_names
 from rocpkg.errors import RocpkgInputError
 from rocpkg.plan import closure, device_isas
@@ -197,50 +198,28 @@ def verify_plan(plan, config=None) -> VerifyReport:
         external = external_rule(common_namespace(definitions), plan.settings.get("external", []))
     families = {f: list(ts) for f, ts in (plan.settings.get("families") or kt.FAMILIES).items()}
     report = VerifyReport(source="plan", formats=sorted(plan.packages), warnings=list(plan.warnings))
-    markers: dict[str, Marker | None | Exception] = {}
-    archives: dict[str, _Archive | Exception] = {}
     for fmt in report.formats:
         release = _Release(fmt, plan.by_name(fmt), external, families)
         for spec in release.specs.values():
             for fe in _payload(spec):
                 if fe.type != m.FILE:
                     continue
+                facts = plan.facts.get(fe.source) or FileFacts()  # the catalog read each file once
                 if fe.path.endswith(".kpack"):
-                    got = _cached(archives, fe.source, _read_archive_file)
-                    if isinstance(got, Exception):
-                        release.problem("unreadable", spec.name, fe.path, "", f"kpack archive {fe.source}: {got}")
+                    if facts.archive is None:
+                        why = facts.archive_error or "not read by the catalog"
+                        release.problem("unreadable", spec.name, fe.path, "", f"kpack archive {fe.source}: {why}")
                     else:
-                        release.archives[(spec.name, fe.path)] = got
+                        release.archives[(spec.name, fe.path)] = _Archive(facts.archive.arches, facts.archive.kernels)
                 elif spec.kind != m.KIND_DEVICE:
-                    got = _cached(markers, fe.source, _read_marker_file)
-                    if isinstance(got, Exception):
-                        release.problem("unreadable", spec.name, fe.path, "", f"marker of {fe.source}: {got}")
-                    elif got is not None:
-                        release.markers[(spec.name, fe.path)] = got
+                    if facts.marker_error:
+                        release.problem("unreadable", spec.name, fe.path, "",
+                                        f"marker of {fe.source}: {facts.marker_error}")
+                    elif facts.marker is not None:
+                        release.markers[(spec.name, fe.path)] = facts.marker
         _check_release(release, report)
     _finish(report)
     return report
-
-
-def _cached(cache: dict, key: str, read: Callable):
-    if key not in cache:
-        try:
-            cache[key] = read(key)
-        except (KpackFormatError, OSError) as exc:
-            cache[key] = exc
-    return cache[key]
-
-
-def _read_archive_file(path: str) -> _Archive:
-    with KpackReader(path) as reader:
-        return _archive_of(reader)
-
-
-def _read_marker_file(path: str) -> Marker | None:
-    with open(path, "rb") as fh:
-        if not _looks_host_elf(fh.read(64)):
-            return None
-    return read_marker(path)
 
 
 # -- a built tree ---------------------------------------------------------------------------
