@@ -497,3 +497,12 @@ def test_publishing_to_a_bucket_that_does_not_exist_is_one_error_line(story, sig
     result = rocpkg("publish", signed_repo, "s3://no-such-bucket/x", "--endpoint-url", story.server.url, check=False)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert result.stderr.startswith("error: s3://no-such-bucket/x")
+
+
+def test_a_damaged_manifest_is_refused_before_a_package_is_written(story, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "manifest.json").write_text('{"schema": "rocpkg-manifest/1", "packages": [')
+    result = rocpkg("build", "-a", story.artifacts, "-o", out, "--formats", "deb", "-j", "1", check=False)
+    assert result.returncode == 2 and f"error: {out / 'manifest.json'}: not a readable manifest" in result.stderr
+    assert not (out / "deb").exists()

@@ -475,6 +475,7 @@ def build_release(plan, out_dir: str | os.PathLike, *, formats: Iterable[str] | 
     result = BuildResult(out_dir, "", shard=shard, allowed=allowed)
     with OutLock(out_dir):
         _remove_stale_temporaries(out_dir)
+        releases.read_manifest(out_dir)     # a damaged manifest is refused before a byte is written
         # biggest first: the long packages start early and the pool drains evenly
         order = sorted(chosen, key=lambda s: (-s.payload_size, s.format, s.name))
         total_bytes = sum(s.payload_size for s in order)

@@ -110,6 +110,8 @@ def read_manifest(out_dir: str | os.PathLike) -> dict | None:
         return None
     except (OSError, ValueError) as exc:
         raise RocpkgInputError(path, f"not a readable manifest: {exc}") from None
+    if isinstance(doc, dict) and "schema" not in doc:
+        return None             # not rocpkg's: replaced by the next build, as it always was
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA or not isinstance(doc.get("packages"), list):
         raise RocpkgInputError(path, f"not a {SCHEMA} manifest")
     return doc
