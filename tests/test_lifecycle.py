@@ -506,3 +506,18 @@ def test_a_damaged_manifest_is_refused_before_a_package_is_written(story, tmp_pa
     result = rocpkg("build", "-a", story.artifacts, "-o", out, "--formats", "deb", "-j", "1", check=False)
     assert result.returncode == 2 and f"error: {out / 'manifest.json'}: not a readable manifest" in result.stderr
     assert not (out / "deb").exists()
+
+
+def test_a_prune_that_fails_while_reindexing_leaves_out_as_it_was(story, tmp_path):
+    from rocpkg.lifecycle import prune
+    from rocpkg.sign import Signer
+
+    out = tmp_path / "out"
+    for version_release in (R1, R2):
+        story.build(version_release, out=out)
+    before = {str(p.relative_to(out)): p.read_bytes() for p in out.rglob("*") if p.is_file() and ".rocpkg" not in p.parts}
+    with pytest.raises(Exception, match="no secret key"):
+        prune(out, keep=1, signer=Signer(story.home, "nobody@example.org"))
+    after = {str(p.relative_to(out)): p.read_bytes() for p in out.rglob("*") if p.is_file() and ".rocpkg" not in p.parts}
+    assert after == before
+    assert [r.id for r in manifest_releases(read_manifest(out))] == ["7.1.0-1", "7.1.0-2"]
