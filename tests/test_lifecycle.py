@@ -20,13 +20,12 @@ import pytest
 import zstandard
 
 from repo_helpers import AptClient, DnfClient, kill_gpg_agent, make_signer, planned_installs
-from rocpkg import build as b
 from rocpkg.config import load_config
 from rocpkg.deb import iter_deb_members
 from rocpkg.integrity import check_integrity
 from rocpkg.lifecycle import releases_to_prune
 from rocpkg.publish import S3Dest, publish
-from rocpkg.releases import Planned, conflicting_rebuilds, manifest_releases, read_manifest
+from rocpkg.releases import manifest_releases, read_manifest
 from rocpkg.sample import make_sample_artifacts
 from test_demo import base_repository
 
@@ -151,10 +150,11 @@ class Story:
     def sign_args(self):
         return ["--gpg-home", self.home, "--sign-key", self.signer.key_id]
 
-    def build(self, version_release, out=None):
+    def build(self, version_release, out=None, check=True):
         version, release = version_release
         return rocpkg("build", "-a", self.artifacts, "-o", out or self.out, "--version", version, "--release", release,
-                      "-j", "2", "--repo", "--base-url", f"{self.server.url}/{BUCKET}/testing", *self.sign_args())
+                      "-j", "2", "--repo", "--base-url", f"{self.server.url}/{BUCKET}/testing", *self.sign_args(),
+                      check=check)
 
     def publish(self, out: Path, channel: str, progress=None):
         result = publish(out, self.server.dest(channel), progress=progress)
@@ -233,30 +233,23 @@ def test_a_nightly_is_recorded_with_its_targets_and_formats(story):
 
 
 def test_rebuilding_a_published_release_from_changed_inputs_is_refused_before_writing(story):
-    from rocpkg.catalog import scan
-    from rocpkg.model import BuildOptions
-    from rocpkg.plan import make_plan
-
-    kpack = next(story.artifacts.rglob("*gfx942.kpack"))
-    kpack.write_bytes(kpack.read_bytes() + b"\0")         # the input changed after release 2 shipped
-    plan = make_plan(story.config, scan(story.artifacts), version=R2[0], release=R2[1])
-    options = BuildOptions(source_date_epoch=1764547200)
-    code = b._code_fingerprint()
-    planned = []
-    for fmt, specs in plan.packages.items():
-        for spec in specs:
-            fingerprint = b.package_fingerprint(spec, options, code, story.signer.fingerprint)
-            rel = os.path.relpath(os.path.join(b._package_dir(str(story.out), spec), spec.filename), story.out)
-            planned.append(Planned(fmt, spec.name, spec.version, spec.release, spec.arch, rel,
-                                   rewrite=b._up_to_date(spec, str(story.out), fingerprint) is None))
-    before = {p: p.stat().st_mtime_ns for p in story.out.rglob("*") if p.is_file()}
-    problems = conflicting_rebuilds(story.out, planned)
-    named = {where.rsplit("/", 1)[-1] for where, _ in problems}
-    assert any("gfx942" in n and "7.1.0-2" in n and n.endswith(".deb") for n in named), problems
-    assert all("already published" in what and "--release" in what for _, what in problems)
-    assert not any("7.1.0-1" in n or "0.20261201" in n for n in named)
-    assert {p: p.stat().st_mtime_ns for p in story.out.rglob("*") if p.is_file()} == before   # wrote nothing
-    kpack.write_bytes(kpack.read_bytes()[:-1])
+    model = next(story.artifacts.rglob("resnet50_gfx942.mxr"))
+    original = model.read_bytes()
+    model.write_bytes(original[:-1] + bytes([original[-1] ^ 0xFF]))     # changed after release 2 shipped
+    before = {p: p.stat().st_mtime_ns for p in story.out.rglob("*") if p.is_file() and ".rocpkg" not in p.parts}
+    try:
+        result = story.build(R2, check=False)
+    finally:
+        model.write_bytes(original)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert errors and all("is already published" in line and "--release" in line for line in errors)
+    assert any("rocm-migraphx7.1-gfx942_7.1.0-2_amd64.deb" in line for line in errors)
+    assert any("rocm-migraphx7.1-gfx942-7.1.0-2." in line for line in errors)
+    assert not [line for line in errors if "7.1.0-1" in line or "20261201" in line]
+    after = {p: p.stat().st_mtime_ns for p in story.out.rglob("*") if p.is_file() and ".rocpkg" not in p.parts}
+    assert after == before                                            # nothing written
+    story.clean(story.out)
 
 
 def test_prune_keeps_the_newest_per_series_and_the_keep_list_while_clients_read(story):

@@ -495,6 +495,10 @@ def build_release(plan, out_dir: str | os.PathLike, *, formats: Iterable[str] | 
                 recorded.append(outcome)
             else:
                 stale.append((spec, fingerprint))
+        # published bytes never change under one name-version-release (rocpkg.releases)
+        if conflicts := releases.conflicting_rebuilds(out_dir, [releases.Planned(
+                s.format, s.name, s.version, s.release, s.arch, _outcome(s, out_dir, 0, "", True).file) for s, _ in stale]):
+            raise RocpkgInputError(conflicts)
         # threads never change a byte (module doc), so they are chosen for what is left to do
         jobs = result.jobs = max(1, min(jobs or cores, len(stale) or 1))
         result.threads = options.threads or max(1, cores // jobs)
@@ -605,15 +609,9 @@ def assemble_manifest(out_dir: str | os.PathLike) -> str | None:
     if problems:
         raise RocpkgInputError(problems)
     entries = [e for _, doc in docs for e in doc["packages"]]
+    record = releases.ReleaseRecord.from_dict(first.get("release_record") or first)   # (older parts: none)
     allowed = tuple(a for _, doc in docs for a in doc.get("release_record", {}).get("allowed", []))
-    if "release_record" in first:
-        record = dataclasses.replace(releases.ReleaseRecord.from_dict(first["release_record"]), files=(),
-                                     allowed=allowed)
-    else:
-        record = releases.ReleaseRecord(str(first["version"]), str(first["release"]), plan=first["plan"],
-                                        targets=tuple(sorted({e["target"] for e in entries if e.get("target")})),
-                                        formats=tuple(sorted({e["format"] for e in entries})))
-    return releases.write_release(out_dir, record, entries)
+    return releases.write_release(out_dir, dataclasses.replace(record, files=(), allowed=allowed), entries)
 
 
 def publish_repositories(out_dir: str, *, suite: str, signer=None, source_date_epoch: int | None = None,
@@ -684,9 +682,8 @@ def sync_manifest(out_dir: str | os.PathLike) -> str | None:
             continue
         # the indexers have just hashed every package: earlier releases' are read from their cache
         fmt_root, _, key = entry["file"].partition("/")
-        if fmt_root not in caches:
-            caches[fmt_root] = DigestCache(out_dir, fmt_root)
-        sha256, size = caches[fmt_root].sha256(file_path, key)
+        cache = caches.get(fmt_root) or caches.setdefault(fmt_root, DigestCache(out_dir, fmt_root))
+        sha256, size = cache.sha256(file_path, key)
         if (size, sha256) != (entry["size"], entry["sha256"]):
             entry["size"], entry["sha256"] = size, sha256
             changed = True

@@ -227,27 +227,22 @@ class Planned(PackageRef):
 
 def conflicting_rebuilds(out_dir: str | os.PathLike, planned: Iterable[Planned]) -> list[tuple[str, str]]:
     """Problems, before a byte is written, for every package the build would rewrite
-    although an index in OUT (APT Packages, DNF primary) or the manifest already publishes
-    its name-version-release-architecture: the published bytes would change under the
-    same name. Pure: reads OUT, writes nothing."""
+    although an index in OUT (APT Packages, DNF primary) already publishes its
+    name-version-release-architecture: the published bytes would change under the same
+    name. (A package only built, not yet indexed, may be rebuilt.) Reads OUT, writes nothing."""
+    planned = [p for p in planned if p.rewrite]
+    if not planned:
+        return []
     out_dir = os.fspath(out_dir)
     published = {(p.format, p.name, p.version, p.release, p.arch): p for p in published_entries(out_dir)}
-    known = {}
-    for entry in (read_manifest(out_dir) or {}).get("packages", []):
-        known[entry["file"]] = entry
     problems = []
     for item in planned:
-        if not item.rewrite:
-            continue
         index = published.get((item.format, item.name, item.version, item.release, item.arch))
-        where = index.index if index else None
-        if where is None and item.file in known and os.path.exists(os.path.join(out_dir, item.file)):
-            where = MANIFEST
-        if where is None:
+        if index is None:
             continue
         problems.append((os.path.join(out_dir, item.file),
                          f"{item.name} {item.version}-{item.release} {item.arch} is already published "
-                         f"({where}) and its inputs or options changed since: rebuilding would replace "
+                         f"({index.index}) and its inputs or options changed since: rebuilding would replace "
                          f"published bytes under the same name; build a new release number "
                          f"(--release) or restore the inputs it was built from"))
     return problems
