@@ -496,8 +496,9 @@ def build_release(plan, out_dir: str | os.PathLike, *, formats: Iterable[str] | 
             else:
                 stale.append((spec, fingerprint))
         # published bytes never change under one name-version-release (rocpkg.releases)
-        if conflicts := releases.conflicting_rebuilds(out_dir, [releases.Planned(
-                s.format, s.name, s.version, s.release, s.arch, _outcome(s, out_dir, 0, "", True).file) for s, _ in stale]):
+        planned = [releases.Planned(s.format, s.name, s.version, s.release, s.arch,
+                                    _outcome(s, out_dir, 0, "", True).file) for s, _ in stale]
+        if conflicts := releases.conflicting_rebuilds(out_dir, planned):
             raise RocpkgInputError(conflicts)
         # threads never change a byte (module doc), so they are chosen for what is left to do
         jobs = result.jobs = max(1, min(jobs or cores, len(stale) or 1))

@@ -10,7 +10,8 @@ import argparse
 import os
 import sys
 
-from rocpkg.cli_common import add_plan_options, formats, human_bytes, load_plan, print_error, split_list, warn_if_unsigned
+from rocpkg.cli_common import (add_plan_options, formats, human_bytes, load_plan, print_error, split_list,
+                               warn_if_unsigned)
 from rocpkg.errors import RocpkgInputError
 
 
