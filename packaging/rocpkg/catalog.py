@@ -66,6 +66,8 @@ class FileFacts:
     marker:   the `.rocm_kpack_ref` marker of a host ELF (None: it has none)
     archive:  the TOC summary of a kpack archive
     targets:  target IDs of device code (code object, offload bundle, .mxr, archive)
+    host_code: device code a host ELF still carries (kpack.placement.host_device_code: a
+              non-empty .hip_fatbin means the kpack split step did not run)
     *_error:  what is wrong with the marker, the archive or the device code, "" if nothing
     identity: (st_dev, st_ino) of the file the catalog read, so that a later reader can
               tell whether the path still names the same file
@@ -79,6 +81,7 @@ class FileFacts:
     archive_error: str = ""
     targets: tuple[str, ...] = ()
     device_error: str = ""
+    host_code: tuple[tuple[str, str], ...] = ()   # device code inside a host ELF: (kind, what)
     identity: tuple[int, int] = (0, 0)
 
 
@@ -238,7 +241,11 @@ def scan(root: str | os.PathLike, families: dict[str, list[str]] | None = None) 
             path = os.path.join(root, dirname)
             if dirname.startswith("."):
                 continue
-            st = os.stat(dirname, dir_fd=root_fd, follow_symlinks=False)
+            try:
+                st = os.stat(dirname, dir_fd=root_fd, follow_symlinks=False)
+            except OSError as exc:
+                problems.append((printable(path), f"cannot stat: {exc.strerror}"))
+                continue
             if stat.S_ISLNK(st.st_mode):
                 problems.append((printable(path), "artifact dir is a symlink (artifacts are read through real "
                                                   "directories only)"))
@@ -416,7 +423,7 @@ class _Walker:
                 subdirs.append(name)
                 entry = StageEntry(rel, "dir", mode, 0, full, "", self.default_target, self.variant)
             elif stat.S_ISREG(st.st_mode):
-                entry = self._file(fd, name, rel, full, mode)
+                entry = self._file(fd, name, rel, full)
                 if entry is None:
                     continue
             else:
@@ -430,9 +437,9 @@ class _Walker:
             stage.entries.append(entry)
         return subdirs
 
-    def _file(self, dir_fd: int, name: str, rel: str, full: str, mode: int) -> StageEntry | None:
+    def _file(self, dir_fd: int, name: str, rel: str, full: str) -> StageEntry | None:
         """Open a regular file (the readability test that also holds for root), read its
-        facts, and make its entry."""
+        facts, and make its entry from what the open file says (not from the earlier lstat)."""
         try:
             fd = os.open(name, _FILE_FLAGS, dir_fd=dir_fd)
         except OSError as exc:
@@ -451,7 +458,8 @@ class _Walker:
                 self.problem(full, f"cannot be read: {exc.strerror or exc}")
                 return None
         self.catalog.facts[full] = facts
-        return StageEntry(rel, "file", mode, st.st_size, full, "", self.default_target, self.variant, facts)
+        return StageEntry(rel, "file", stat.S_IMODE(st.st_mode), st.st_size, full, "", self.default_target,
+                          self.variant, facts)
 
     def _route(self, entry: StageEntry) -> StageEntry | None:
         """Find the one target of an entry in a family dir, or report it. A per-arch dir
@@ -517,8 +525,8 @@ def read_facts(fh, name: str, scan_embedded: bool = False) -> FileFacts:
     if head.startswith(ELF_MAGIC) and len(head) >= 20:
         machine = struct.unpack_from(">H" if head[5] == 2 else "<H", head, 18)[0]
         if machine == EM_AMDGPU:
-            return _code_object_facts(head)
-        return _host_elf_facts(fh, name)
+            return _code_object_facts(fh)
+        return _with_host_code(_host_elf_facts(fh, name), fh)
     if name.endswith(".kpack") or head.startswith(b"KPAK"):
         return _archive_facts(fh)
     if head.startswith(_DEVICE_MAGICS) or scan_embedded:
@@ -526,13 +534,27 @@ def read_facts(fh, name: str, scan_embedded: bool = False) -> FileFacts:
     return FileFacts(elf="other" if head.startswith(ELF_MAGIC) else "")
 
 
-def _code_object_facts(head: bytes) -> FileFacts:
-    from kpack.detect import elf_target
+def _code_object_facts(fh) -> FileFacts:
+    """The target comgr would name (kpack.codeobject: a v2 object is named from its notes,
+    read from this open file with bounded reads)."""
+    from kpack.codeobject import code_object_target
 
+    fh.seek(0)
     try:
-        return FileFacts(elf="amdgpu", targets=(elf_target(head),))
+        return FileFacts(elf="amdgpu", targets=(code_object_target(fh),))
     except KpackFormatError as exc:
         return FileFacts(elf="amdgpu", device_error=_why(exc))
+
+
+def _with_host_code(facts: FileFacts, fh) -> FileFacts:
+    """Add the device code a host ELF still carries (read through this open file)."""
+    from kpack.placement import host_device_code
+
+    try:
+        found = host_device_code(f"/proc/self/fd/{fh.fileno()}")
+    except KpackFormatError as exc:
+        return dataclasses.replace(facts, device_error=_why(exc))
+    return dataclasses.replace(facts, host_code=tuple((f.kind, f.describe()) for f in found))
 
 
 def _host_elf_facts(fh, name: str) -> FileFacts:

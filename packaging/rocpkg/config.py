@@ -20,6 +20,7 @@ from importlib import resources
 
 from rocpkg import preflight as pf
 from rocpkg.errors import RocpkgInputError
+from rocpkg.filelist import SYSTEM_DIRS
 
 # Keys of a package definition and the type each must have. "bool" accepts TheRock's
 # string booleans ("True"/"False") as well as real ones.
@@ -110,6 +111,8 @@ SETTINGS_TYPES = {
     "rpm_arch": str, "external": list, "allow_unsatisfied": bool,
 }
 COMPRESSIONS = ("zstd", "xz", "gzip")
+COMPRESSION_LEVELS = {"zstd": (1, 22), "xz": (0, 9), "gzip": (1, 9)}
+EPOCH_MAX = 2**31 - 1
 _NAME_RE = pf.DEB_NAME
 _VERSION_RE = re.compile(r"^[0-9][A-Za-z0-9.+~]*$")
 # Definition strings that land in one line of a control file or spec header.
@@ -291,8 +294,11 @@ def validate_settings(settings: dict, where_prefix: str = "settings") -> list[tu
     problem = prefix_problem(str(settings["prefix"]), str(settings["version"])) if version_ok else ""
     if problem:
         problems.append((f"{where_prefix}.prefix", problem))
-    if settings["epoch"] < 0:
-        problems.append((f"{where_prefix}.epoch", "must be >= 0"))
+    if not 0 <= settings["epoch"] <= EPOCH_MAX:
+        problems.append((f"{where_prefix}.epoch", f"must be between 0 and {EPOCH_MAX} (dpkg and rpm keep a 32-bit int)"))
+    low, high = COMPRESSION_LEVELS.get(settings["compression"], (None, None))
+    if low is not None and not low <= settings["compression_level"] <= high:
+        problems.append((f"{where_prefix}.compression_level", f"{settings['compression']} levels are {low} to {high}"))
     problems += [(f"{where_prefix}.{w}", what) for w, what in _settings_string_problems(settings)]
     return problems
 
@@ -325,8 +331,8 @@ def prefix_problem(pattern: str, version: str) -> str:
         return f"{prefix!r} holds '//'"
     if posixpath.normpath(prefix) != prefix:
         return f"{prefix!r} is not normalised (write {posixpath.normpath(prefix)!r})"
-    if prefix == "/":
-        return "must not be / (the packages would own the whole file system)"
+    if prefix in SYSTEM_DIRS:
+        return f"{prefix} is a system directory, which no package may own: install under a directory of its own"
     if not _PREFIX_RE.match(prefix):
         return f"{prefix!r} holds characters other than letters, digits and . _ + ~ @ - /"
     return ""
@@ -342,6 +348,8 @@ def _settings_string_problems(settings: dict) -> list[tuple[str, str]]:
         problem = pf.control_problem(settings[key])
         if problem:
             out.append((key, problem))
+    if not settings["maintainer"].strip():
+        out.append(("maintainer", "empty: every Debian package needs a Maintainer"))
     if not _SUITE_RE.match(settings["suite"]) or ".." in settings["suite"]:
         out.append(("suite", f"{settings['suite']!r} is not a suite name (letters, digits and . _ -; no '/')"))
     if not pf.DEB_ARCH.match(settings["deb_arch"]):
@@ -392,6 +400,8 @@ def _definition_string_problems(entry: dict) -> list[tuple[str, str]]:
         value = entry.get(key)
         if isinstance(value, str) and pf.control_problem(value):
             out.append((key, pf.control_problem(value)))
+    if isinstance(entry.get("Maintainer"), str) and entry["Maintainer"] and not entry["Maintainer"].strip():
+        out.append(("Maintainer", "blank: leave it out to use settings.maintainer"))
     if isinstance(entry.get("Description_Long"), str) and pf.control_problem(entry["Description_Long"], True):
         out.append(("Description_Long", pf.control_problem(entry["Description_Long"], True)))
     checks = (("Section", lambda v: _SECTION_RE.match(v), "not a Debian section (lower-case, e.g. libs, devel)"),
@@ -443,6 +453,8 @@ def load_config(path: str | os.PathLike | None = None) -> Config:
             raw = json.load(fh)
     except FileNotFoundError:
         raise RocpkgInputError(path, "file not found") from None
+    except RecursionError:
+        raise RocpkgInputError(path, "JSON nested too deeply") from None
     except json.JSONDecodeError as exc:
         raise RocpkgInputError(f"{path}:{exc.lineno}:{exc.colno}", f"invalid JSON: {exc.msg}") from None
     except (OSError, UnicodeDecodeError) as exc:

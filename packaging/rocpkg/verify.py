@@ -75,7 +75,7 @@ REPORT_SCHEMA = "rocpkg-verify/1"
 # The checks verify makes of a plan (and so the ones build refuses on, rocpkg.gate)
 PLAN_CHECKS = ("archive-missing", "variant-missing", "archive-target", "kernel-missing", "generic-binary",
                "empty-device", "target-depends", "meta-kernels", "meta-foreign-target", "file-conflict",
-               "relation", "unreadable")
+               "relation", "unreadable", "device-code-in-host", "misfiled-device-code")
 RELATION_FIELDS = ("depends", "pre_depends", "recommends", "suggests")
 EM_AMDGPU = 224
 KPACK_HEAD = 68                 # header, zeros to 64, and the zstd frame count at 64
@@ -217,9 +217,34 @@ def verify_plan(plan, config=None) -> VerifyReport:
                                         f"marker of {fe.source}: {facts.marker_error}")
                     elif facts.marker is not None:
                         release.markers[(spec.name, fe.path)] = facts.marker
+                _check_placement(release, report, spec, fe, facts, families)
         _check_release(release, report)
     _finish(report)
     return report
+
+
+def _check_placement(release: _Release, report: VerifyReport, spec: m.PackageSpec, fe: m.FileEntry,
+                     facts: FileFacts, families: dict[str, list[str]]) -> None:
+    """Device code only where it belongs: none in a host or plain package (a fat binary
+    there means the kpack split step did not run; a runtime's own embedded kernels, such
+    as ROCr's trap handlers, are a warning), and in a device package only code for its
+    target."""
+    from kpack.placement import EMBEDDED_CODE_OBJECT, code_fits
+
+    if spec.kind != m.KIND_DEVICE:
+        for kind, what in facts.host_code:
+            if kind == EMBEDDED_CODE_OBJECT:
+                report.warnings.append(f"{spec.name}: {fe.path}: {what} (kept: a runtime may carry its own kernels)")
+            else:
+                release.problem("device-code-in-host", spec.name, fe.path, "",
+                                f"{fe.source} {what}; host packages carry no kernels")
+        return
+    if fe.path.endswith(".kpack") or not spec.target:
+        return  # archives: kpack.check compares every code object with the arch it is filed under
+    foreign = [t for t in facts.targets if not code_fits(t, spec.target, families)]
+    if foreign:
+        release.problem("misfiled-device-code", spec.name, fe.path, spec.target,
+                        f"{fe.source} holds device code for {', '.join(foreign)}, filed under {spec.target}")
 
 
 # -- a built tree ---------------------------------------------------------------------------
