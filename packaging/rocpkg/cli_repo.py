@@ -60,7 +60,7 @@ def _cmd_publish(args) -> int:
 
 def register(sub) -> None:
     p = sub.add_parser("prune", help="remove old releases from OUT and re-index it, in one step")
-    p.add_argument("out", metavar="OUT")
+    p.add_argument("out", metavar="OUT", help="the repository tree (built by rocpkg build)")
     p.add_argument("--keep", type=int, required=True, help="releases kept per series (MAJOR.MINOR), newest first")
     p.add_argument("--keep-release", action="append", metavar="V-R", help="also keep this release (repeatable)")
     p.add_argument("--dry-run", action="store_true", help="only say what would be removed")
@@ -68,15 +68,15 @@ def register(sub) -> None:
     p.set_defaults(func=_cmd_prune)
 
     p = sub.add_parser("promote", help="copy a tested release's packages into another repository and re-index it")
-    p.add_argument("src", metavar="SRC")
-    p.add_argument("dst", metavar="DST")
+    p.add_argument("src", metavar="SRC", help="the repository tree the tested release is in")
+    p.add_argument("dst", metavar="DST", help="the repository tree of the channel it goes to (created if absent)")
     p.add_argument("--release", required=True, metavar="V-R", help="the release to promote, e.g. 7.1.0-1")
     _add_index_options(p)
     p.set_defaults(func=_cmd_promote)
 
     p = sub.add_parser("publish", help="upload OUT's repositories to a directory or s3://bucket/prefix, "
                                        "indexes last, removals after")
-    p.add_argument("out", metavar="OUT")
+    p.add_argument("out", metavar="OUT", help="the repository tree to publish")
     p.add_argument("dest", metavar="DEST", help="a directory, or s3://BUCKET[/PREFIX]")
     p.add_argument("--endpoint-url", default=os.environ.get("AWS_ENDPOINT_URL"),
                    help="S3-compatible server (default $AWS_ENDPOINT_URL, else AWS)")

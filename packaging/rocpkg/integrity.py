@@ -28,6 +28,7 @@ from rocpkg.digest_cache import DigestCache
 from rocpkg.indexes import (FORMAT_ROOTS, apt_suites, package_files, published_entries, release_files,
                             repomd_records)
 from rocpkg.releases import read_manifest
+from rocpkg.verify_view import Problem
 from rocpkg.streams import HashingWriter, copy_stream, hash_file
 
 # -- the check -----------------------------------------------------------------------------
@@ -59,10 +60,8 @@ class _Digests:
 
 def check_integrity(out_dir: str | os.PathLike, *, keyring: str | os.PathLike | None = None,
                     formats: Iterable[str] = ("deb", "rpm")):
-    """Problems (rocpkg.verify.Problem) found comparing OUT's packages, manifest and
+    """Problems (verify's Problem) found comparing OUT's packages, manifest and
     indexes; with keyring (a binary or armored public key file), the index signatures too."""
-    from rocpkg.verify import Problem
-
     out_dir = os.path.abspath(os.fspath(out_dir))
     formats = set(formats)
     digests = _Digests(out_dir)
