@@ -9,9 +9,11 @@ Layout written (DESIGN §3):
 
 Why it is shaped this way:
 - packages are independent, so they are built by a process pool (`jobs`), biggest
-  first; each writer also compresses with threads, so threads per package are split
-  (jobs * threads ~ cores). zstd's multi-threaded output does not depend on the thread
-  count, so neither -j nor the machine changes a byte.
+  first; each writer also compresses with zstd worker threads, given where the work is
+  (`zstd_threads`): at least cores / jobs, and a package holding a large share of the
+  work left when it starts gets that share of the cores, so the last big package is not
+  left alone on one core while the others idle. zstd's multi-threaded output does not
+  depend on the thread count, so neither -j nor the machine changes a byte.
 - a package is rebuilt only when its fingerprint changes: the whole PackageSpec, the
   encoding options, the signing key, rocpkg's own writer code and templates, and every
   source file's (path, size, mtime_ns, inode). Its state file is written after the
@@ -108,9 +110,16 @@ class BuildResult:
     packages: list[PackageOutcome] = field(default_factory=list)
     shard: tuple[int, int] | None = None
     jobs: int = 1
-    threads: int = 1
+    threads: int = 1            # the most zstd workers any package got
+    thread_range: tuple[int, int] = (1, 1)   # fewest and most zstd workers per package
     seconds: float = 0.0
     allowed: list = field(default_factory=list)   # gate.Refusal the maintainer allowed
+
+    @property
+    def concurrency(self) -> str:
+        """What ran at once, as the summary line says it: `4 jobs x 1-8 threads`."""
+        low, high = self.thread_range
+        return f"{self.jobs} jobs x {low if low == high else f'{low}-{high}'} threads"
 
     @property
     def rebuilt(self) -> list[PackageOutcome]:
@@ -317,6 +326,23 @@ class _Task:
     signer: object = None       # rocpkg.sign.Signer: RPM header signatures
 
 
+def zstd_threads(sizes: list[int], cores: int, jobs: int, cap: int) -> list[int]:
+    """zstd workers for each package, in start order (largest first): at least its fair
+    part of the cores (cores / jobs, all of them once fewer packages than jobs are left),
+    and at least its share of the work left when it starts: a package holding half of
+    what is left would otherwise run on alone while the other jobs drain, its cores idle.
+    The workers share the cores with the other jobs' (the kernel time-slices them), then
+    have them to themselves. Never more than `cap` (the writer's memory bound)."""
+    left = sum(sizes) + PACKAGE_OVERHEAD * len(sizes)
+    threads = []
+    for index, size in enumerate(sizes):
+        fair = max(1, cores // max(1, min(jobs, len(sizes) - index)))
+        share = -(-cores * (size + PACKAGE_OVERHEAD) // left) if left else 1
+        threads.append(max(1, min(max(fair, share), cap)))
+        left -= size + PACKAGE_OVERHEAD
+    return threads
+
+
 def _write_atomic(path: str, data: bytes) -> None:
     with AtomicOutput(path) as fh:
         fh.write(data)
@@ -481,9 +507,14 @@ def build_release(plan, out_dir: str | os.PathLike, *, formats: Iterable[str] | 
                 stale.append((spec, fingerprint))
         # threads never change a byte (module doc), so they are chosen for what is left to do
         jobs = result.jobs = max(1, min(jobs or cores, len(stale) or 1))
-        result.threads = options.threads or max(1, cores // jobs)
-        options = dataclasses.replace(options, threads=result.threads)
-        tasks = [_Task(spec, out_dir, options, fingerprint, signer) for spec, fingerprint in stale]
+        from rocpkg.compression import ZSTD_MAX_THREADS
+
+        threads = ([options.threads] * len(stale) if options.threads else
+                   zstd_threads([s.payload_size for s, _ in stale], cores, jobs, ZSTD_MAX_THREADS))
+        result.thread_range = (min(threads, default=1), max(threads, default=1))
+        result.threads = result.thread_range[1]
+        tasks = [_Task(spec, out_dir, dataclasses.replace(options, threads=n), fingerprint, signer)
+                 for (spec, fingerprint), n in zip(stale, threads)]
 
         def finish(task: _Task | None, answer) -> None:
             nonlocal done_bytes

@@ -19,11 +19,12 @@ from rocpkg.errors import RocpkgInputError
 # kind -> file name suffix (data.tar.zst ...); the kinds every writer accepts
 SUFFIXES = {"zstd": "zst", "xz": "xz", "gzip": "gz"}
 KINDS = tuple(SUFFIXES)
-# zstd workers each hold about 3 jobs: 4 MiB jobs and at most 8 workers keep a writer
-# under 200 MB of RSS on any machine (the default job size costs ~30 MB per worker). The
-# output depends on the job size, never on the number of workers.
+# zstd workers each hold about 3 jobs: 4 MiB jobs keep a worker near 12 MB of RSS (the
+# default job size costs ~30 MB per worker), so 16 workers (the last big package of a
+# build on a 16-core machine) stay near 200 MB. The output depends on the job size,
+# never on the number of workers.
 ZSTD_JOB_SIZE = 4 << 20
-ZSTD_MAX_THREADS = 8
+ZSTD_MAX_THREADS = 16
 
 
 @dataclass(frozen=True)
