@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from rocpkg import gate
+from rocpkg.compression import ZSTD_MAX_THREADS, usable_cores
 from rocpkg import model as m
 from rocpkg.errors import RocpkgInputError
 from rocpkg.streams import AtomicOutput, hash_file
@@ -454,7 +455,7 @@ def build_release(plan, out_dir: str | os.PathLike, *, formats: Iterable[str] | 
                   allow: Iterable[str] = (), config=None) -> BuildResult:
     """Build the plan's packages of `formats` (default: all planned) into out_dir.
 
-    jobs: worker processes (default os.cpu_count()); shard: (I, N), 1-based, builds only
+    jobs: worker processes (default: the cores this process may run on); shard: (I, N), 1-based, builds only
     part I of N (see assign_shards) and writes manifest.d/shard-I-of-N.json instead of
     manifest.json; signer: a rocpkg.sign.Signer that signs every RPM's header.
     Before anything is written, the checks of rocpkg.gate run over the plan: a problem
@@ -477,7 +478,7 @@ def build_release(plan, out_dir: str | os.PathLike, *, formats: Iterable[str] | 
         chosen = assign_shards(every, count)[index - 1]
     else:
         chosen = every
-    cores = os.cpu_count() or 1
+    cores = usable_cores()
     allowed = gate.enforce(gate.refusals(plan, formats, config=config, jobs=jobs or 0), gate.check_allow(allow))
     code = _code_fingerprint()
     signer_id = signer.fingerprint if signer is not None else ""
@@ -507,8 +508,6 @@ def build_release(plan, out_dir: str | os.PathLike, *, formats: Iterable[str] | 
                 stale.append((spec, fingerprint))
         # threads never change a byte (module doc), so they are chosen for what is left to do
         jobs = result.jobs = max(1, min(jobs or cores, len(stale) or 1))
-        from rocpkg.compression import ZSTD_MAX_THREADS
-
         threads = ([options.threads] * len(stale) if options.threads else
                    zstd_threads([s.payload_size for s, _ in stale], cores, jobs, ZSTD_MAX_THREADS))
         result.thread_range = (min(threads, default=1), max(threads, default=1))

@@ -39,6 +39,14 @@ DEB = Flavour(xz_check=lzma.CHECK_CRC64, zlib_gzip_header=False)
 RPM = Flavour(xz_check=lzma.CHECK_CRC32, zlib_gzip_header=True)
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (taskset, a cgroup cpuset), not the machine's."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 def _unknown(kind: str) -> RocpkgInputError:
     return RocpkgInputError([("compression", f"unknown compression {kind!r} ({', '.join(KINDS)})")])
 
@@ -54,7 +62,7 @@ class Compressor:
         self.stream = None
         self.obj = None
         if kind == "zstd":
-            workers = min(threads or os.cpu_count() or 1, ZSTD_MAX_THREADS)
+            workers = min(threads or usable_cores(), ZSTD_MAX_THREADS)
             parameters = zstandard.ZstdCompressionParameters.from_level(
                 max(1, min(level, 19)), threads=workers, job_size=ZSTD_JOB_SIZE)
             self.stream = zstandard.ZstdCompressor(compression_params=parameters).stream_writer(
