@@ -280,7 +280,7 @@ class DigestThread:
     file's digest (per-file md5/sha256); without them the digest covers the whole stream.
     At most DEPTH chunks wait, so memory stays flat in the payload size."""
 
-    DEPTH = 8
+    DEPTH = 4
     SMALL = 64 << 10
 
     def __init__(self, algorithm: str, whole: bool = False):
