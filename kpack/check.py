@@ -106,7 +106,7 @@ def _check_arches(reader: KpackReader, entries: list[Entry], expected: str | Non
         if arch not in listed:
             problems.append(KpackFormatError(f"TOC files kernels under {arch} but gfx_arches "
                                              f"({', '.join(listed) or 'empty'}) does not list it: the runtime "
-                                             f"never looks there", where=f"TOC['gfx_arches']"))
+                                             f"never looks there", where="TOC['gfx_arches']"))
         elif expected is not None and arch != expected:
             problems.append(KpackFormatError(f"archive is named for {expected} but holds kernels for {arch}",
                                              where="TOC['toc']"))

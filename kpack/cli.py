@@ -48,9 +48,19 @@ def _print(*lines: str) -> None:
         print(line)
 
 
+def _open_archive(path) -> KpackReader:
+    """KpackReader(path), its OS errors naming path (reading a directory fails with EISDIR
+    and no file name)."""
+    try:
+        return KpackReader(path)
+    except OSError as exc:
+        exc.filename = exc.filename or os.fspath(path)
+        raise
+
+
 def _cmd_info(args) -> int:
     for index, path in enumerate(args.files):
-        with KpackReader(path) as reader:
+        with _open_archive(path) as reader:
             entries = list(reader.entries())
             original = sum(entry.original_size for entry in entries)
             stored = reader.stored_bytes()
@@ -73,7 +83,7 @@ def _cmd_info(args) -> int:
 
 
 def _cmd_ls(args) -> int:
-    with KpackReader(args.file) as reader:
+    with _open_archive(args.file) as reader:
         for entry in reader.entries():
             if args.arch and entry.arch != args.arch:
                 continue
@@ -91,7 +101,7 @@ def _cmd_verify(args) -> int:
         if problems:
             status = 2
             continue
-        with KpackReader(path) as reader:
+        with _open_archive(path) as reader:
             print(f"{path}: ok ({reader.kernel_count} kernels, {reader.scheme})")
     return status
 
@@ -111,7 +121,7 @@ def _cmd_extract(args) -> int:
     problems = check_archive(args.file, decode_objects=False)
     if problems:
         raise problems[0]
-    with KpackReader(args.file) as reader:
+    with _open_archive(args.file) as reader:
         chosen = [entry for entry in reader.entries()
                   if not (args.arch and entry.arch != args.arch) and not (args.key and entry.key != args.key)]
         if (args.key or args.arch) and not chosen:

@@ -21,7 +21,7 @@ import struct
 from typing import BinaryIO, NamedTuple
 
 from kpack.archive import KpackReader
-from kpack.bundle import BUNDLE_MAGIC, CCOB_MAGIC, SCAN_CHUNK, BundleEntry, bundle_end, bundle_entries
+from kpack.bundle import BUNDLE_MAGIC, SCAN_CHUNK, BundleEntry, bundle_end, bundle_entries
 from kpack.bundle import compressed_bundle_entries
 from kpack.codeobject import ELF_MAGIC, EM_AMDGPU, _Source, decode_code_object
 from kpack.detect import KIND_BUNDLE, KIND_CODE_OBJECT, KIND_COMPRESSED_BUNDLE, KIND_EMBEDDED, KIND_KPACK

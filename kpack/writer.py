@@ -117,7 +117,7 @@ class KpackWriter:
             self._file.write(msgpack.packb(toc, use_bin_type=True))
             self._file.seek(0)
             self._file.write(HEADER.pack(MAGIC, FORMAT_VERSION, toc_offset))
-        except BaseException as exc:
+        except BaseException:
             self._output.discard()
             raise
         self._output.commit()

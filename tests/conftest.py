@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -44,3 +45,40 @@ def reference_loader(shared_dir):
         pytest.skip(f"cannot build the reference runtime: missing {', '.join(missing)} "
                     f"(scripts/install-system-tools installs them)")
     return build_reference_loader(shared_dir)
+
+
+def gpg_agents() -> dict[int, str]:
+    """pid -> GnuPG home of this user's running gpg-agents (gpg starts one per home with
+    `--homedir HOME` on its command line and leaves it running)."""
+    agents = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            if os.stat(f"/proc/{entry}").st_uid != os.getuid():
+                continue
+            argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+        except OSError:  # gone meanwhile
+            continue
+        if os.path.basename(argv[0]) == b"gpg-agent" and b"--homedir" in argv[:-1]:
+            agents[int(entry)] = os.fsdecode(argv[argv.index(b"--homedir") + 1])
+    return agents
+
+
+@pytest.fixture(scope="session", autouse=True)
+def stop_gpg_agents(tmp_path_factory):
+    """At the end of the session, stop the gpg-agents of every GnuPG home this session made
+    (under its temporary directory, or by repo_helpers.make_signer), so that test runs do
+    not pile up agents; agents of other homes (the user's, another run's) are left alone."""
+    from repo_helpers import GPG_HOMES
+
+    before = set(gpg_agents())
+    yield
+    roots = [os.path.realpath(tmp_path_factory.getbasetemp())] + [os.path.realpath(h) for h in GPG_HOMES]
+    for pid, home in gpg_agents().items():
+        home = os.path.realpath(home)
+        if pid not in before and any(home == root or home.startswith(root + os.sep) for root in roots):
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass

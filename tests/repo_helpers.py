@@ -18,10 +18,16 @@ SOURCE_DATE_EPOCH = 1700000000
 KEY_UID = "rocpkg test <t@example.org>"
 
 
+# GnuPG homes made outside tmp_path (for a short socket path): conftest stops their agents
+# at the end of the session, whatever a test left behind.
+GPG_HOMES: list[str] = []
+
+
 def make_signer(signature_time: int | None = None) -> tuple[Signer, str]:
     """A fresh unprotected RSA key in a short GNUPGHOME (gpg-agent's socket path must
     stay under ~100 bytes). Returns the signer and its home; call kill_gpg_agent(home)."""
     home = tempfile.mkdtemp(prefix="g", dir="/tmp")
+    GPG_HOMES.append(home)
     subprocess.run(["gpg", "--homedir", home, "--batch", "--passphrase", "",
                     "--quick-gen-key", KEY_UID, "rsa3072", "sign", "never"],
                    check=True, capture_output=True)

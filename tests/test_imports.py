@@ -6,7 +6,6 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 ROOTS = {"rocpkg": REPO / "packaging" / "rocpkg", "kpack": REPO / "kpack"}

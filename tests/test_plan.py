@@ -63,8 +63,8 @@ def test_therock_deb_devel_keeps_its_runtime(therock):
     _, _, plan = therock
     specs = plan.by_name("deb")
     assert "amdrocm-fft-devel7.1" not in specs
-    assert "amdrocm-fft-host7.1" in specs["amdrocm-fft-dev7.1"].depends
-    assert "amdrocm-fft-host7.1" in plan.by_name("rpm")["amdrocm-fft-devel7.1"].depends
+    assert "amdrocm-fft-host7.1 (= 7.1.0-1)" in specs["amdrocm-fft-dev7.1"].depends
+    assert "amdrocm-fft-host7.1 = 7.1.0-1" in plan.by_name("rpm")["amdrocm-fft-devel7.1"].depends
 
 
 @pytest.mark.parametrize("fmt", ["deb", "rpm"])

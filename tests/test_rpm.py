@@ -74,12 +74,15 @@ def base_system_spec(src_dir) -> PackageSpec:
         FileEntry("/lib", SYMLINK, 0o777, link_target="usr/lib"),
         FileEntry("/lib64", SYMLINK, 0o777, link_target="usr/lib64"),
         FileEntry("/usr/bin/sh", SYMLINK, 0o777, link_target="dash"),
+        FileEntry("/etc/alternatives", DIR, 0o755),
+        FileEntry("/var/lib/dpkg", DIR, 0o755),
     ]
     host = {
         "/usr/bin/dash": shutil.which("dash"),
         "/usr/bin/ln": shutil.which("ln"),
         "/usr/bin/readlink": shutil.which("readlink"),
         "/usr/bin/rm": shutil.which("rm"),
+        "/usr/bin/update-alternatives": shutil.which("update-alternatives"),
         "/usr/lib/x86_64-linux-gnu/libc.so.6": "/lib/x86_64-linux-gnu/libc.so.6",
         "/usr/lib64/ld-linux-x86-64.so.2": "/lib64/ld-linux-x86-64.so.2",
     }
@@ -246,7 +249,7 @@ def test_meta_package_pins_members_and_keeps_rich_dependencies(built):
 def test_scriptlets_come_from_the_shared_script_templates(built):
     scripts = query(built.hooks, "--scripts")
     assert "postinstall scriptlet (using /bin/sh):" in scripts
-    assert "ln -s rocm-7.1.0" in scripts
+    assert "--install /opt/rocm rocm /opt/rocm-7.1.0 70100" in scripts
     assert "preuninstall scriptlet (using /bin/sh):" in scripts
     assert 'if [ "$1" = 0 ]; then' in scripts
     requires = query(built.hooks, "--requires").splitlines()
@@ -280,7 +283,7 @@ def test_packages_install_verify_and_erase_in_a_fresh_root(built, root):
 
 def test_scriptlets_run_inside_the_root(built, root):
     run("rpm", "--root", root, "-i", built.base, built.tool, built.hooks)
-    assert os.readlink(f"{root}/opt/rocm") == "rocm-7.1.0"      # %post
+    assert os.readlink(f"{root}/etc/alternatives/rocm") == "/opt/rocm-7.1.0"  # %post
     run("rpm", "--root", root, "-e", "rocm-hooks7.1")
     assert not os.path.lexists(f"{root}/opt/rocm")                # %preun
 
@@ -291,7 +294,7 @@ def test_dnf_installs_the_packages_into_a_fresh_root(built, root):
                  "install", *built.all())
     assert "Complete!" in result.stdout
     assert "scriptlet failed" not in result.stdout + result.stderr
-    assert os.readlink(f"{root}/opt/rocm") == "rocm-7.1.0"
+    assert os.readlink(f"{root}/etc/alternatives/rocm") == "/opt/rocm-7.1.0"
     assert run("rpm", "--root", root, "-Va").stdout == ""
 
 
@@ -574,7 +577,7 @@ def test_the_rendered_spec_is_what_the_header_says(sources):
     assert parsed.preamble["name"] == "rocm-hooks7.1" and parsed.preamble["license"] == "MIT"
     assert parsed.relations["requires"] == [("rocm-core7.1", rpm.RPMSENSE_EQUAL, "7.1.0-1")]
     assert set(parsed.scripts) == {"post", "preun"}
-    assert parsed.scripts["post"][0] == "/bin/sh" and "ln -s rocm-7.1.0" in parsed.scripts["post"][1]
+    assert parsed.scripts["post"][0] == "/bin/sh" and "--install /opt/rocm rocm /opt/rocm-7.1.0 70100" in parsed.scripts["post"][1]
     assert parsed.changelog[0][0] == 1_699_963_200          # noon UTC, Tue Nov 14 2023
     assert f"%dir %attr(0755,root,root) {PREFIX}/etc" in text
     assert "Epoch:" not in text

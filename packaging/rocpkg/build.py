@@ -468,12 +468,13 @@ class OutLock:
 def build_release(plan, out_dir: str | os.PathLike, *, formats: Iterable[str] | None = None,
                   options: m.BuildOptions, jobs: int | None = None, shard: tuple[int, int] | None = None,
                   progress: Callable[[BuildProgress], None] | None = None, signer=None,
-                  allow: Iterable[str] = (), config=None) -> BuildResult:
+                  allow: Iterable[str] = (), config=None, only=None) -> BuildResult:
     """Build the plan's packages of `formats` (default: all planned) into out_dir.
 
     jobs: worker processes (default: the cores this process may run on); shard: (I, N), 1-based, builds only
     part I of N (see assign_shards) and writes manifest.d/shard-I-of-N.json instead of
-    manifest.json; signer: a rocpkg.sign.Signer that signs every RPM's header.
+    manifest.json; signer: a rocpkg.sign.Signer that signs every RPM's header; only: the
+    (format, name) pairs to write (rocpkg.subset.select), None for all.
     Before anything is written, the checks of rocpkg.gate run over the plan: a problem
     whose check is not in `allow` raises RocpkgInputError (OUT untouched); allowed ones
     are recorded in the manifest and in result.allowed. `config` decides which relation
@@ -494,6 +495,8 @@ def build_release(plan, out_dir: str | os.PathLike, *, formats: Iterable[str] | 
         chosen = assign_shards(every, count)[index - 1]
     else:
         chosen = every
+    if only is not None:
+        chosen = [s for s in chosen if (s.format, s.name) in only]
     cores = usable_cores()
     allowed = gate.enforce(gate.refusals(plan, formats, config=config, jobs=jobs or 0), gate.check_allow(allow))
     code = _code_fingerprint()

@@ -241,7 +241,11 @@ def scan(root: str | os.PathLike, families: dict[str, list[str]] | None = None) 
             path = os.path.join(root, dirname)
             if dirname.startswith("."):
                 continue
-            st = os.stat(dirname, dir_fd=root_fd, follow_symlinks=False)
+            try:
+                st = os.stat(dirname, dir_fd=root_fd, follow_symlinks=False)
+            except OSError as exc:
+                problems.append((printable(path), f"cannot stat: {exc.strerror}"))
+                continue
             if stat.S_ISLNK(st.st_mode):
                 problems.append((printable(path), "artifact dir is a symlink (artifacts are read through real "
                                                   "directories only)"))
@@ -419,7 +423,7 @@ class _Walker:
                 subdirs.append(name)
                 entry = StageEntry(rel, "dir", mode, 0, full, "", self.default_target, self.variant)
             elif stat.S_ISREG(st.st_mode):
-                entry = self._file(fd, name, rel, full, mode)
+                entry = self._file(fd, name, rel, full)
                 if entry is None:
                     continue
             else:
@@ -433,9 +437,9 @@ class _Walker:
             stage.entries.append(entry)
         return subdirs
 
-    def _file(self, dir_fd: int, name: str, rel: str, full: str, mode: int) -> StageEntry | None:
+    def _file(self, dir_fd: int, name: str, rel: str, full: str) -> StageEntry | None:
         """Open a regular file (the readability test that also holds for root), read its
-        facts, and make its entry."""
+        facts, and make its entry from what the open file says (not from the earlier lstat)."""
         try:
             fd = os.open(name, _FILE_FLAGS, dir_fd=dir_fd)
         except OSError as exc:
@@ -454,7 +458,8 @@ class _Walker:
                 self.problem(full, f"cannot be read: {exc.strerror or exc}")
                 return None
         self.catalog.facts[full] = facts
-        return StageEntry(rel, "file", mode, st.st_size, full, "", self.default_target, self.variant, facts)
+        return StageEntry(rel, "file", stat.S_IMODE(st.st_mode), st.st_size, full, "", self.default_target,
+                          self.variant, facts)
 
     def _route(self, entry: StageEntry) -> StageEntry | None:
         """Find the one target of an entry in a family dir, or report it. A per-arch dir

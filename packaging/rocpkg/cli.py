@@ -10,14 +10,25 @@ import argparse
 import os
 import sys
 
-from rocpkg.cli_common import add_plan_options, formats, human_bytes, load_plan, print_error, split_list
+import rocpkg
+from rocpkg.cli_common import (add_plan_options, add_subset_options, add_verbosity_options, formats, human_bytes, load_config_of, load_plan,
+                               print_error, selected_packages, split_list, verbosity)
 from rocpkg.errors import RocpkgInputError
+
+EPILOG = ("Exit status: 0 done, 2 bad input (one `error: <where>: <what>` line per problem), 1 a failure "
+          "of rocpkg itself. `rocpkg COMMAND --help` shows a command's options; each command's --version "
+          "is the release version it packages, `rocpkg --version` the tool's own.")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="rocpkg", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = argparse.ArgumentParser(prog="rocpkg", description=rocpkg.__doc__.strip(), epilog=EPILOG)
+    parser.add_argument("--version", action="version", version=f"rocpkg {rocpkg.__version__}",
+                        help="show rocpkg's own version and exit")
+    add_verbosity_options(parser, top=True)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _register_commands(sub)
+    for command in sub.choices.values():  # `rocpkg build -q` as well as `rocpkg -q build`
+        add_verbosity_options(command, top=False)
     return parser
 
 
@@ -26,7 +37,14 @@ def _cmd_plan(args) -> int:
 
     from rocpkg.plan import plan_to_dict, plan_to_dot
 
+    if args.no_files and not args.json:
+        raise RocpkgInputError("--no-files", "only applies to --json output")
     plan = load_plan(args)
+    chosen = selected_packages(args, plan)
+    if chosen is not None:
+        from rocpkg.subset import restrict
+
+        plan = restrict(plan, chosen)
     if args.json:
         json.dump(plan_to_dict(plan, with_files=not args.no_files), sys.stdout, indent=1)
         sys.stdout.write("\n")
@@ -48,7 +66,7 @@ def _cmd_plan(args) -> int:
         print()
     for fam, members in plan.families.items():
         print(f"family {fam}: {', '.join(members)}")
-    for line in plan.info:
+    for line in plan.info if verbosity(args) >= 0 else ():
         print(f"info: {line}")
     for line in plan.warnings:
         print(f"warning: {line}", file=sys.stderr)
@@ -103,9 +121,8 @@ def _cmd_verify(args) -> int:
             raise RocpkgInputError("verify", "give either OUT (a built tree) or -c/-a (a plan), not both")
         report = verify_tree(args.out, formats=formats(args))
     elif args.artifacts:
-        from rocpkg.config import load_config
-
-        report = verify_plan(load_plan(args), load_config(args.config))
+        config = load_config_of(args)
+        report = verify_plan(load_plan(args, config), config)
     else:
         raise RocpkgInputError("verify", "give OUT (a built tree) or -a ARTIFACTS (a plan)")
     if args.json:
@@ -145,6 +162,7 @@ def _register_commands(sub) -> None:
     """Subcommand parsers; each sets `func` to its handler."""
     p = sub.add_parser("plan", help="show the package set and its relations")
     add_plan_options(p)
+    add_subset_options(p)
     g = p.add_mutually_exclusive_group()
     g.add_argument("--json", action="store_true", help="machine-readable plan (schema rocpkg-plan/1)")
     g.add_argument("--dot", action="store_true", help="Graphviz graph of the first format's relations")
@@ -152,17 +170,18 @@ def _register_commands(sub) -> None:
     p.set_defaults(func=_cmd_plan)
 
     p = sub.add_parser("sample-artifacts", help="synthesise an artifacts tree for a package.json")
-    p.add_argument("dir")
+    p.add_argument("dir", help="directory to create the artifacts in")
     p.add_argument("-c", "--config", default=None, help="package.json (default: the bundled one)")
     p.add_argument("--targets", default=None, help="comma-separated targets (default gfx942,gfx1100,gfx1101); a bare target also gets its xnack+ build, a feature build (gfx90a:xnack-) named alone gets no bare one")
-    p.add_argument("--layout", choices=("split", "recombined"), default="split")
+    p.add_argument("--layout", choices=("split", "recombined"), default="split",
+                   help="one artifact dir per target (split, default) or per family (recombined)")
     p.add_argument("--size-mb", type=float, default=1.0, help="approximate payload size")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="random seed of the synthetic payload (default 0)")
     p.add_argument("--clean", action="store_true", help="replace DIR if it is not empty")
     p.set_defaults(func=_cmd_sample_artifacts)
 
     p = sub.add_parser("repo", help="index and sign the APT and DNF repositories under OUT")
-    p.add_argument("out", metavar="OUT")
+    p.add_argument("out", metavar="OUT", help="a tree written by `rocpkg build`")
     p.add_argument("--gpg-home", default=None, help="GnuPG home holding the signing key (default $GNUPGHOME)")
     p.add_argument("--sign-key", default=None, help="key id, fingerprint or user id to sign with")
     p.add_argument("--suite", default="stable", help="APT suite (default stable)")

@@ -4,12 +4,17 @@ cli._register_commands calls register().
 """
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
 
+from kpack import targets as kt
+
 from rocpkg import compression
-from rocpkg.cli_common import add_plan_options, formats, human_bytes, interactive, load_plan
+from rocpkg.cli_common import (add_plan_options, add_subset_options, formats, human_bytes, interactive, load_config_of,
+                               load_plan,
+                               selected_packages, verbosity)
 from rocpkg.errors import RocpkgInputError
 
 
@@ -17,14 +22,17 @@ class ProgressDisplay:
     """The build's progress callback: a rich bar (bytes, packages, current package) on a
     terminal, else one line per package written (up-to-date ones are only counted)."""
 
-    def __init__(self, label: str = "building"):
+    def __init__(self, label: str = "building", verbosity: int = 0):
         self.label = label
-        self.rich = interactive()
+        self.verbosity = verbosity
+        self.rich = interactive() and verbosity == 0
         self.bar = None
         self.task = None
         self.started = time.perf_counter()
 
     def __call__(self, event) -> None:
+        if self.verbosity < 0:
+            return
         if self.rich:
             self._rich(event)
         elif event.last is None:
@@ -34,6 +42,9 @@ class ProgressDisplay:
             p = event.last
             print(f"[{event.done}/{event.total}] {p.format} {p.name}: {human_bytes(p.payload)} -> {human_bytes(p.size)} "
                   f"in {p.seconds:.2f} s", file=sys.stderr, flush=True)
+        elif self.verbosity > 0:
+            p = event.last
+            print(f"[{event.done}/{event.total}] {p.format} {p.name}: up to date", file=sys.stderr, flush=True)
 
     def _rich(self, event) -> None:
         from rich.console import Console
@@ -61,21 +72,42 @@ class ProgressDisplay:
             self.bar = None
 
 
+BUILD_SCHEMA = "rocpkg-build/1"
+_COUNTS = ("built", "up_to_date", "bytes_in", "bytes_out")
+
+
+def build_summary(result) -> dict:
+    """What the summary table shows, as data (`build --json`, schema rocpkg-build/1)."""
+    rows: dict[tuple[str, str], dict] = {}
+    for p in result.packages:
+        row = rows.setdefault((p.format, p.kind), {"format": p.format, "kind": p.kind, **dict.fromkeys(_COUNTS, 0)})
+        row["built" if p.rebuilt else "up_to_date"] += 1
+        row["bytes_in"] += p.payload
+        row["bytes_out"] += p.size
+    rows_list = [rows[k] for k in sorted(rows)]
+    rebuilt_in = sum(p.payload for p in result.packages if p.rebuilt)
+    return {
+        "schema": BUILD_SCHEMA, "out": result.out_dir, "manifest": result.manifest,
+        "rows": rows_list,
+        "totals": {k: sum(r[k] for r in rows_list) for k in _COUNTS},
+        "seconds": round(result.seconds, 3), "jobs": result.jobs, "threads": result.threads,
+        "shard": list(result.shard) if result.shard else None,
+        "payload_rate": round(rebuilt_in / result.seconds) if result.seconds and rebuilt_in else 0,
+        "packages": [{"format": p.format, "name": p.name, "kind": p.kind, "file": p.file, "rebuilt": p.rebuilt,
+                      "bytes_in": p.payload, "bytes_out": p.size, "sha256": p.sha256,
+                      "seconds": round(p.seconds, 3)} for p in result.packages],
+        "allowed": [r.to_dict() for r in result.allowed],
+    }
+
+
 def print_summary(result, stream=None) -> None:
     """Packages per format and kind, built and up to date, bytes in and out, time."""
     stream = stream or sys.stdout
-    rows: dict[tuple[str, str], list[int]] = {}
-    for p in result.packages:
-        row = rows.setdefault((p.format, p.kind), [0, 0, 0, 0])
-        row[0 if p.rebuilt else 1] += 1
-        row[2] += p.payload
-        row[3] += p.size
+    doc = build_summary(result)
     table = [("format", "kind", "built", "up to date", "bytes in", "bytes out")]
-    totals = [0, 0, 0, 0]
-    for (fmt, kind), row in sorted(rows.items()):
-        table.append((fmt, kind, str(row[0]), str(row[1]), human_bytes(row[2]), human_bytes(row[3])))
-        totals = [a + b for a, b in zip(totals, row)]
-    table.append(("all", "", str(totals[0]), str(totals[1]), human_bytes(totals[2]), human_bytes(totals[3])))
+    for r in doc["rows"] + [{"format": "all", "kind": "", **doc["totals"]}]:
+        table.append((r["format"], r["kind"], str(r["built"]), str(r["up_to_date"]), human_bytes(r["bytes_in"]),
+                      human_bytes(r["bytes_out"])))
     widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
     for i, r in enumerate(table):
         cells = [c.ljust(w) if j < 2 else c.rjust(w) for j, (c, w) in enumerate(zip(r, widths))]
@@ -83,8 +115,9 @@ def print_summary(result, stream=None) -> None:
         if i == 0 or i == len(table) - 2:
             print("  ".join("-" * w for w in widths), file=stream)
     shard = f", shard {result.shard[0]}/{result.shard[1]}" if result.shard else ""
-    rate = totals[2] / result.seconds / (1 << 20) if result.seconds else 0
-    print(f"{len(result.packages)} packages in {result.seconds:.1f} s ({rate:.0f} MiB/s of payload) "
+    # the rate of what was written (up-to-date packages cost nothing), in a unit that fits
+    rate = f"{human_bytes(doc['payload_rate'])}/s of payload" if doc["payload_rate"] else "nothing rewritten"
+    print(f"{len(result.packages)} packages in {result.seconds:.1f} s ({rate}) "
           f"with {result.jobs} jobs x {result.threads} threads{shard}; manifest {result.manifest}", file=stream)
 
 
@@ -109,32 +142,54 @@ def _cmd_build(args) -> int:
     if shard and args.repo:
         raise RocpkgInputError("--repo", "a shard is part of a release: merge the shards' OUT trees, "
                                          "then run `rocpkg repo OUT` (docs/sharding.md)")
-    if args.jobs is not None and args.jobs < 1:
-        raise RocpkgInputError("-j", f"expected a number of jobs >= 1, got {args.jobs}")
+    _check_jobs(args)
     plan = load_plan(args)
+    only = selected_packages(args, plan)
     settings = plan.settings
     sde = b.source_date_epoch(settings)
-    options = BuildOptions(source_date_epoch=sde, compression=args.compression or settings["compression"],
-                           compression_level=args.level if args.level is not None else settings["compression_level"])
+    options = BuildOptions(source_date_epoch=sde, **_compression(args, settings))
     signer = _signer(args, sde)
     for line in plan.warnings:
         print(f"warning: {line}", file=sys.stderr)
-    display = ProgressDisplay()
+    for line in plan.info if verbosity(args) > 0 else ():
+        print(f"info: {line}", file=sys.stderr)
+    display = ProgressDisplay(verbosity=verbosity(args))
     try:
         result = b.build_release(plan, args.output, formats=formats(args), options=options, jobs=args.jobs,
-                                 shard=shard, progress=display, signer=signer, allow=args.allow or ())
+                                 shard=shard, progress=display, signer=signer, allow=args.allow or (), only=only)
     finally:
         display.close()
-    print_summary(result)
+    summary = build_summary(result)
+    if not args.json and verbosity(args) >= 0:
+        print_summary(result)
     for refusal in result.allowed:
         where, what = refusal.as_problem()
         print(f"allowed: {where}: {what}", file=sys.stderr)
     if args.repo:
         snippets, _ = b.publish_repositories(os.path.abspath(args.output), suite=args.suite or settings["suite"],
                                              signer=signer, source_date_epoch=sde)
-        print(f"repositories: {', '.join(snippets.values())}" + (f", signed by {signer.fingerprint}" if signer
-                                                                  else ", unsigned"))
+        summary["repositories"] = sorted(snippets.values())
+        if not args.json:
+            print(f"repositories: {', '.join(snippets.values())}" + (f", signed by {signer.fingerprint}" if signer
+                                                                      else ", unsigned"))
+    if args.json:
+        json.dump(summary, sys.stdout, indent=1)
+        sys.stdout.write("\n")
     return 0
+
+
+def _compression(args, settings) -> dict:
+    """BuildOptions' compression and level: the options over the settings, the level checked
+    against the kind (zstd 1-19, xz 0-9, gzip 1-9): an out-of-range level is refused, never
+    clamped or run (zstd at 99 would take ten times as long for nothing)."""
+    kind = args.compression or settings["compression"]
+    level = args.level if args.level is not None else settings["compression_level"]
+    problem = compression.level_problem(kind, level)
+    if problem:
+        where = "--level" if args.level is not None else "--compression"
+        hint = "" if args.level is not None else " (settings.compression_level; give --level)"
+        raise RocpkgInputError(where, problem + hint)
+    return {"compression": kind, "compression_level": level}
 
 
 def _install_instructions(result) -> list[str]:
@@ -167,11 +222,17 @@ def _install_instructions(result) -> list[str]:
     return lines
 
 
+def _check_jobs(args) -> None:
+    if args.jobs is not None and args.jobs < 1:
+        raise RocpkgInputError("-j", f"expected a number of jobs >= 1, got {args.jobs}")
+
+
 def _cmd_demo(args) -> int:
     from rocpkg.demo import run_demo
 
+    _check_jobs(args)
     started = time.perf_counter()
-    display = ProgressDisplay("building demo release:")
+    display = ProgressDisplay("building demo release:", verbosity=verbosity(args))
     try:
         result = run_demo(args.out, jobs=args.jobs, progress=display)
     finally:
@@ -195,37 +256,57 @@ def _cmd_demo(args) -> int:
 
 
 def _cmd_detect(args) -> int:
-    from rocpkg.config import load_config
-    from rocpkg.detect import detect_gpus, install_names
+    from rocpkg import detect
 
-    settings = load_config(args.config).settings
-    gpus = detect_gpus(args.sysfs, settings["families"])
+    config = load_config_of(args)
+    settings = config.settings
+    gpus = detect.detect_gpus(args.sysfs, settings["families"])
     if not gpus:
         print(f"no AMD GPU found (no KFD GPU node under {args.sysfs}/class/kfd/kfd/topology/nodes)")
         return 0
+    # what can really be installed: the packages of a built tree or of a plan, if given
+    available, abi, source = None, "", ""
+    if args.repo:
+        available, version = detect.packages_in_tree(args.repo)
+        abi, source = ".".join(version.split(".")[:2]), f"the repository {args.repo}"
+    elif args.artifacts:
+        plan = load_plan(args, config)
+        available, abi, source = detect.packages_in_plan(plan), plan.abi, f"the plan of {args.artifacts}"
     alias = settings["naming"]["alias"]
     for gpu in gpus:
         name = f" ({gpu.name})" if gpu.name and gpu.name != gpu.target else ""
         if gpu.family is None:
             print(f"node {gpu.node}: {gpu.target}{name}: in no family of this release's table, no package for it")
             continue
-        deb, rpm = install_names(gpu.family, alias)
+        deb, rpm = detect.install_names(gpu.family, alias, abi)
         print(f"node {gpu.node}: {gpu.target}{name}, family {gpu.family}")
-        print(f"  apt install {deb}")
-        print(f"  dnf install {rpm}")
+        lines = [(tool, pkg) for tool, fmt, pkg in (("apt", "deb", deb), ("dnf", "rpm", rpm))
+                 if available is None or pkg.lower() in available.get(fmt, ())]
+        for tool, pkg in lines:
+            print(f"  {tool} install {pkg}")
+        if not lines:
+            served = sorted(f for f in settings["families"] or kt.FAMILIES
+                            if any(n.lower() in available.get(fmt, ()) for fmt, n in
+                                   zip(("deb", "rpm"), detect.install_names(f, alias, abi))))
+            print(f"  {source} has no package for {gpu.family} (it serves: {', '.join(served) or 'no family'})")
+    if available is None and verbosity(args) >= 0:
+        print("note: names not checked against a repository: give --repo OUT or -a ARTIFACTS", file=sys.stderr)
     return 0
 
 
 def register(sub) -> None:
     p = sub.add_parser("build", help="build every package of the plan into OUT (deb pool, rpm dirs, manifest)")
     add_plan_options(p)
+    add_subset_options(p)
     p.add_argument("-o", "--output", required=True, metavar="OUT", help="output tree")
     p.add_argument("-j", "--jobs", type=int, default=None, help="packages built at once (default: CPU count)")
     p.add_argument("--shard", default=None, metavar="I/N", help="build only part I of N (size-balanced, "
                                                                 "deterministic), for N CI runners")
     p.add_argument("--compression", choices=compression.KINDS, default=None,
                    help="payload compression (default: settings.compression)")
-    p.add_argument("--level", type=int, default=None, help="compression level (default: settings)")
+    p.add_argument("--level", type=int, default=None,
+                   help="compression level: zstd 1-19, xz 0-9, gzip 1-9 (default: settings.compression_level)")
+    p.add_argument("--json", action="store_true", help="the summary as JSON on stdout (schema rocpkg-build/1)")
     p.add_argument("--repo", action="store_true", help="then index the APT and DNF repositories under OUT")
     p.add_argument("--suite", default=None, help="with --repo: APT suite (default settings.suite)")
     p.add_argument("--gpg-home", default=None, help="GnuPG home of the signing key (default $GNUPGHOME)")
@@ -236,11 +317,13 @@ def register(sub) -> None:
     p.set_defaults(func=_cmd_build)
 
     p = sub.add_parser("demo", help="sample artifacts + build + signed repositories, and how to install")
-    p.add_argument("out", metavar="OUT")
-    p.add_argument("-j", "--jobs", type=int, default=None)
+    p.add_argument("out", metavar="OUT", help="directory for the sample artifacts, packages and repositories")
+    p.add_argument("-j", "--jobs", type=int, default=None, help="packages built at once (default: CPU count)")
     p.set_defaults(func=_cmd_demo)
 
     p = sub.add_parser("detect", help="this machine's GPU targets and the package to install for each")
     p.add_argument("--sysfs", default="/sys", metavar="ROOT", help="sysfs root (default /sys)")
-    p.add_argument("-c", "--config", default=None, help="package.json (default: the bundled one)")
+    p.add_argument("--repo", default=None, metavar="OUT", help="suggest only packages this built tree has "
+                                                                "(its manifest.json)")
+    add_plan_options(p, artifacts_required=False)
     p.set_defaults(func=_cmd_detect)

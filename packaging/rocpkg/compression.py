@@ -112,3 +112,14 @@ def open_decompressor(kind: str, raw, where: str):
     if kind == "":
         return raw
     raise RocpkgInputError(where, f"unsupported compression {kind!r}")
+
+
+# The levels each kind accepts (the Compressor uses them as they are: zstd's 20-22 need
+# its "ultra" window sizes, which the writers do not enable, so they are refused).
+LEVELS = {"zstd": (1, 19), "xz": (0, 9), "gzip": (1, 9)}
+
+
+def level_problem(kind: str, level: int) -> str:
+    """What is wrong with a compression level for kind ("" if nothing)."""
+    low, high = LEVELS.get(kind, (level, level))
+    return "" if low <= level <= high else f"{kind} takes a level from {low} to {high}, got {level}"

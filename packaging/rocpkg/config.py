@@ -10,6 +10,7 @@ prefix that is absolute and normalised), with the syntax rules of rocpkg.preflig
 """
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import posixpath
@@ -19,7 +20,9 @@ from dataclasses import dataclass, field
 from importlib import resources
 
 from rocpkg import preflight as pf
+from rocpkg.compression import KINDS as COMPRESSIONS, level_problem
 from rocpkg.errors import RocpkgInputError
+from rocpkg.filelist import SYSTEM_DIRS
 
 # Keys of a package definition and the type each must have. "bool" accepts TheRock's
 # string booleans ("True"/"False") as well as real ones.
@@ -101,6 +104,7 @@ SETTINGS_DEFAULTS: dict[str, object] = {
     "rpm_arch": "x86_64",
     "external": [],              # names declared external (system packages)
     "allow_unsatisfied": False,  # unsatisfiable dependencies become warnings
+    "unknown_keys": "error",     # "warn": unknown package.json keys are ignored with a warning
 }
 SETTINGS_TYPES = {
     "version": str, "release": str, "epoch": int, "prefix": str, "naming": dict,
@@ -108,8 +112,12 @@ SETTINGS_TYPES = {
     "targets": (list, type(None)), "compression": str, "compression_level": int, "suite": str,
     "maintainer": str, "vendor": str, "homepage": str, "license": str, "deb_arch": str,
     "rpm_arch": str, "external": list, "allow_unsatisfied": bool,
+    "unknown_keys": str,
 }
-COMPRESSIONS = ("zstd", "xz", "gzip")
+UNKNOWN_KEY_MODES = ("error", "warn")
+ARTIFACT_KEYS = ("Artifact", "Artifact_Subdir", "Artifact_Gfxarch")
+SUBDIR_KEYS = ("Name", "Components")
+EPOCH_MAX = 2**31 - 1
 _NAME_RE = pf.DEB_NAME
 _VERSION_RE = re.compile(r"^[0-9][A-Za-z0-9.+~]*$")
 # Definition strings that land in one line of a control file or spec header.
@@ -165,6 +173,7 @@ class Config:
     path: str
     settings: dict
     definitions: list[Definition]
+    warnings: list[str] = field(default_factory=list)   # unknown keys, in warn mode
 
     @property
     def enabled(self) -> list[Definition]:
@@ -181,6 +190,22 @@ def default_config_path() -> str:
         return str(resources.files("rocpkg.defaults").joinpath("package.json"))
     except ModuleNotFoundError:
         return os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "package.json")
+
+
+class UnknownKey(tuple):
+    """A (where, what) problem about a key rocpkg does not know: an error, or in the
+    opt-in warn mode (settings.unknown_keys, --unknown-keys) a warning."""
+
+    def __new__(cls, where: str, key: str, known, what: str = "unknown key"):
+        return super().__new__(cls, (where, what + did_you_mean(key, known)))
+
+
+def did_you_mean(word: str, known) -> str:
+    """ " (did you mean 'DEBDepends'?)" for the known word closest to word, or ""."""
+    known = list(known)
+    folded = {k.lower(): k for k in known}
+    match = folded.get(word.lower()) or next(iter(difflib.get_close_matches(word, known, n=1, cutoff=0.6)), None)
+    return f" (did you mean {match!r}?)" if match else ""
 
 
 def _as_bool(value, where, problems) -> bool:
@@ -216,8 +241,8 @@ def _parse_artifactory(value, where: str, problems) -> list[ArtifactRef]:
             problems.append((aw, "expected an object with Artifact and Artifact_Subdir"))
             continue
         for key in art:
-            if key not in ("Artifact", "Artifact_Subdir", "Artifact_Gfxarch"):
-                problems.append((f"{aw}.{key}", "unknown key"))
+            if key not in ARTIFACT_KEYS:
+                problems.append(UnknownKey(f"{aw}.{key}", key, ARTIFACT_KEYS))
         art_gfxarch = _as_bool(art.get("Artifact_Gfxarch", True), f"{aw}.Artifact_Gfxarch", problems)
         name = art.get("Artifact")
         if not isinstance(name, str) or not name:
@@ -233,8 +258,8 @@ def _parse_artifactory(value, where: str, problems) -> list[ArtifactRef]:
                 problems.append((sw, "expected an object with Name and Components"))
                 continue
             for key in sub:
-                if key not in ("Name", "Components"):
-                    problems.append((f"{sw}.{key}", "unknown key"))
+                if key not in SUBDIR_KEYS:
+                    problems.append(UnknownKey(f"{sw}.{key}", key, SUBDIR_KEYS))
             sname = sub.get("Name")
             comps = sub.get("Components")
             if not isinstance(sname, str) or not sname:
@@ -260,7 +285,7 @@ def _load_settings(raw, problems) -> dict:
     for key, value in raw.items():
         where = f"settings.{key}"
         if key not in SETTINGS_DEFAULTS:
-            problems.append((where, "unknown key"))
+            problems.append(UnknownKey(where, key, SETTINGS_DEFAULTS))
             continue
         if not isinstance(value, SETTINGS_TYPES[key]) or (isinstance(value, bool) and SETTINGS_TYPES[key] is int):
             problems.append((where, f"wrong type {type(value).__name__}"))
@@ -268,7 +293,8 @@ def _load_settings(raw, problems) -> dict:
         if key == "naming":
             for nk, nv in value.items():
                 if nk not in SETTINGS_DEFAULTS["naming"]:
-                    problems.append((f"{where}.{nk}", "unknown naming pattern"))
+                    problems.append(UnknownKey(f"{where}.{nk}", nk, SETTINGS_DEFAULTS["naming"],
+                                               "unknown naming pattern"))
                 elif not isinstance(nv, str):
                     problems.append((f"{where}.{nk}", "expected a string"))
                 else:
@@ -286,13 +312,18 @@ def validate_settings(settings: dict, where_prefix: str = "settings") -> list[tu
         problems.append((f"{where_prefix}.version", f"{settings['version']!r} is not a MAJOR.MINOR[.PATCH] version"))
     if not re.match(r"^[A-Za-z0-9.+~]+$", str(settings["release"])):
         problems.append((f"{where_prefix}.release", f"{settings['release']!r} is not a valid release"))
+    if settings["unknown_keys"] not in UNKNOWN_KEY_MODES:
+        problems.append((f"{where_prefix}.unknown_keys", f"must be one of {', '.join(UNKNOWN_KEY_MODES)}"))
     if settings["compression"] not in COMPRESSIONS:
         problems.append((f"{where_prefix}.compression", f"must be one of {', '.join(COMPRESSIONS)}"))
+    elif level_problem(settings["compression"], settings["compression_level"]):
+        problems.append((f"{where_prefix}.compression_level",
+                         level_problem(settings["compression"], settings["compression_level"])))
     problem = prefix_problem(str(settings["prefix"]), str(settings["version"])) if version_ok else ""
     if problem:
         problems.append((f"{where_prefix}.prefix", problem))
-    if settings["epoch"] < 0:
-        problems.append((f"{where_prefix}.epoch", "must be >= 0"))
+    if not 0 <= settings["epoch"] <= EPOCH_MAX:
+        problems.append((f"{where_prefix}.epoch", f"must be between 0 and {EPOCH_MAX} (dpkg and rpm keep a 32-bit int)"))
     problems += [(f"{where_prefix}.{w}", what) for w, what in _settings_string_problems(settings)]
     return problems
 
@@ -325,8 +356,8 @@ def prefix_problem(pattern: str, version: str) -> str:
         return f"{prefix!r} holds '//'"
     if posixpath.normpath(prefix) != prefix:
         return f"{prefix!r} is not normalised (write {posixpath.normpath(prefix)!r})"
-    if prefix == "/":
-        return "must not be / (the packages would own the whole file system)"
+    if prefix in SYSTEM_DIRS:
+        return f"{prefix} is a system directory, which no package may own: install under a directory of its own"
     if not _PREFIX_RE.match(prefix):
         return f"{prefix!r} holds characters other than letters, digits and . _ + ~ @ - /"
     return ""
@@ -342,6 +373,8 @@ def _settings_string_problems(settings: dict) -> list[tuple[str, str]]:
         problem = pf.control_problem(settings[key])
         if problem:
             out.append((key, problem))
+    if not settings["maintainer"].strip():
+        out.append(("maintainer", "empty: every Debian package needs a Maintainer"))
     if not _SUITE_RE.match(settings["suite"]) or ".." in settings["suite"]:
         out.append(("suite", f"{settings['suite']!r} is not a suite name (letters, digits and . _ -; no '/')"))
     if not pf.DEB_ARCH.match(settings["deb_arch"]):
@@ -392,6 +425,8 @@ def _definition_string_problems(entry: dict) -> list[tuple[str, str]]:
         value = entry.get(key)
         if isinstance(value, str) and pf.control_problem(value):
             out.append((key, pf.control_problem(value)))
+    if isinstance(entry.get("Maintainer"), str) and entry["Maintainer"] and not entry["Maintainer"].strip():
+        out.append(("Maintainer", "blank: leave it out to use settings.maintainer"))
     if isinstance(entry.get("Description_Long"), str) and pf.control_problem(entry["Description_Long"], True):
         out.append(("Description_Long", pf.control_problem(entry["Description_Long"], True)))
     checks = (("Section", lambda v: _SECTION_RE.match(v), "not a Debian section (lower-case, e.g. libs, devel)"),
@@ -435,14 +470,20 @@ def relation_names(relation: str) -> list[str]:
     return names
 
 
-def load_config(path: str | os.PathLike | None = None) -> Config:
-    """Read package.json (either shape) into a validated Config or raise RocpkgInputError."""
+def load_config(path: str | os.PathLike | None = None, unknown_keys: str | None = None) -> Config:
+    """Read package.json (either shape) into a validated Config or raise RocpkgInputError.
+
+    unknown_keys: "error" or "warn" (default: settings.unknown_keys, else "error"): in warn
+    mode a key rocpkg does not know is ignored and listed in Config.warnings (a newer
+    TheRock file may carry keys this rocpkg does not read yet)."""
     path = os.fspath(path) if path is not None else default_config_path()
     try:
         with open(path, encoding="utf-8") as fh:
             raw = json.load(fh)
     except FileNotFoundError:
         raise RocpkgInputError(path, "file not found") from None
+    except RecursionError:
+        raise RocpkgInputError(path, "JSON nested too deeply") from None
     except json.JSONDecodeError as exc:
         raise RocpkgInputError(f"{path}:{exc.lineno}:{exc.colno}", f"invalid JSON: {exc.msg}") from None
     except (OSError, UnicodeDecodeError) as exc:
@@ -455,7 +496,8 @@ def load_config(path: str | os.PathLike | None = None) -> Config:
     elif isinstance(raw, dict):
         for key in raw:
             if key not in ("settings", "packages"):
-                problems.append((key, "unknown top-level key (expected settings, packages)"))
+                problems.append(UnknownKey(key, key, ("settings", "packages"),
+                                           "unknown top-level key (expected settings, packages)"))
         settings = _load_settings(raw.get("settings"), problems)
         entries, base = raw.get("packages"), "packages"
         if not isinstance(entries, list):
@@ -484,7 +526,7 @@ def load_config(path: str | os.PathLike | None = None) -> Config:
         seen[name] = where
         for key, value in entry.items():
             if key not in DEFINITION_KEYS:
-                problems.append((f"{where}.{key}", "unknown key"))
+                problems.append(UnknownKey(f"{where}.{key}", key, DEFINITION_KEYS))
             else:
                 _check_type(value, DEFINITION_KEYS[key], f"{where}.{key}", problems)
         d = Definition(name=name, index=index, fields=entry)
@@ -515,6 +557,11 @@ def load_config(path: str | os.PathLike | None = None) -> Config:
                                                  "has DisablePackaging"))
     config = Config(path=path, settings=settings, definitions=definitions)
     problems += _check_relations(config, base)
+    mode = unknown_keys or settings["unknown_keys"]
+    if mode == "warn":
+        config.warnings = [pf.printable(f"{path}: {p[0]}: {p[1]}; ignored") for p in problems
+                           if isinstance(p, UnknownKey)]
+        problems = [p for p in problems if not isinstance(p, UnknownKey)]
     if problems:
         raise RocpkgInputError([(pf.printable(f"{path}: {w}"), pf.printable(m)) for w, m in problems])
     return config

@@ -8,6 +8,7 @@ KFD lists one node per CPU socket and per GPU under
 """
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 
@@ -78,3 +79,28 @@ def install_names(family: str, alias_pattern: str = "rocm-{family}", abi: str = 
     provides the family's own spelling (DESIGN §3)."""
     name = alias_pattern.format(family=family, abi=abi)
     return name.lower(), name
+
+
+def packages_in_tree(out_dir: str) -> tuple[dict[str, set[str]], str]:
+    """({format: lower-case package names}, release version) of a tree `rocpkg build` wrote,
+    from its manifest.json: what a repository published from it can install (an RPM family
+    alias is named in lower case and provides the family's spelling, DESIGN §3)."""
+    from rocpkg.errors import RocpkgInputError
+
+    path = os.path.join(out_dir, "manifest.json")
+    try:
+        with open(path, encoding="utf-8") as fh:
+            doc = json.load(fh)
+        names: dict[str, set[str]] = {}
+        for entry in doc["packages"]:
+            names.setdefault(entry["format"], set()).add(entry["name"].lower())
+        return names, str(doc["version"])
+    except FileNotFoundError:
+        raise RocpkgInputError(path, "not found (--repo names a tree written by `rocpkg build`)") from None
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
+        raise RocpkgInputError(path, f"not a rocpkg manifest: {exc}") from None
+
+
+def packages_in_plan(plan) -> dict[str, set[str]]:
+    """{format: lower-case package names} of a plan, as packages_in_tree."""
+    return {fmt: {s.name.lower() for s in specs} for fmt, specs in plan.packages.items()}

@@ -23,6 +23,12 @@ SYSTEM_DIRS = frozenset({
 })
 
 
+# Base-system directories that no Debian package lists (`dpkg -S /opt` finds nothing on
+# Debian 12): a .deb that listed one would make dpkg delete it, when empty, with the last
+# package listing it. Every base system has them, so a .deb leaves them out.
+UNLISTED_BASE_DIRS = frozenset({"/opt"})
+
+
 def sort_key(path: str) -> bytes:
     """Both formats order files bytewise by path (parents before children)."""
     return path.encode("utf-8", "surrogateescape")
@@ -93,8 +99,8 @@ def _parent_problems(owner: str, entries: dict[str, FileEntry]) -> list[tuple[st
 
 
 def with_parents(owner: str, files: Iterable[FileEntry]) -> list[FileEntry]:
-    """The entries plus every missing ancestor (a 0755 root directory, "/" excluded),
-    sorted bytewise: what dpkg needs, parents before children."""
+    """The entries plus every missing ancestor (a 0755 root directory, "/" and
+    UNLISTED_BASE_DIRS excluded), sorted bytewise: what dpkg needs, parents first."""
     entries = {e.path: e for e in files}
     problems = _parent_problems(owner, entries)
     if problems:
@@ -102,7 +108,8 @@ def with_parents(owner: str, files: Iterable[FileEntry]) -> list[FileEntry]:
     for path in list(entries):
         parent = posixpath.dirname(path)
         while parent not in ("/", "") and parent not in entries:
-            entries[parent] = FileEntry(parent, DIR, 0o755)
+            if parent not in UNLISTED_BASE_DIRS:
+                entries[parent] = FileEntry(parent, DIR, 0o755)
             parent = posixpath.dirname(parent)
     return [entries[p] for p in sorted(entries, key=sort_key)]
 

@@ -38,7 +38,7 @@ class Refusal:
 
 
 def known_checks() -> list[str]:
-    from rocpkg.verify import PLAN_CHECKS
+    from rocpkg.verify_view import PLAN_CHECKS
 
     return sorted(set(PLAN_CHECKS) | set(ARCHIVE_CHECKS))
 

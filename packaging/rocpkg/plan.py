@@ -17,11 +17,16 @@ from rocpkg import model as m
 from rocpkg.catalog import Catalog, StageEntry, dropped_mode_bits, sort_targets
 from rocpkg.config import Config, Definition, relation_names, validate_settings
 from rocpkg.errors import RocpkgInputError
+from rocpkg.graphs import strongly_connected
+from rocpkg.layout import alternatives, owned_ancestors
 from rocpkg.preflight import check_plan, printable
 
 FORMATS = ("deb", "rpm")
 _SHARED_LIB = re.compile(r"/lib[^/]*\.so(\.[0-9]+)*$")
+# The package that manages the release's links (one per release) runs postinst/prerm;
+# the other packages of definitions with `Postinstall` refresh the linker cache only.
 SCRIPT_TEMPLATES = {"postinst": "postinst.j2", "prerm": "prerm.j2"}
+LDCONFIG_SCRIPTS = {"postinst": "ldconfig.j2", "postrm": "ldconfig.j2"}
 
 # Definition classes
 LIBRARY = "library"            # files, not per target -> N{abi}, N
@@ -208,7 +213,10 @@ class _PlanBuilder:
                 continue
             by_path[path] = fe
             origin[path] = label
-        # every directory from the prefix down to each path is owned by the package
+        # every directory from the prefix down to each path is owned by the package, and
+        # those above the prefix that no base system has (/opt/rocm: removed with the last release)
+        for path in owned_ancestors(self.prefix) if by_path else ():
+            by_path.setdefault(path, m.FileEntry(path, m.DIR, 0o755))
         for path in list(by_path):
             parent = posixpath.dirname(path)
             while len(parent) >= len(self.prefix) and parent.startswith(self.prefix):
@@ -272,10 +280,10 @@ class _PlanBuilder:
         cls = self.classes[dep.name]
         if context == "device":
             return [self._pin(fmt, namer.device(dep.name, target))] if cls == PER_TARGET else []
-        if context in ("host", "files"):
+        if context in ("host", "files"):  # pinned: 7.1.0 and 7.1.1 of one release must not mix
             if cls == PER_TARGET:
-                return [namer.host(dep.name)]
-            return [namer.versioned(dep.name)]
+                return [self._pin(fmt, namer.host(dep.name))]
+            return [self._pin(fmt, namer.versioned(dep.name))]
         if context == "meta-target":
             if cls in (PER_TARGET, PER_TARGET_META):  # both are named N{abi}-{t} for a target
                 return [self._pin(fmt, namer.device(dep.name, target))]
@@ -389,9 +397,14 @@ class _PlanBuilder:
         namer = _Namer(self.settings, self.abi, fmt)
         out: list[m.PackageSpec] = []
         pin = lambda name: self._pin(fmt, name)  # noqa: E731
+        links = self._links_package(fmt, namer, files)
+        if links is not None:
+            out.append(links)
         for d in self.defs.values():
             cls = self.classes[d.name]
-            scripts = dict(SCRIPT_TEMPLATES) if d.postinstall else {}
+            scripts = dict(LDCONFIG_SCRIPTS) if d.postinstall else {}
+            if links is not None and d.postinstall and cls == PER_TARGET_META:
+                scripts = {}  # every variant pins the release's one links package instead
             versioned = namer.versioned(d.name)
             if cls == LIBRARY:
                 spec = self._spec(fmt, d, versioned, m.KIND_FILES, files=files[(d.name, "")])
@@ -422,6 +435,8 @@ class _PlanBuilder:
                     tm = self._spec(fmt, d, namer.device(d.name, t), m.KIND_META, target=t, arch_independent=True,
                                     summary_note=f"for {t}", long_note=f"Installs this set with the kernels for {t} only.")
                     tm.scripts = scripts
+                    if links is not None and d.postinstall:
+                        tm.depends.append(pin(links.name))
                     out.append(self._apply(tm, self._relations(fmt, d, namer, "meta-target", t)))
                 for fam, members in self.families.items():
                     if namer.family(d.name, fam) == namer.device(d.name, members[0]):
@@ -457,6 +472,42 @@ class _PlanBuilder:
                     alias.provides.append(f"{namer.alias_provides(fam)} = {self._evr()}")
                 out.append(alias)
         return out
+
+    def _links_package(self, fmt: str, namer: _Namer, files) -> m.PackageSpec | None:
+        """The one package per release whose scripts manage the release's links
+        (/opt/rocm/core, /opt/rocm/bin, /usr/bin/hipcc... with update-alternatives), so that
+        removing one variant of a release while another stays keeps them: `N{abi}-links` of
+        the per-target meta-package with `Postinstall` that includes no other one. It pins
+        the packages with files of that definition's closure (dpkg and rpm then set the
+        links up after the files they point at are in place) and owns the directories
+        above the prefix (the links live there)."""
+        owners = [d for d in self.defs.values() if d.postinstall and self.classes[d.name] == PER_TARGET_META]
+        if not owners:
+            return None
+        closures = {d.name: self._members(d.name) for d in owners}
+        owner = min(owners, key=lambda d: (len(closures[d.name]), d.index))
+        spec = self._spec(fmt, owner, f"{namer.versioned(owner.name)}-links", m.KIND_META, arch_independent=True,
+                          files=[m.FileEntry(p, m.DIR, 0o755) for p in owned_ancestors(self.prefix)],
+                          summary_note="links", long_note=f"Points {', '.join(a.link for a in alternatives(self.prefix))} "
+                                                          f"at the newest release installed (update-alternatives).")
+        spec.scripts = dict(SCRIPT_TEMPLATES)
+        for name in sorted(closures[owner.name]):
+            cls = self.classes[name]
+            if cls in (LIBRARY, PER_TARGET) and any(fe.type != m.DIR for fe in files[(name, "")]):
+                spec.depends.append(self._pin(fmt, namer.host(name) if cls == PER_TARGET else namer.versioned(name)))
+        return spec
+
+    def _members(self, name: str) -> set[str]:
+        """The in-release definitions a definition includes, itself among them."""
+        seen, todo = set(), [name]
+        while todo:
+            current = todo.pop()
+            if current in seen:
+                continue
+            seen.add(current)
+            todo.extend(n for r in self.defs[current].deb_relations.get("depends", [])
+                        for n in relation_names(r)[:1] if n in self.defs)
+        return seen
 
     def _link_archive_providers(self, plan: Plan, files) -> None:
         """A device package that ships no kpack archive of its own depends on the device
@@ -534,7 +585,7 @@ class _PlanBuilder:
     def _cycles(self) -> list[str]:
         graph = {n: [x for r in d.deb_relations.get("depends", []) for x in relation_names(r) if x in self.defs]
                  for n, d in self.defs.items()}
-        return [f"dependency cycle (legal in DEB/RPM): {' -> '.join(c + [c[0]])}" for c in _strongly_connected(graph)
+        return [f"dependency cycle (legal in DEB/RPM): {' -> '.join(c + [c[0]])}" for c in strongly_connected(graph)
                 if len(c) > 1]
 
 
@@ -565,53 +616,6 @@ def _normalise_external(fmt: str, relation: str) -> str:
     if "|" in relation:
         return "(" + " or ".join(p.strip() for p in relation.split("|")) + ")"
     return relation
-
-
-def _strongly_connected(graph: dict[str, list[str]]) -> list[list[str]]:
-    """Tarjan's algorithm, iterative; components in deterministic order."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    on_stack: set[str] = set()
-    stack: list[str] = []
-    result: list[list[str]] = []
-    counter = 0
-    for root in sorted(graph):
-        if root in index:
-            continue
-        work = [(root, iter(sorted(graph[root])))]
-        index[root] = low[root] = counter
-        counter += 1
-        stack.append(root)
-        on_stack.add(root)
-        while work:
-            node, it = work[-1]
-            advanced = False
-            for nxt in it:
-                if nxt not in index:
-                    index[nxt] = low[nxt] = counter
-                    counter += 1
-                    stack.append(nxt)
-                    on_stack.add(nxt)
-                    work.append((nxt, iter(sorted(graph.get(nxt, [])))))
-                    advanced = True
-                    break
-                if nxt in on_stack:
-                    low[node] = min(low[node], index[nxt])
-            if advanced:
-                continue
-            work.pop()
-            if work:
-                low[work[-1][0]] = min(low[work[-1][0]], low[node])
-            if low[node] == index[node]:
-                comp = []
-                while True:
-                    w = stack.pop()
-                    on_stack.discard(w)
-                    comp.append(w)
-                    if w == node:
-                        break
-                result.append(sorted(comp))
-    return sorted(result)
 
 
 def closure(specs: dict[str, m.PackageSpec], root: str) -> tuple[list[str], list[str]]:

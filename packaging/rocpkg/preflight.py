@@ -18,6 +18,7 @@ import posixpath
 import re
 
 from rocpkg import model as m
+from rocpkg.filelist import SYSTEM_DIRS, path_problem
 
 NAME_MAX = 255          # bytes in one path component (ext4, xfs, btrfs)
 PATH_MAX = 4096         # bytes in a path, its terminating NUL included
@@ -196,24 +197,26 @@ def _rpm_rich(tokens: list[str], at: int, depth: int = 0) -> int:
 
 
 def path_problems(path: str, *, absolute: bool = True) -> list[str]:
-    """What keeps dpkg or rpm from installing a path (UTF-8, controls, lengths)."""
-    problems = []
+    """What keeps dpkg or rpm from installing a path: the writers' own rule for install
+    paths (filelist.path_problem: absolute, normalised, UTF-8, no newline or NUL), then
+    what only shows when a package is unpacked: other control characters, and names or
+    paths too long for the temporary names dpkg and rpm unpack to."""
+    problem = path_problem(path) if absolute else None
+    if problem:
+        return [problem]
     try:
         raw = path.encode("utf-8")
     except UnicodeEncodeError:
         return ["not valid UTF-8"]
+    problems = []
     found = _CONTROL.search(path)
     if found is not None:
         problems.append(f"control character U+{ord(found.group()):04X} in the name")
-    if absolute and not path.startswith("/"):
-        problems.append("not an absolute path")
     if len(raw) > PATH_LIMIT:
         problems.append(f"path of {len(raw)} bytes is longer than {PATH_LIMIT} (PATH_MAX less the "
                         f"suffix dpkg and rpm add while unpacking)")
-    for part in path.strip("/").split("/"):
-        if part in ("", ".", ".."):
-            problems.append(f"path component {part!r} (paths are written normalised)")
-        elif len(part.encode("utf-8")) > COMPONENT_LIMIT:
+    for part in path.split("/"):
+        if len(part.encode("utf-8")) > COMPONENT_LIMIT:
             problems.append(f"file name of {len(part.encode('utf-8'))} bytes is longer than {COMPONENT_LIMIT} "
                             f"(dpkg and rpm add {UNPACK_SUFFIX} bytes while unpacking; the limit is {NAME_MAX})")
     return problems
@@ -246,6 +249,8 @@ def check_plan(plan) -> list[tuple[str, str]]:
         for path, (fe, spec) in nodes.items():
             origin = f" (artifact file {printable(fe.source)})" if fe.source else ""
             found = path_problems(path)
+            if fe.type == m.DIR and path in SYSTEM_DIRS:
+                found.append("a system directory, which no package may own")
             if found:  # said once for a directory, not again for everything below it
                 unfit.add(path)
                 if posixpath.dirname(path) not in unfit:
@@ -273,6 +278,8 @@ def _spec_problems(spec: m.PackageSpec) -> list[tuple[str, str]]:
         problem = control_problem(getattr(spec, field) or "")
         if problem:
             out.append((field, problem))
+    if deb and not spec.maintainer.strip():
+        out.append(("maintainer", "empty: every Debian package needs a Maintainer"))
     problem = control_problem(spec.description or "", multi_line=True)
     if problem:
         out.append(("description", problem))
@@ -290,8 +297,7 @@ def _spec_problems(spec: m.PackageSpec) -> list[tuple[str, str]]:
 def _link_problems(fe: m.FileEntry, spec: m.PackageSpec, nodes) -> list[str]:
     """A shipped symlink, resolved through every symlink the release ships, must stay in
     the install tree: the lexical rule alone is beaten by chains of links."""
-    problems = [f"symlink target: {what}" for what in path_problems(fe.link_target, absolute=False)
-                if "component" not in what]
+    problems = [f"symlink target: {what}" for what in path_problems(fe.link_target, absolute=False)]
     if problems:
         return problems
     root = spec.prefix.rstrip("/") or posixpath.dirname(fe.path)

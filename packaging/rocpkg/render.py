@@ -24,6 +24,7 @@ from pathlib import Path
 
 import jinja2
 
+from rocpkg import layout
 from rocpkg.errors import RocpkgInputError
 from rocpkg.model import DIR, FILE, BuildOptions, PackageSpec
 from rocpkg.preflight import control_problem
@@ -218,6 +219,8 @@ def script_context(spec: PackageSpec, options: BuildOptions, fmt: str) -> dict:
         "prefix": prefix,
         "link": link,
         "link_target": link_target,
+        "alternatives": layout.alternatives(prefix) if prefix else [],
+        "priority": layout.priority(spec.version),
     }
 
 

@@ -36,6 +36,12 @@ def _changelog_time(header_line: str) -> int:
     return calendar.timegm(stamp) + 12 * 3600
 
 
+def _literal(text: str) -> str:
+    """What rpmbuild makes of spec text without macros: `%%` is a literal `%` (render.py
+    writes every `%` of package.json text that way, so no string becomes a macro)."""
+    return text.replace("%%", "%")
+
+
 def parse_spec(text: str) -> ParsedSpec:
     """Parse the subset of spec syntax that spec.j2 renders: `Key: value` preamble,
     %description, %pre/%post/%preun/%postun (optionally `-p <prog>`), %files (ignored:
@@ -71,7 +77,7 @@ def parse_spec(text: str) -> ParsedSpec:
                 name, flags, version = parse_relation(item)
                 relations[base.lower()].append((name, flags | sense, version))
         else:
-            preamble[key.lower()] = value
+            preamble[key.lower()] = _literal(value)
     scripts = {}
     for name in SCRIPT_SECTIONS:
         if name in sections:
@@ -85,8 +91,8 @@ def parse_spec(text: str) -> ParsedSpec:
             entry = [_changelog_time(line), " ".join(line.lstrip("*").split()[4:]), []]
             changelog.append(entry)
         elif entry is not None and line.strip():
-            entry[2].append(line)
-    description = "\n".join(sections.get("description", [])).strip("\n")
+            entry[2].append(_literal(line))
+    description = _literal("\n".join(sections.get("description", [])).strip("\n"))
     return ParsedSpec(preamble, relations, description, scripts,
                       [(t, n, "\n".join(body)) for t, n, body in changelog])
 
