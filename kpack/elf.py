@@ -32,6 +32,7 @@ SHT_PROGBITS, SHT_STRTAB, SHT_HASH, SHT_DYNAMIC, SHT_DYNSYM = 1, 3, 5, 6, 11
 SHF_WRITE, SHF_ALLOC, SHF_EXECINSTR = 0x1, 0x2, 0x4
 PT_LOAD, PT_DYNAMIC = 1, 2
 DT_NULL, DT_NEEDED, DT_HASH, DT_STRTAB, DT_SYMTAB, DT_STRSZ, DT_SYMENT, DT_SONAME = 0, 1, 4, 5, 6, 10, 11, 14
+DT_RPATH, DT_RUNPATH = 15, 29
 
 PT_GNU_STACK = 0x6474E551
 _EHDR = struct.Struct("<16sHHIQQQIHHHHHH")
@@ -95,9 +96,11 @@ def _build_elf(*, machine: int, osabi: int, abi_version: int, flags: int,
     return header + b"".join(phdrs) + bytes(body) + b"".join(shdrs)
 
 
-def build_host_elf(sections: dict[str, bytes], *, soname: str | None = None) -> bytes:
+def build_host_elf(sections: dict[str, bytes], *, soname: str | None = None, runpath: str | None = None,
+                   rpath: str | None = None) -> bytes:
     """An x86-64 shared object (ET_DYN) holding `sections` as allocated PROGBITS sections
-    (`.text` is also executable), plus `.dynstr`/`.dynamic` with DT_SONAME when given."""
+    (`.text` is also executable), plus `.dynstr`/`.dynamic` with DT_SONAME when given, and
+    DT_RUNPATH / DT_RPATH when given (with a soname: what toolchains link, `$ORIGIN`)."""
     entries = []
     for name, data in sections.items():
         flags = SHF_ALLOC | (SHF_EXECINSTR if name == ".text" else 0)
@@ -107,6 +110,11 @@ def build_host_elf(sections: dict[str, bytes], *, soname: str | None = None) -> 
         # What a linker leaves in every shared object and the distro linters look for:
         # DT_NEEDED libc, a symbol table (the null symbol) and its SysV hash table.
         dynstr = b"\0" + soname.encode() + b"\0libc.so.6\0"
+        paths = []
+        for tag, value in ((DT_RUNPATH, runpath), (DT_RPATH, rpath)):
+            if value is not None:
+                paths += [tag, len(dynstr)]
+                dynstr += value.encode() + b"\0"
         base = len(entries)
         dynstr_index, dynsym_index, hash_index = base + 1, base + 2, base + 3
         dynsym = b"\0" * 24
@@ -115,11 +123,11 @@ def build_host_elf(sections: dict[str, bytes], *, soname: str | None = None) -> 
                  (".dynsym", SHT_DYNSYM, SHF_ALLOC, dynsym, dynstr_index, 24),
                  (".hash", SHT_HASH, SHF_ALLOC, sysv_hash, dynsym_index, 4)]
         # addresses are file offsets, which _build_elf decides: lay out once to learn them
-        probe = entries + fixed + [(".dynamic", SHT_DYNAMIC, SHF_ALLOC | SHF_WRITE, b"\0" * 144,
+        probe = entries + fixed + [(".dynamic", SHT_DYNAMIC, SHF_ALLOC | SHF_WRITE, b"\0" * (144 + 8 * len(paths)),
                                     dynstr_index, 16)]
         image = _build_elf(machine=EM_X86_64, osabi=ELFOSABI_NONE, abi_version=0, flags=0,
                            sections=probe, dynamic=len(probe), gnu_stack=True)
-        table = struct.pack("<" + "qQ" * 9, DT_SONAME, 1, DT_NEEDED, len(soname) + 2,
+        table = struct.pack("<" + "qQ" * (9 + len(paths) // 2), DT_SONAME, 1, DT_NEEDED, len(soname) + 2, *paths,
                             DT_STRTAB, _section_offset(image, dynstr_index), DT_STRSZ, len(dynstr),
                             DT_SYMTAB, _section_offset(image, dynsym_index), DT_SYMENT, 24,
                             DT_HASH, _section_offset(image, hash_index), DT_NULL, 0, DT_NULL, 0)

@@ -46,6 +46,7 @@ from typing import Callable, Iterable
 from rocpkg import gate
 from rocpkg.compression import ZSTD_MAX_THREADS, usable_cores
 from rocpkg import model as m
+from rocpkg import releases
 from rocpkg.errors import RocpkgInputError
 from rocpkg.streams import AtomicOutput, hash_file
 
@@ -152,7 +153,7 @@ def published_source_date_epoch(out_dir: str, environ=None) -> int | None:
     """SOURCE_DATE_EPOCH for indexing OUT: the environment's, else the build's default for
     the release its manifest names, so that re-indexing gives the same bytes; None when
     neither is known."""
-    settings = None
+    settings, dated = None, None
     parts = os.path.join(out_dir, MANIFEST_PARTS)
     candidates = [os.path.join(out_dir, "manifest.json")] + \
         (sorted(os.path.join(parts, n) for n in os.listdir(parts)) if os.path.isdir(parts) else [])
@@ -161,23 +162,26 @@ def published_source_date_epoch(out_dir: str, environ=None) -> int | None:
             with open(path, encoding="utf-8") as fh:
                 doc = json.load(fh)
             settings = {"version": str(doc["version"]), "release": str(doc["release"])}
+            # the newest date a recorded release was built with (rocpkg.releases)
+            dated = max((int(r.get("date") or 0) for r in doc.get("releases", [])), default=0) or None
             break
         except (OSError, ValueError, KeyError, TypeError):
             continue
     value = (os.environ if environ is None else environ).get("SOURCE_DATE_EPOCH", "").strip()
     if value or settings:
-        return source_date_epoch(settings or {"version": "0"}, environ)
+        return source_date_epoch(settings or {"version": "0"}, environ, default=dated)
     return None
 
 
-def source_date_epoch(settings: dict, environ=None) -> int:
-    """SOURCE_DATE_EPOCH from the environment, else default_source_date_epoch()."""
+def source_date_epoch(settings: dict, environ=None, default: int | None = None) -> int:
+    """SOURCE_DATE_EPOCH from the environment, else `default` (the inputs' date,
+    releases.inputs_date), else default_source_date_epoch()."""
     value = (os.environ if environ is None else environ).get("SOURCE_DATE_EPOCH", "").strip()
     if value:
         if not value.isdigit():
             raise RocpkgInputError("SOURCE_DATE_EPOCH", f"must be a number of seconds, got {value!r}")
         return int(value)
-    return default_source_date_epoch(settings)
+    return default if default is not None else default_source_date_epoch(settings)
 
 
 # ---- sharding ---------------------------------------------------------------------
@@ -290,7 +294,8 @@ def package_fingerprint(spec: m.PackageSpec, options: m.BuildOptions, code: str,
         except OSError:
             sources.append([entry.source, None])
     blob = json.dumps({"code": code, "spec": dataclasses.asdict(spec), "options": _options_key(options),
-                       "signer": signer_id, "sources": sources}, sort_keys=True, separators=(",", ":"))
+                       "signer": signer_id, "sources": sources}, sort_keys=True, separators=(",", ":"),
+                      default=bytes.hex)  # FileEntry.patches hold bytes
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
@@ -409,12 +414,12 @@ def _plan_digest(specs: list[m.PackageSpec]) -> str:
 
 
 def _manifest_bytes(plan_digest: str, version: str, release: str, entries: list[dict],
-                    shard: tuple[int, int] | None = None, allowed: list[dict] | None = None) -> bytes:
+                    shard: tuple[int, int] | None = None, record=None) -> bytes:
     doc = {"schema": MANIFEST_SCHEMA, "version": version, "release": release, "plan": plan_digest}
     if shard:
         doc["shard"] = list(shard)
-    if allowed:  # problems the maintainer shipped anyway (--allow), for whoever audits the release
-        doc["allowed"] = allowed
+    if record is not None:      # a shard's part: what assemble_manifest records for the release
+        doc["release_record"] = record.to_dict()
     doc["packages"] = sorted(entries, key=lambda e: (e["format"], e["name"]))
     return json.dumps(doc, indent=1).encode() + b"\n"
 
@@ -438,12 +443,19 @@ def _remove_stale_temporaries(out_dir: str) -> None:
 class OutLock:
     """One writer per OUT at a time, build or publish (flock: released by the kernel even
     after kill -9). Leaving on an exception (a full disk, Ctrl-C) removes the temporaries
-    the run left: the lock holder is the only writer."""
+    the run left: the lock holder is the only writer. Re-entrant within a process: prune
+    and promote hold it across the re-index that publish_repositories does."""
+
+    held: dict[str, int] = {}
 
     def __init__(self, out_dir: str):
-        self.path = os.path.join(out_dir, LOCK_FILE)
+        self.path = os.path.realpath(os.path.join(out_dir, LOCK_FILE))
 
     def __enter__(self):
+        if self.held.get(self.path):
+            self.held[self.path] += 1
+            self.fh = None
+            return self
         os.makedirs(os.path.dirname(self.path), exist_ok=True)
         self.fh = open(self.path, "w")
         try:
@@ -452,9 +464,13 @@ class OutLock:
             self.fh.close()
             raise RocpkgInputError(os.path.dirname(os.path.dirname(self.path)),
                                    "another rocpkg build or repo is writing into this directory") from None
+        self.held[self.path] = 1
         return self
 
     def __exit__(self, exc_type, exc, tb):
+        self.held[self.path] -= 1
+        if self.fh is None:
+            return False        # an inner hold: the outer one cleans up
         try:
             if exc_type is not None:  # a failed or interrupted run leaves no temporary behind
                 _remove_stale_temporaries(os.path.dirname(os.path.dirname(self.path)))
@@ -477,8 +493,8 @@ def build_release(plan, out_dir: str | os.PathLike, *, formats: Iterable[str] | 
     (format, name) pairs to write (rocpkg.subset.select), None for all.
     Before anything is written, the checks of rocpkg.gate run over the plan: a problem
     whose check is not in `allow` raises RocpkgInputError (OUT untouched); allowed ones
-    are recorded in the manifest and in result.allowed. `config` decides which relation
-    names are external (as for verify).
+    are recorded with the release in the manifest (rocpkg.releases) and in
+    result.allowed. `config` decides which relation names are external (as for verify).
     Raises RocpkgInputError with every package's problems after building the others.
     """
     started = time.perf_counter()
@@ -506,6 +522,7 @@ def build_release(plan, out_dir: str | os.PathLike, *, formats: Iterable[str] | 
     result = BuildResult(out_dir, "", shard=shard, allowed=allowed)
     with OutLock(out_dir):
         _remove_stale_temporaries(out_dir)
+        releases.read_manifest(out_dir)     # a damaged manifest is refused before a byte is written
         # biggest first: the long packages start early and the pool drains evenly
         order = sorted(chosen, key=lambda s: (-s.payload_size, s.format, s.name))
         total_bytes = sum(s.payload_size for s in order)
@@ -525,6 +542,11 @@ def build_release(plan, out_dir: str | os.PathLike, *, formats: Iterable[str] | 
                 recorded.append(outcome)
             else:
                 stale.append((spec, fingerprint))
+        # published bytes never change under one name-version-release (rocpkg.releases)
+        planned = [releases.Planned(s.format, s.name, s.version, s.release, s.arch,
+                                    _outcome(s, out_dir, 0, "", True).file) for s, _ in stale]
+        if conflicts := releases.conflicting_rebuilds(out_dir, planned):
+            raise RocpkgInputError(conflicts)
         # threads never change a byte (module doc), so they are chosen for what is left to do
         jobs = result.jobs = max(1, min(jobs or cores, len(stale) or 1))
         threads = ([options.threads] * len(stale) if options.threads else
@@ -573,16 +595,18 @@ def build_release(plan, out_dir: str | os.PathLike, *, formats: Iterable[str] | 
         _remember_digests(out_dir, outcomes)
         specs_version = plan.settings["version"], plan.settings["release"]
         entries = [o.manifest_entry() for o in outcomes]
-        allowed_doc = [r.to_dict() for r in allowed]
+        record = releases.ReleaseRecord(*specs_version, targets=tuple(plan.targets), formats=tuple(formats),
+                                        allowed=tuple(r.to_dict() for r in allowed), plan=_plan_digest(every),
+                                        date=options.source_date_epoch)
         if shard is None:
-            result.manifest = os.path.join(out_dir, "manifest.json")
-            data = _manifest_bytes(_plan_digest(every), *specs_version, entries, allowed=allowed_doc)
+            # the release joins the earlier ones in manifest.json (rocpkg.releases)
+            result.manifest = releases.write_release(out_dir, record, entries)
             # the whole release is in manifest.json now; parts of an earlier split are stale
             shutil.rmtree(os.path.join(out_dir, MANIFEST_PARTS), ignore_errors=True)
         else:
             result.manifest = manifest_part_path(out_dir, shard)
-            data = _manifest_bytes(_plan_digest(every), *specs_version, entries, shard, allowed=allowed_doc)
-        _write_atomic(result.manifest, data)
+            data = _manifest_bytes(_plan_digest(every), *specs_version, entries, shard, record)
+            _write_atomic(result.manifest, data)
     result.packages = sorted(outcomes, key=lambda o: (o.format, o.name))
     result.seconds = time.perf_counter() - started
     return result
@@ -636,11 +660,9 @@ def assemble_manifest(out_dir: str | os.PathLike) -> str | None:
     if problems:
         raise RocpkgInputError(problems)
     entries = [e for _, doc in docs for e in doc["packages"]]
-    path = os.path.join(out_dir, "manifest.json")
-    allowed = {json.dumps(a, sort_keys=True): a for _, doc in docs for a in doc.get("allowed", [])}
-    _write_atomic(path, _manifest_bytes(first["plan"], first["version"], first["release"], entries,
-                                        allowed=[allowed[k] for k in sorted(allowed)]))
-    return path
+    record = releases.ReleaseRecord.from_dict(first.get("release_record") or first)   # (older parts: none)
+    allowed = tuple(a for _, doc in docs for a in doc.get("release_record", {}).get("allowed", []))
+    return releases.write_release(out_dir, dataclasses.replace(record, files=(), allowed=allowed), entries)
 
 
 def publish_repositories(out_dir: str, *, suite: str, signer=None, source_date_epoch: int | None = None,
@@ -691,7 +713,9 @@ def sync_manifest(out_dir: str | os.PathLike) -> str | None:
             doc = json.load(fh)
     except FileNotFoundError:
         return None
-    changed = False
+    from rocpkg.digest_cache import DigestCache
+
+    changed, caches = False, {}
     for entry in doc["packages"]:
         file_path = os.path.join(out_dir, entry["file"])
         state_path = os.path.join(out_dir, STATE_DIR, entry["format"], f"{entry['name']}.json")
@@ -700,17 +724,22 @@ def sync_manifest(out_dir: str | os.PathLike) -> str | None:
                 state = json.load(fh)
         except (OSError, ValueError):
             state = None
+        if state is not None and state.get("file") != entry["file"]:
+            state = None        # the state is of this name's package in a newer release
         st = os.stat(file_path)
         seen = (st.st_size, st.st_mtime_ns, st.st_ino)
         if state is not None and (state["size"], state["mtime_ns"], state["ino"]) == seen \
                 and state["sha256"] == entry["sha256"]:
             continue
-        whole = hash_file(file_path)
-        if (whole.count, whole.hexdigest()) != (entry["size"], entry["sha256"]):
-            entry["size"], entry["sha256"] = whole.count, whole.hexdigest()
+        # the indexers have just hashed every package: earlier releases' are read from their cache
+        fmt_root, _, key = entry["file"].partition("/")
+        cache = caches.get(fmt_root) or caches.setdefault(fmt_root, DigestCache(out_dir, fmt_root))
+        sha256, size = cache.sha256(file_path, key)
+        if (size, sha256) != (entry["size"], entry["sha256"]):
+            entry["size"], entry["sha256"] = size, sha256
             changed = True
         if state is not None:
-            state.update(size=whole.count, sha256=whole.hexdigest(), mtime_ns=st.st_mtime_ns, ino=st.st_ino)
+            state.update(size=size, sha256=sha256, mtime_ns=st.st_mtime_ns, ino=st.st_ino)
             _write_atomic(state_path, json.dumps(state, indent=1).encode() + b"\n")
     if changed:
         _write_atomic(path, json.dumps(doc, indent=1).encode() + b"\n")

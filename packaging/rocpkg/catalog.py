@@ -71,6 +71,10 @@ class FileFacts:
     *_error:  what is wrong with the marker, the archive or the device code, "" if nothing
     identity: (st_dev, st_ino) of the file the catalog read, so that a later reader can
               tell whether the path still names the same file
+    runpath_tags: (file offset, DT_RPATH in this ELF's word size and byte order) of the
+              d_tag of each DT_RUNPATH entry of a host ELF's dynamic table: the patches that
+              turn RUNPATH into RPATH as TheRock's runpath_to_rpath does (rocpkg.rpath)
+    runpath_error: why the RUNPATH of this ELF can't be turned into RPATH ("" if it can)
     """
 
     elf: str = ""
@@ -83,6 +87,8 @@ class FileFacts:
     device_error: str = ""
     host_code: tuple[tuple[str, str], ...] = ()   # device code inside a host ELF: (kind, what)
     identity: tuple[int, int] = (0, 0)
+    runpath_tags: tuple[tuple[int, bytes], ...] = ()
+    runpath_error: str = ""
 
 
 @dataclass(frozen=True)
@@ -526,7 +532,7 @@ def read_facts(fh, name: str, scan_embedded: bool = False) -> FileFacts:
         machine = struct.unpack_from(">H" if head[5] == 2 else "<H", head, 18)[0]
         if machine == EM_AMDGPU:
             return _code_object_facts(fh)
-        return _with_host_code(_host_elf_facts(fh, name), fh)
+        return _with_host_code(_with_runpath(_host_elf_facts(fh, name), fh), fh)
     if name.endswith(".kpack") or head.startswith(b"KPAK"):
         return _archive_facts(fh)
     if head.startswith(_DEVICE_MAGICS) or scan_embedded:
@@ -555,6 +561,14 @@ def _with_host_code(facts: FileFacts, fh) -> FileFacts:
     except KpackFormatError as exc:
         return dataclasses.replace(facts, device_error=_why(exc))
     return dataclasses.replace(facts, host_code=tuple((f.kind, f.describe()) for f in found))
+
+
+def _with_runpath(facts: FileFacts, fh) -> FileFacts:
+    """Add where the DT_RUNPATH tags of a host ELF lie (rocpkg.rpath reads them)."""
+    from rocpkg.rpath import runpath_tags
+
+    tags, error = runpath_tags(fh)
+    return dataclasses.replace(facts, runpath_tags=tags, runpath_error=error)
 
 
 def _host_elf_facts(fh, name: str) -> FileFacts:

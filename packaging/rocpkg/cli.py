@@ -12,7 +12,7 @@ import sys
 
 import rocpkg
 from rocpkg.cli_common import (add_plan_options, add_subset_options, add_verbosity_options, formats, human_bytes, load_config_of, load_plan,
-                               print_error, selected_packages, split_list, verbosity)
+                               print_error, selected_packages, split_list, verbosity, warn_if_unsigned)
 from rocpkg.errors import RocpkgInputError
 
 EPILOG = ("Exit status: 0 done, 2 bad input (one `error: <where>: <what>` line per problem), 1 a failure "
@@ -107,6 +107,7 @@ def _cmd_repo(args) -> int:
         print(f"dnf: {os.path.join(out, 'rpm', 'repodata')} (repo file rocm.repo){signed}")
     if manifest:
         print(f"manifest: {manifest}")
+    warn_if_unsigned(signer)
     return 0
 
 
@@ -119,7 +120,10 @@ def _cmd_verify(args) -> int:
     if args.out:
         if args.artifacts or args.config:
             raise RocpkgInputError("verify", "give either OUT (a built tree) or -c/-a (a plan), not both")
+        from rocpkg.integrity import check_integrity
+
         report = verify_tree(args.out, formats=formats(args))
+        report.problems += check_integrity(args.out, keyring=args.keyring, formats=formats(args))
     elif args.artifacts:
         config = load_config_of(args)
         report = verify_plan(load_plan(args, config), config)
@@ -193,11 +197,16 @@ def _register_commands(sub) -> None:
     p.add_argument("out", metavar="OUT", nargs="?", help="a built tree (deb/pool/main, rpm/<arch>) to read back")
     add_plan_options(p, artifacts_required=False)
     p.add_argument("--json", action="store_true", help="machine-readable report (schema rocpkg-verify/1)")
+    p.add_argument("--keyring", default=None, help="with OUT: public key file (rocm.gpg or rocm.asc) the index "
+                                                   "signatures must verify against")
     p.set_defaults(func=_cmd_verify)
 
     from rocpkg import cli_build  # build, demo, detect
 
     cli_build.register(sub)
+    from rocpkg import cli_repo  # prune, promote, publish
+
+    cli_repo.register(sub)
 
 
 def main(argv: list[str] | None = None) -> int:

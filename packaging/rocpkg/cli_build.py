@@ -13,8 +13,8 @@ from kpack import targets as kt
 
 from rocpkg import compression
 from rocpkg.cli_common import (add_plan_options, add_subset_options, formats, human_bytes, interactive, load_config_of,
-                               load_plan,
-                               selected_packages, verbosity)
+                               load_plan, print_snippets,
+                               selected_packages, verbosity, warn_if_unsigned)
 from rocpkg.errors import RocpkgInputError
 
 
@@ -137,6 +137,7 @@ def _signer(args, source_date_epoch: int):
 def _cmd_build(args) -> int:
     from rocpkg import build as b
     from rocpkg.model import BuildOptions
+    from rocpkg.releases import inputs_date
 
     shard = b.parse_shard(args.shard) if args.shard else None
     if shard and args.repo:
@@ -146,7 +147,7 @@ def _cmd_build(args) -> int:
     plan = load_plan(args)
     only = selected_packages(args, plan)
     settings = plan.settings
-    sde = b.source_date_epoch(settings)
+    sde = b.source_date_epoch(settings, default=inputs_date(args.config, args.artifacts))
     options = BuildOptions(source_date_epoch=sde, **_compression(args, settings))
     signer = _signer(args, sde)
     for line in plan.warnings:
@@ -167,11 +168,19 @@ def _cmd_build(args) -> int:
         print(f"allowed: {where}: {what}", file=sys.stderr)
     if args.repo:
         snippets, _ = b.publish_repositories(os.path.abspath(args.output), suite=args.suite or settings["suite"],
-                                             signer=signer, source_date_epoch=sde)
+                                             signer=signer, source_date_epoch=sde, base_url=args.base_url)
         summary["repositories"] = sorted(snippets.values())
-        if not args.json:
-            print(f"repositories: {', '.join(snippets.values())}" + (f", signed by {signer.fingerprint}" if signer
-                                                                      else ", unsigned"))
+        if args.json:
+            warn_if_unsigned(signer)
+        else:
+            print_snippets(snippets, signer)
+    elif not shard:
+        from rocpkg.integrity import stale_index_problems
+
+        stale = stale_index_problems(args.output)
+        if stale:
+            print(f"warning: {args.output}: the repository indexes are stale ({len(stale)} packages are not in "
+                  f"them or differ from them): run `rocpkg repo {args.output}`", file=sys.stderr)
     if args.json:
         json.dump(summary, sys.stdout, indent=1)
         sys.stdout.write("\n")
@@ -309,6 +318,8 @@ def register(sub) -> None:
     p.add_argument("--json", action="store_true", help="the summary as JSON on stdout (schema rocpkg-build/1)")
     p.add_argument("--repo", action="store_true", help="then index the APT and DNF repositories under OUT")
     p.add_argument("--suite", default=None, help="with --repo: APT suite (default settings.suite)")
+    p.add_argument("--base-url", default=None, help="with --repo: URL OUT is served at, for rocm.list/rocm.repo "
+                                                    "(default file://OUT)")
     p.add_argument("--gpg-home", default=None, help="GnuPG home of the signing key (default $GNUPGHOME)")
     p.add_argument("--sign-key", default=None, help="sign RPM headers (and, with --repo, the repositories)")
     p.add_argument("--allow", action="append", default=None, metavar="CHECK",

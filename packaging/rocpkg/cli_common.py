@@ -133,3 +133,17 @@ def interactive(stream=None) -> bool:
     """A progress bar on a terminal; plain lines in CI and in logs."""
     stream = stream or sys.stderr
     return stream.isatty() and not os.environ.get("CI")
+
+
+def warn_if_unsigned(signer) -> None:
+    """The client snippets of an unsigned repository turn signature checks off: say so."""
+    if signer is None:
+        print("warning: unsigned repository: rocm.list says trusted=yes and rocm.repo gpgcheck=0", file=sys.stderr)
+
+
+def print_snippets(snippets: dict, signer) -> None:
+    """The client snippets a re-index wrote, and who signed it."""
+    if snippets:
+        print(f"repositories: {', '.join(snippets.values())}"
+              + (f", signed by {signer.fingerprint}" if signer else ", unsigned"))
+        warn_if_unsigned(signer)

@@ -33,9 +33,12 @@ class Flavour:
 
     xz_check: int           # lzma.CHECK_*
     zlib_gzip_header: bool  # zlib's gzip header (OS byte 3) rather than Python gzip's (255)
+    zstd_checksum: bool = False  # a content checksum per zstd frame
 
 
-DEB = Flavour(xz_check=lzma.CHECK_CRC64, zlib_gzip_header=False)
+# .deb: zstd frames with content checksums, as dpkg-deb writes them (dpkg then refuses a
+# flipped byte: "Restored data doesn't match checksum"); an RPM's payload digest covers it.
+DEB = Flavour(xz_check=lzma.CHECK_CRC64, zlib_gzip_header=False, zstd_checksum=True)
 RPM = Flavour(xz_check=lzma.CHECK_CRC32, zlib_gzip_header=True)
 
 
@@ -64,7 +67,8 @@ class Compressor:
         if kind == "zstd":
             workers = min(threads or usable_cores(), ZSTD_MAX_THREADS)
             parameters = zstandard.ZstdCompressionParameters.from_level(
-                max(1, min(level, 19)), threads=workers, job_size=ZSTD_JOB_SIZE)
+                max(1, min(level, 19)), threads=workers, job_size=ZSTD_JOB_SIZE,
+                write_checksum=flavour.zstd_checksum)
             self.stream = zstandard.ZstdCompressor(compression_params=parameters).stream_writer(
                 sink, closefd=False, write_return_read=True)
         elif kind == "xz":

@@ -105,6 +105,9 @@ SETTINGS_DEFAULTS: dict[str, object] = {
     "external": [],              # names declared external (system packages)
     "allow_unsatisfied": False,  # unsatisfiable dependencies become warnings
     "unknown_keys": "error",     # "warn": unknown package.json keys are ignored with a warning
+    # DT_RUNPATH -> DT_RPATH in every host ELF packed (rocpkg.rpath); TheRock's list form
+    # turns it on, as TheRock's packaging does
+    "runpath_to_rpath": False,
 }
 SETTINGS_TYPES = {
     "version": str, "release": str, "epoch": int, "prefix": str, "naming": dict,
@@ -112,7 +115,7 @@ SETTINGS_TYPES = {
     "targets": (list, type(None)), "compression": str, "compression_level": int, "suite": str,
     "maintainer": str, "vendor": str, "homepage": str, "license": str, "deb_arch": str,
     "rpm_arch": str, "external": list, "allow_unsatisfied": bool,
-    "unknown_keys": str,
+    "unknown_keys": str, "runpath_to_rpath": bool,
 }
 UNKNOWN_KEY_MODES = ("error", "warn")
 ARTIFACT_KEYS = ("Artifact", "Artifact_Subdir", "Artifact_Gfxarch")
@@ -492,6 +495,7 @@ def load_config(path: str | os.PathLike | None = None, unknown_keys: str | None 
     problems: list[tuple[str, str]] = []
     if isinstance(raw, list):
         settings = _load_settings(None, problems)
+        settings["runpath_to_rpath"] = True  # TheRock's packaging rewrites RUNPATH by default
         entries, base = raw, ""
     elif isinstance(raw, dict):
         for key in raw:

@@ -29,6 +29,8 @@ class FileEntry:
     source: absolute path of the bytes in the artifacts dir (FILE only; "" otherwise)
     size:   planned size in bytes (FILE only); writers fail if the source no longer has it
     link_target: SYMLINK only, written verbatim
+    patches: (file offset, bytes) written over the source's bytes as they stream into the
+            package (FILE only; rocpkg.rpath: DT_RUNPATH -> DT_RPATH); same size
     """
 
     path: str
@@ -37,6 +39,7 @@ class FileEntry:
     source: str = ""
     size: int = 0
     link_target: str = ""
+    patches: tuple[tuple[int, bytes], ...] = ()
 
 
 @dataclass

@@ -20,6 +20,7 @@ from rocpkg.errors import RocpkgInputError
 from rocpkg.graphs import strongly_connected
 from rocpkg.layout import alternatives, owned_ancestors
 from rocpkg.preflight import check_plan, printable
+from rocpkg.rpath import planned_patches
 
 FORMATS = ("deb", "rpm")
 _SHARED_LIB = re.compile(r"/lib[^/]*\.so(\.[0-9]+)*$")
@@ -200,7 +201,9 @@ class _PlanBuilder:
             if dropped:  # never shipped; said, not silently
                 self.warnings.append(f"{printable(e.source)}: {dropped} dropped from the package")
             if e.type == "file":
-                fe = m.FileEntry(path, m.FILE, e.mode & 0o755, e.source, e.size)
+                patches, why = planned_patches(e.facts, self.settings.get("runpath_to_rpath", False))
+                self.problems += [(printable(e.source), why)] if why else []
+                fe = m.FileEntry(path, m.FILE, e.mode & 0o755, e.source, e.size, patches=patches)
             elif e.type == "symlink":
                 fe = m.FileEntry(path, m.SYMLINK, 0o777, "", 0, e.link_target)
             else:
@@ -663,7 +666,7 @@ def spec_to_dict(spec: m.PackageSpec, with_files: bool = True) -> dict:
     if with_files:
         out["file_list"] = [
             {"path": f.path, "type": f.type, "mode": f.mode, "size": f.size, "source": f.source,
-             "link_target": f.link_target} for f in spec.files
+             "link_target": f.link_target, "patches": [[a, d.hex()] for a, d in f.patches]} for f in spec.files
         ]
     return out
 

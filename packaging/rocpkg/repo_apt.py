@@ -104,12 +104,16 @@ def write_client_snippet(out_dir: str | os.PathLike, suite: str = "stable",
                          keyring: str = f"/usr/share/keyrings/{KEYRING_NAME}") -> str:
     """Write OUT/rocm.list, the one-line apt source for this repository. base_url is a
     URL or a local path of the deb/ directory; it defaults to file://<absolute OUT>/deb.
-    Returns the path written."""
+    The line says what is true on disk: `signed-by` the exported key when the suite has
+    an InRelease and OUT the key, else `trusted=yes` (the CLI warns). Returns the path."""
     out_dir = os.fspath(out_dir)
     url = base_url or os.path.join(os.path.abspath(out_dir), "deb")
     if "://" not in url:
         url = "file://" + os.path.abspath(url)
-    line = f"deb [signed-by={keyring}] {url} {suite} {COMPONENT}\n"
+    signed = os.path.isfile(os.path.join(out_dir, "deb", "dists", suite, "InRelease")) \
+        and os.path.isfile(os.path.join(out_dir, KEYRING_NAME))
+    trust = f"signed-by={keyring}" if signed else "trusted=yes"
+    line = f"deb [{trust}] {url} {suite} {COMPONENT}\n"
     return _write(os.path.join(out_dir, "rocm.list"), line.encode("utf-8"))
 
 

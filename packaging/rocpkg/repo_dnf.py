@@ -106,12 +106,15 @@ def write_client_snippet(out_dir: str | os.PathLike, base_url: str | None = None
                          name: str = "ROCm packages built by rocpkg") -> str:
     """Write OUT/rocm.repo for /etc/yum.repos.d with package and metadata signature
     checks on. base_url is a URL or a local path of the rpm/ directory (default
-    file://<absolute OUT>/rpm); gpgkey_url defaults to the exported OUT/rocm.asc."""
+    file://<absolute OUT>/rpm); gpgkey_url defaults to the exported OUT/rocm.asc. Checks
+    are on only when true on disk (repomd.xml.asc and the key exist), else gpgcheck=0."""
     out_dir = os.path.abspath(os.fspath(out_dir))
     url = _as_url(base_url or os.path.join(out_dir, "rpm"))
     key = _as_url(gpgkey_url or os.path.join(out_dir, ARMORED_KEY_NAME))
-    text = (f"[{repo_id}]\nname={name}\nbaseurl={url}\nenabled=1\n"
-            f"gpgcheck=1\nrepo_gpgcheck=1\ngpgkey={key}\n")
+    signed = os.path.isfile(os.path.join(out_dir, "rpm", "repodata", "repomd.xml.asc")) \
+        and os.path.isfile(os.path.join(out_dir, ARMORED_KEY_NAME))
+    checks = f"gpgcheck=1\nrepo_gpgcheck=1\ngpgkey={key}\n" if signed else "gpgcheck=0\nrepo_gpgcheck=0\n"
+    text = f"[{repo_id}]\nname={name}\nbaseurl={url}\nenabled=1\n{checks}"
     path = os.path.join(out_dir, f"{repo_id}.repo")
     with AtomicOutput(path) as f:
         f.write(text.encode("utf-8"))

@@ -144,7 +144,7 @@ class _Generator:
                 if device:
                     marker = Marker([f"../.kpack/{artifact}_{component}_@GFXARCH@.kpack"], self.kernel_name(artifact, subdir))
                     sections[".rocm_kpack_ref"] = encode_marker(marker)
-                self._write(os.path.join(stage, "lib", soname + ".0"), build_host_elf(sections, soname=soname), 0o755)
+                self._write(os.path.join(stage, "lib", soname + ".0"), build_host_elf(sections, soname=soname, runpath="$ORIGIN"), 0o755)
                 self._symlink(soname + ".0", os.path.join(stage, "lib", soname))
             elif component == "run":
                 self._write(os.path.join(stage, "bin", f"{lib}-info"),

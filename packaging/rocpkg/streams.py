@@ -10,6 +10,7 @@ import threading
 from typing import BinaryIO, Iterable, Iterator
 
 from rocpkg.errors import RocpkgInputError
+from rocpkg.rpath import patch_chunks
 
 CHUNK = 1 << 20
 
@@ -229,12 +230,13 @@ def _chunks(source: BinaryIO, size: int) -> Iterator[bytes | memoryview]:
 
 class SourceFile:
     """One planned source file, opened for its single read: both writers read their
-    sources through chunks() and nowhere else (the one place a per-chunk transform would
-    go). A file that vanished, can't be read, or is not the planned size (before or while
-    it is read) is bad input naming `where` and the file."""
+    sources through chunks() and nowhere else, so the planned byte patches
+    (FileEntry.patches, rocpkg.rpath: RUNPATH -> RPATH) are applied here, once, before
+    any digest sees the bytes. A file that vanished, can't be read, or is not the planned
+    size (before or while it is read) is bad input naming `where` and the file."""
 
-    def __init__(self, where: str, source: str, size: int):
-        self.where, self.source, self.size = where, source, size
+    def __init__(self, where: str, source: str, size: int, patches=()):
+        self.where, self.source, self.size, self.patches = where, source, size, patches
         try:
             self.handle = open(source, "rb")
         except FileNotFoundError:
@@ -262,7 +264,7 @@ class SourceFile:
         """Exactly the planned bytes, in chunks of at most CHUNK that are never reused
         afterwards (a digest thread may still hold one)."""
         try:
-            yield from _chunks(self.handle, self.size)
+            yield from patch_chunks(_chunks(self.handle, self.size), self.patches)
         except _SourceChanged as exc:
             raise self._error(f"the source file changed while packing: {exc}") from None
         except OSError as exc:

@@ -44,6 +44,8 @@ device code (plan):
   device-code-in-host  a host or plain package's ELF still carries device code (a non-empty
                     .hip_fatbin: the kpack split step did not run)
   misfiled-device-code a device package's file holds code for another target
+  runpath           with settings.runpath_to_rpath on, an ELF would still be written with
+                    DT_RUNPATH (TheRock's install test fails it: verify_no_runpath)
 
 The release's target IDs for a bare target are the target and every feature variant that
 any archive shipped by a device package of that target lists: a release builds the same
@@ -83,6 +85,7 @@ def verify_plan(plan, config=None) -> VerifyReport:
         external = external_rule(common_namespace(definitions), plan.settings.get("external", []))
     families = {f: list(ts) for f, ts in (plan.settings.get("families") or kt.FAMILIES).items()}
     report = VerifyReport(source="plan", formats=sorted(plan.packages), warnings=list(plan.warnings))
+    rewrite_runpath = plan.settings.get("runpath_to_rpath", False)
     for fmt in report.formats:
         release = ReleaseView(fmt, plan.by_name(fmt), external, families)
         for spec in release.specs.values():
@@ -103,6 +106,8 @@ def verify_plan(plan, config=None) -> VerifyReport:
                     elif facts.marker is not None:
                         release.markers[(spec.name, fe.path)] = facts.marker
                 _check_placement(release, report, spec, fe, facts, families)
+                if rewrite_runpath and facts.runpath_tags and not fe.patches:
+                    release.problem("runpath", spec.name, fe.path, "", f"{fe.source} would keep DT_RUNPATH")
         check_release(release, report)
     finish(report)
     return report

@@ -15,7 +15,7 @@ REPORT_SCHEMA = "rocpkg-verify/1"
 # The checks verify makes of a plan (and so the ones build refuses on, rocpkg.gate)
 PLAN_CHECKS = ("archive-missing", "variant-missing", "archive-target", "kernel-missing", "generic-binary",
                "empty-device", "target-depends", "meta-kernels", "meta-foreign-target", "file-conflict",
-               "relation", "unreadable", "device-code-in-host", "misfiled-device-code")
+               "relation", "unreadable", "device-code-in-host", "misfiled-device-code", "runpath")
 RELATION_FIELDS = ("depends", "pre_depends", "recommends", "suggests")
 EM_AMDGPU = 224
 

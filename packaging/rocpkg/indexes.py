@@ -1,0 +1,137 @@
+"""What OUT's published indexes say: the packages APT's Release -> Packages and DNF's
+repomd.xml -> primary list, each with its size and SHA-256, and the package files OUT
+holds. Read by the integrity check and by build's pre-write check (releases)."""
+from __future__ import annotations
+
+import gzip
+import os
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+
+from debian import deb822
+
+NS_COMMON = "{http://linux.duke.edu/metadata/common}"
+NS_REPO = "{http://linux.duke.edu/metadata/repo}"
+FORMAT_ROOTS = {"deb": "deb", "rpm": "rpm"}
+
+
+@dataclass(frozen=True)
+class PackageRef:
+    """One package by name-version-release-architecture, and its file."""
+
+    format: str
+    name: str
+    version: str
+    release: str
+    arch: str
+    file: str           # relative to OUT
+
+
+@dataclass(frozen=True)
+class IndexEntry(PackageRef):
+    """One package as an index publishes it."""
+
+    index: str = ""     # the index file, relative to OUT
+    size: int = -1
+    sha256: str = ""
+
+
+# -- reading the indexes -------------------------------------------------------------------
+
+def apt_suites(out_dir: str) -> list[str]:
+    """OUT/deb/dists/<suite> directories that hold a Release file."""
+    dists = os.path.join(out_dir, "deb", "dists")
+    if not os.path.isdir(dists):
+        return []
+    return sorted(os.path.join(dists, s) for s in os.listdir(dists)
+                  if os.path.isfile(os.path.join(dists, s, "Release")))
+
+
+def release_files(suite_dir: str) -> dict[str, tuple[int, str]]:
+    """name relative to the suite -> (size, sha256) as Release lists it."""
+    with open(os.path.join(suite_dir, "Release"), encoding="utf-8") as fh:
+        release = deb822.Release(fh)
+    return {f["name"]: (int(f["size"]), f["sha256"]) for f in release.get("SHA256", [])}
+
+
+def apt_index_entries(out_dir: str | os.PathLike) -> list[IndexEntry]:
+    """Every package every APT suite's Packages lists."""
+    out_dir = os.fspath(out_dir)
+    entries = []
+    for suite_dir in apt_suites(out_dir):
+        for name in sorted(release_files(suite_dir)):
+            if not name.endswith("/Packages"):
+                continue
+            path = os.path.join(suite_dir, name)
+            if not os.path.isfile(path):
+                continue
+            index = os.path.relpath(path, out_dir)
+            with open(path, encoding="utf-8") as fh:
+                for stanza in deb822.Packages.iter_paragraphs(fh, use_apt_pkg=False):
+                    version, _, release = stanza.get("Version", "").rpartition("-")
+                    if not version:
+                        version, release = stanza.get("Version", ""), ""
+                    entries.append(IndexEntry("deb", stanza.get("Package", ""), version, release,
+                                              stanza.get("Architecture", ""), "deb/" + stanza.get("Filename", ""),
+                                              index, int(stanza.get("Size", -1)), stanza.get("SHA256", "")))
+    return entries
+
+
+def repomd_records(out_dir: str) -> dict[str, dict]:
+    """kind -> {href, checksum, size, open-checksum} from OUT/rpm/repodata/repomd.xml."""
+    path = os.path.join(out_dir, "rpm", "repodata", "repomd.xml")
+    if not os.path.isfile(path):
+        return {}
+    records = {}
+    for data in ET.parse(path).getroot().iter(f"{NS_REPO}data"):
+        location = data.find(f"{NS_REPO}location")
+        records[data.get("type")] = {
+            "href": location.get("href") if location is not None else "",
+            "checksum": data.findtext(f"{NS_REPO}checksum", ""),
+            "size": int(data.findtext(f"{NS_REPO}size", "-1")),
+            "open-checksum": data.findtext(f"{NS_REPO}open-checksum", "")}
+    return records
+
+
+def dnf_index_entries(out_dir: str | os.PathLike) -> list[IndexEntry]:
+    """Every package the DNF primary metadata lists."""
+    out_dir = os.fspath(out_dir)
+    primary = repomd_records(out_dir).get("primary")
+    if not primary:
+        return []
+    path = os.path.join(out_dir, "rpm", primary["href"])
+    if not os.path.isfile(path):
+        return []
+    index = os.path.relpath(path, out_dir)
+    entries = []
+    with gzip.open(path, "rb") as fh:
+        for _event, elem in ET.iterparse(fh):
+            if elem.tag != f"{NS_COMMON}package":
+                continue
+            version = elem.find(f"{NS_COMMON}version")
+            size = elem.find(f"{NS_COMMON}size")
+            entries.append(IndexEntry("rpm", elem.findtext(f"{NS_COMMON}name", ""),
+                                      version.get("ver", ""), version.get("rel", ""),
+                                      elem.findtext(f"{NS_COMMON}arch", ""),
+                                      "rpm/" + elem.find(f"{NS_COMMON}location").get("href", ""), index,
+                                      int(size.get("package", -1)) if size is not None else -1,
+                                      elem.findtext(f"{NS_COMMON}checksum", "")))
+            elem.clear()
+    return entries
+
+
+def published_entries(out_dir: str | os.PathLike) -> list[IndexEntry]:
+    """Every package OUT's APT and DNF indexes publish."""
+    return apt_index_entries(out_dir) + dnf_index_entries(out_dir)
+
+
+def package_files(out_dir: str) -> dict[str, str]:
+    """Every package file under OUT (relative path -> format): deb/pool/**.deb, rpm/**.rpm."""
+    found = {}
+    for fmt, sub, suffix in (("deb", os.path.join("deb", "pool"), ".deb"), ("rpm", "rpm", ".rpm")):
+        for dirpath, dirnames, filenames in os.walk(os.path.join(out_dir, sub)):
+            dirnames[:] = sorted(d for d in dirnames if d != "repodata")
+            for name in filenames:
+                if name.endswith(suffix):
+                    found[os.path.relpath(os.path.join(dirpath, name), out_dir).replace(os.sep, "/")] = fmt
+    return found

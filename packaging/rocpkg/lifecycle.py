@@ -1,0 +1,206 @@
+"""A repository's later life: prune old releases, promote a tested release into another
+channel. Both change OUT in one step that either completes or leaves OUT as it was.
+
+prune: per release series (MAJOR.MINOR), keep the N newest releases and every release on
+the keep list; the others' package files leave the pool, the manifest forgets them and
+the indexes are rewritten, all under the OUT lock. The files are first moved aside
+(rename, same filesystem), so that the indexers, which index what the pool holds, do not
+list them; if re-indexing fails they are moved back and the manifest restored. They are
+deleted only once the new indexes are in place.
+
+promote: the release's package files are copied byte for byte (no rebuild) from SRC into
+DST at the same paths, after checking them against SRC's manifest; DST's manifest
+records the release and DST is re-indexed and re-signed with DST's key. A file DST
+already holds with other bytes under the same name is refused before anything is copied.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from rocpkg import releases
+from rocpkg.build import OutLock, STATE_DIR, publish_repositories, published_source_date_epoch
+from rocpkg.errors import RocpkgInputError
+from rocpkg.streams import AtomicOutput, copy_stream, hash_file
+
+TRASH = os.path.join(".rocpkg", "pruned")
+
+
+@dataclass
+class LifecycleResult:
+    """What prune or promote did: releases kept/removed or promoted, files moved."""
+
+    kept: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)      # package files deleted or copied
+    snippets: dict[str, str] = field(default_factory=dict)
+
+
+def releases_to_prune(records: Iterable[releases.ReleaseRecord], keep: int,
+                      keep_list: Iterable[str] = ()) -> list[releases.ReleaseRecord]:
+    """The releases prune removes: in each series all but the `keep` newest, never one
+    whose id is on keep_list. Pure."""
+    if keep < 0:
+        raise RocpkgInputError("--keep", f"expected a number of releases >= 0, got {keep}")
+    pinned = set(keep_list)
+    by_series: dict[str, list[releases.ReleaseRecord]] = {}
+    for record in records:
+        by_series.setdefault(record.series, []).append(record)
+    doomed = []
+    for members in by_series.values():
+        members.sort(key=releases.release_order, reverse=True)
+        doomed += [r for r in members[keep:] if r.id not in pinned]
+    return sorted(doomed, key=releases.release_order)
+
+
+def _require_signer_if_signed(out_dir: str, signer) -> None:
+    """Re-indexing a signed repository without its key would publish it unsigned."""
+    if signer is not None:
+        return
+    signed = [p for p in (os.path.join(out_dir, "rpm", "repodata", "repomd.xml.asc"),)
+              if os.path.exists(p)]
+    dists = os.path.join(out_dir, "deb", "dists")
+    if os.path.isdir(dists):
+        signed += [os.path.join(dists, s, "InRelease") for s in os.listdir(dists)
+                   if os.path.exists(os.path.join(dists, s, "InRelease"))]
+    if signed:
+        raise RocpkgInputError("--sign-key", f"{out_dir}'s indexes are signed ({signed[0]}): give the key "
+                                             f"(--sign-key, --gpg-home) to re-sign them")
+
+
+def _reindex(out_dir: str, suite: str, signer, base_url: str | None) -> dict[str, str]:
+    snippets, _ = publish_repositories(out_dir, suite=suite, signer=signer, base_url=base_url,
+                                       source_date_epoch=published_source_date_epoch(out_dir))
+    return snippets
+
+
+def prune(out_dir: str | os.PathLike, *, keep: int, keep_list: Iterable[str] = (), suite: str = "stable",
+          signer=None, base_url: str | None = None, dry_run: bool = False) -> LifecycleResult:
+    """Remove all but the `keep` newest releases of each series (and those on keep_list)
+    from OUT and re-index it, as one step. dry_run: only say what would go."""
+    out_dir = os.path.abspath(os.fspath(out_dir))
+    if not os.path.isdir(out_dir):
+        raise RocpkgInputError(out_dir, "no such directory")
+    doc = releases.read_manifest(out_dir)
+    if doc is None:
+        raise RocpkgInputError(os.path.join(out_dir, releases.MANIFEST), "missing: OUT has no releases to prune")
+    keep_list = list(keep_list)
+    known = {r.id for r in releases.manifest_releases(doc)}
+    unknown = [k for k in keep_list if k not in known]
+    if unknown:
+        raise RocpkgInputError("--keep-release", f"no release {', '.join(unknown)} in {out_dir} "
+                                                 f"(releases: {', '.join(sorted(known)) or 'none'})")
+    doomed = releases_to_prune(releases.manifest_releases(doc), keep, keep_list)
+    new_doc, dropped = releases.forget_releases(doc, [r.id for r in doomed])
+    result = LifecycleResult(kept=[r.id for r in releases.manifest_releases(new_doc)],
+                             removed=[r.id for r in doomed], files=dropped)
+    if dry_run or not doomed:
+        return result
+    _require_signer_if_signed(out_dir, signer)
+    with OutLock(out_dir):
+        trash = os.path.join(out_dir, TRASH)
+        shutil.rmtree(trash, ignore_errors=True)            # left by a prune killed after its re-index
+        moved: list[str] = []
+        manifest_before = releases.manifest_bytes(doc)
+        try:
+            for rel in dropped:
+                source = os.path.join(out_dir, rel)
+                if os.path.exists(source):
+                    os.makedirs(os.path.dirname(os.path.join(trash, rel)), exist_ok=True)
+                    os.rename(source, os.path.join(trash, rel))
+                    moved.append(rel)
+            releases.write_manifest(out_dir, new_doc)
+            result.snippets = _reindex(out_dir, suite, signer, base_url)
+        except BaseException:
+            for rel in moved:
+                os.rename(os.path.join(trash, rel), os.path.join(out_dir, rel))
+            with AtomicOutput(os.path.join(out_dir, releases.MANIFEST)) as fh:
+                fh.write(manifest_before)
+            raise
+        shutil.rmtree(trash, ignore_errors=True)
+        _forget_state(out_dir, set(dropped))
+    return result
+
+
+def _forget_state(out_dir: str, files: set[str]) -> None:
+    """Drop the build state of removed package files (a later build of that name then
+    starts from scratch instead of trusting a record of a file that is gone)."""
+    for fmt in ("deb", "rpm"):
+        state_dir = os.path.join(out_dir, STATE_DIR, fmt)
+        if not os.path.isdir(state_dir):
+            continue
+        for name in os.listdir(state_dir):
+            path = os.path.join(state_dir, name)
+            try:
+                with open(path, encoding="utf-8") as fh:
+                    if json.load(fh).get("file") in files:
+                        os.unlink(path)
+            except (OSError, ValueError):
+                continue
+
+
+def promote(src: str | os.PathLike, dst: str | os.PathLike, release_id: str, *, suite: str = "stable",
+            signer=None, base_url: str | None = None) -> LifecycleResult:
+    """Copy release `release_id`'s package files from SRC into DST unchanged, record the
+    release in DST's manifest, and re-index (and with a signer, re-sign) DST."""
+    src = os.path.abspath(os.fspath(src))
+    dst = os.path.abspath(os.fspath(dst))
+    if src == dst:
+        raise RocpkgInputError(dst, "promoting a release into the repository it is in")
+    doc = releases.read_manifest(src)
+    if doc is None:
+        raise RocpkgInputError(os.path.join(src, releases.MANIFEST), "missing: SRC has no releases")
+    record = releases.find_release(doc, release_id)
+    entries = releases.release_packages(doc, release_id)
+    problems, todo = [], []
+    for entry in entries:
+        rel = os.path.normpath(entry["file"])
+        if os.path.isabs(rel) or rel.startswith("..") or rel.split(os.sep)[0] not in ("deb", "rpm"):
+            problems.append((os.path.join(src, releases.MANIFEST), f"package file {entry['file']!r} is not "
+                                                                    f"under deb/ or rpm/"))
+            continue
+        source, target = os.path.join(src, entry["file"]), os.path.join(dst, entry["file"])
+        try:
+            whole = hash_file(source)
+        except OSError as exc:
+            problems.append((source, f"cannot read it: {exc.strerror}"))
+            continue
+        if (whole.count, whole.hexdigest()) != (entry["size"], entry["sha256"]):
+            problems.append((source, f"sha256 {whole.hexdigest()} differs from the manifest's {entry['sha256']}: "
+                                     f"refusing to promote bytes that are not the tested ones"))
+            continue
+        if os.path.exists(target):
+            if hash_file(target).hexdigest() != entry["sha256"]:
+                problems.append((target, f"DST already has {entry['file']} with other bytes; a published "
+                                         f"package never changes under its name"))
+            continue
+        todo.append(entry)
+    if problems:
+        raise RocpkgInputError(problems)
+    os.makedirs(dst, exist_ok=True)
+    _require_signer_if_signed(dst, signer)
+    with OutLock(dst):
+        before = releases.read_manifest(dst)
+        copied = []
+        try:
+            for entry in todo:
+                with open(os.path.join(src, entry["file"]), "rb") as fin, \
+                        AtomicOutput(os.path.join(dst, entry["file"])) as fout:
+                    copy_stream(fin, fout)
+                copied.append(entry["file"])
+            releases.write_release(dst, record, entries)
+            snippets = _reindex(dst, suite, signer, base_url)
+        except BaseException:
+            for rel in copied:
+                os.unlink(os.path.join(dst, rel))
+            if before is None:
+                if os.path.exists(os.path.join(dst, releases.MANIFEST)):
+                    os.unlink(os.path.join(dst, releases.MANIFEST))
+            else:
+                releases.write_manifest(dst, before)
+            raise
+    return LifecycleResult(kept=[r.id for r in releases.manifest_releases(releases.read_manifest(dst))],
+                           files=copied, snippets=snippets)

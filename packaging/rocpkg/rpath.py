@@ -1,0 +1,127 @@
+"""RUNPATH -> RPATH as TheRock ships it, without patchelf and without a staging copy.
+
+TheRock's packaging runs `patchelf --force-rpath` on every ELF it packs (runpath_to_rpath,
+on by default) and its install test fails an installed ELF that still carries DT_RUNPATH.
+The change is one word per entry: the d_tag of a DT_RUNPATH entry of the dynamic table
+becomes DT_RPATH (the string it points at stays). The catalog finds those words
+(`runpath_tags`, from the open file it reads once); the plan copies them into
+FileEntry.patches; the writers pass each source's chunks through `patch_chunks` before
+hashing, so sizes and digests are those of the bytes written.
+
+An ELF with both tags is refused: glibc ignores DT_RPATH when DT_RUNPATH is present, while
+patchelf --force-rpath leaves two DT_RPATH entries of which ld.so uses whichever comes
+last, which is not the search path the file was built with.
+"""
+from __future__ import annotations
+
+import os
+import struct
+from typing import Iterable, Iterator
+
+DT_NULL, DT_RPATH, DT_RUNPATH = 0, 15, 29
+PT_DYNAMIC = 2
+_READ = 4096            # dynamic entries are read this many bytes at a time, never more
+
+
+def runpath_tags(fh) -> tuple[tuple[tuple[int, bytes], ...], str]:
+    """(patches, error) of one open ELF: a (file offset, replacement d_tag bytes) per
+    DT_RUNPATH entry of its PT_DYNAMIC table, or no patches and why they can't be made.
+    Everything the file declares is checked against its size before it is read."""
+    size = os.fstat(fh.fileno()).st_size
+    fh.seek(0)
+    ident = fh.read(64)
+    if len(ident) < 52 or ident[4] not in (1, 2) or ident[5] not in (1, 2):
+        return (), ""  # not an ELF this reads: nothing to rewrite
+    wide, order = ident[4] == 2, "<" if ident[5] == 1 else ">"
+    if wide:
+        phoff, = struct.unpack_from(order + "Q", ident, 32)
+        phentsize, phnum = struct.unpack_from(order + "HH", ident, 54)
+        phdr, word = order + "II6Q", order + "q"
+    else:
+        phoff, = struct.unpack_from(order + "I", ident, 28)
+        phentsize, phnum = struct.unpack_from(order + "HH", ident, 42)
+        phdr, word = order + "8I", order + "i"
+    if phentsize < struct.calcsize(phdr) or phoff + phnum * phentsize > size:
+        return (), f"program headers [{phoff}, {phoff + phnum * phentsize}) are not inside the file ({size} bytes)"
+    for index in range(phnum):
+        fh.seek(phoff + index * phentsize)
+        fields = struct.unpack(phdr, fh.read(struct.calcsize(phdr)))
+        p_type = fields[0]
+        p_offset, p_filesz = (fields[2], fields[5]) if wide else (fields[1], fields[4])
+        if p_type == PT_DYNAMIC:
+            if p_offset + p_filesz > size:
+                return (), f"PT_DYNAMIC [{p_offset}, {p_offset + p_filesz}) is not inside the file ({size} bytes)"
+            return _dynamic_patches(fh, p_offset, p_filesz, word)
+    return (), ""
+
+
+def _dynamic_patches(fh, offset: int, length: int, word: str) -> tuple[tuple[tuple[int, bytes], ...], str]:
+    entry = 2 * struct.calcsize(word)
+    found, rpath = [], False
+    position, end = offset, offset + length - length % entry
+    while position < end:
+        fh.seek(position)
+        block = fh.read(min(_READ - _READ % entry, end - position))
+        for at in range(0, len(block) - entry + 1, entry):
+            tag, = struct.unpack_from(word, block, at)
+            if tag == DT_NULL:
+                return _result(found, rpath, word)
+            if tag == DT_RUNPATH:
+                found.append(position + at)
+            elif tag == DT_RPATH:
+                rpath = True
+        if not block:
+            break
+        position += len(block)
+    return _result(found, rpath, word)
+
+
+def _result(found: list[int], rpath: bool, word: str) -> tuple[tuple[tuple[int, bytes], ...], str]:
+    if found and rpath:
+        return (), ("has both DT_RPATH and DT_RUNPATH: the loader follows RUNPATH, and turning it into a "
+                    "second RPATH would change the search path; relink it with one of them, or set "
+                    "runpath_to_rpath to false")
+    replacement = struct.pack(word, DT_RPATH)
+    return tuple((at, replacement) for at in found), ""
+
+
+def planned_patches(facts, enabled: bool) -> tuple[tuple[tuple[int, bytes], ...], str]:
+    """(FileEntry.patches, why not) of a file with these catalog facts: its RUNPATH tags
+    when the release rewrites them (settings.runpath_to_rpath), else none."""
+    if not enabled or facts is None:
+        return (), ""
+    return facts.runpath_tags, facts.runpath_error
+
+
+def patch_chunks(chunks: Iterable[bytes | memoryview], patches) -> Iterator[bytes | memoryview]:
+    """The chunks of one file with `patches` ((offset, bytes), sorted, not overlapping)
+    written over them as they stream by; a patch may straddle chunk boundaries. Chunks no
+    patch touches pass through untouched (no copy)."""
+    if not patches:
+        yield from chunks
+        return
+    position = 0
+    for chunk in chunks:
+        end = position + len(chunk)
+        touched = [(at, data) for at, data in patches if at < end and at + len(data) > position]
+        if touched:
+            chunk = bytearray(chunk)
+            for at, data in touched:
+                lo, hi = max(at, position), min(at + len(data), end)
+                chunk[lo - position:hi - position] = data[lo - at:hi - at]
+        yield chunk
+        position = end
+
+
+class PatchingWriter:
+    """A sink that writes `patches` over the bytes passing through it (for a writer that
+    copies a source into a sink rather than iterating its chunks)."""
+
+    def __init__(self, sink, patches):
+        self.sink, self.patches, self.position = sink, patches, 0
+
+    def write(self, data) -> int:
+        for chunk in patch_chunks([data], [(at - self.position, b) for at, b in self.patches]):
+            self.sink.write(chunk)
+        self.position += len(data)
+        return len(data)
