@@ -78,7 +78,7 @@ def test_downloaded_closure_installs_into_a_throwaway_root(repo, tmp_path):
     debs = sorted((tmp_path / "client/downloads").glob("*.deb"))
     assert len(debs) == len(META_CLOSURE)
     target = tmp_path / "target"
-    for d in ("var/lib/dpkg/info", "var/lib/dpkg/updates"):
+    for d in ("var/lib/dpkg/info", "var/lib/dpkg/updates", "opt"):  # /opt: base-files makes it everywhere
         (target / d).mkdir(parents=True)
     (target / "var/lib/dpkg/status").write_text("")
     install = subprocess.run(["dpkg", f"--root={target}", "--force-script-chrootless", "-i", *map(str, debs)],

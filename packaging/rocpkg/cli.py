@@ -122,7 +122,7 @@ def _cmd_verify(args) -> int:
             raise RocpkgInputError("verify", "give either OUT (a built tree) or -c/-a (a plan), not both")
         from rocpkg.integrity import check_integrity
 
-        report = verify_tree(args.out, formats=formats(args))
+        report = verify_tree(args.out, formats=formats(args), release=args.release)
         report.problems += check_integrity(args.out, keyring=args.keyring, formats=formats(args))
     elif args.artifacts:
         config = load_config_of(args)

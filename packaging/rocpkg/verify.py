@@ -36,7 +36,9 @@ packages and relations:
   meta-foreign-target  a target, family or alias package's closure holds another target's
                     device package
   file-conflict     two packages of one format ship the same path (directories excepted)
-  duplicate-package (built tree) two package files of one name: verify checks one release
+  duplicate-package (built tree) two package files of one name within one release
+  release-conflict  (built tree of several releases) two releases ship one path under two
+                    package names and no relation says one replaces the other
   relation          a relation resolves neither inside the repository nor to an external
                     package
   unreadable        a marker, archive or package that cannot be read
@@ -58,6 +60,7 @@ this module holds the two entry points.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
@@ -70,7 +73,7 @@ from rocpkg.checks import check_release
 from rocpkg.config import common_namespace, external_rule, namespace
 from rocpkg.errors import RocpkgInputError
 from rocpkg.readback import package_files, read_tree_release
-from rocpkg.verify_view import ArchiveView, ReleaseView, VerifyReport, finish, payload
+from rocpkg.verify_view import ArchiveView, Problem, ReleaseView, VerifyReport, finish, payload
 
 # -- a plan ---------------------------------------------------------------------------------
 
@@ -140,20 +143,96 @@ def _check_placement(release: ReleaseView, report: VerifyReport, spec: m.Package
 
 # -- a built tree ---------------------------------------------------------------------------
 
-def verify_tree(out_dir: str | os.PathLike, *, formats: Iterable[str] = ("deb", "rpm"), jobs: int = 0) -> VerifyReport:
+def verify_tree(out_dir: str | os.PathLike, *, formats: Iterable[str] = ("deb", "rpm"), jobs: int = 0,
+                release: str | None = None) -> VerifyReport:
     """Check the packages under OUT/deb/pool/main and OUT/rpm/<arch>/ as built: names,
     relations and files from their metadata, markers and archives from their payloads.
     Which package is whose device package is read from the relations themselves: a device
     package is named for a target, pins a host package at its own version, and some
-    meta-package pins both."""
+    meta-package pins both.
+
+    An OUT holding several releases (manifest.json, rocpkg.releases) is checked release by
+    release (or only `release`, `V-R`), then as a union: two releases must not ship one
+    path under two package names unless their relations say one replaces the other."""
     out_dir = os.path.abspath(os.fspath(out_dir))
     found = package_files(out_dir)
     if not any(found[f] for f in formats):
         raise RocpkgInputError(out_dir, "no .deb under deb/pool/main and no .rpm under rpm/<arch>/: nothing to verify")
     report = VerifyReport(source=out_dir, formats=[f for f in ("deb", "rpm") if found[f] and f in formats])
+    groups = _release_groups(out_dir, found, release)
     workers = jobs or min(8, os.cpu_count() or 1)
+    views: list[tuple[str, ReleaseView]] = []
     with tempfile.TemporaryDirectory(prefix="rocpkg-verify-") as spill, ThreadPoolExecutor(workers) as pool:
-        for fmt in report.formats:
-            check_release(read_tree_release(fmt, found[fmt], pool, spill), report)
+        for label, files in groups:
+            for fmt in report.formats:
+                if not files.get(fmt):
+                    continue
+                view = read_tree_release(fmt, files[fmt], pool, spill)
+                before = len(report.problems)
+                check_release(view, report)
+                if label and len(groups) > 1:  # say which release a problem is in
+                    report.problems[before:] = [dataclasses.replace(p, message=f"release {label}: {p.message}")
+                                                for p in report.problems[before:]]
+                views.append((label, view))
+    if len(groups) > 1:
+        _check_union(views, report)
     finish(report)
     return report
+
+
+def _release_groups(out_dir: str, found: dict[str, list[str]], wanted: str | None) -> list[tuple[str, dict]]:
+    """(release id, {format: package files}) per release recorded in manifest.json; files no
+    release records form a group of their own ("unrecorded"). One group for an OUT of one
+    release (or with no manifest)."""
+    from rocpkg.releases import find_release, manifest_releases, read_manifest
+
+    doc = read_manifest(out_dir)
+    records = manifest_releases(doc)
+    if wanted is not None:
+        if "-" not in wanted:  # a release number alone: the one recorded release with it
+            matching = [r for r in records if r.release == wanted]
+            wanted = matching[0].id if len(matching) == 1 else wanted
+        records = [find_release(doc, wanted)]
+    elif len(records) <= 1:
+        return [("", found)]
+    groups = []
+    claimed: set[str] = set()
+    for record in records:
+        mine = {os.path.join(out_dir, f) for f in record.files}
+        claimed |= mine
+        groups.append((record.id, {fmt: [p for p in paths if p in mine] for fmt, paths in found.items()}))
+    if wanted is None:
+        rest = {fmt: [p for p in paths if p not in claimed] for fmt, paths in found.items()}
+        if any(rest.values()):
+            groups.append(("unrecorded", rest))
+    return groups
+
+
+def _check_union(views: list[tuple[str, ReleaseView]], report: VerifyReport) -> None:
+    """Across releases: one path, one package name, unless a relation (Conflicts, Replaces,
+    Breaks, Obsoletes) between the two names says one takes the path over."""
+    from rocpkg.config import relation_names
+
+    for fmt in report.formats:
+        owners: dict[str, dict[str, str]] = {}
+        related: dict[str, set[str]] = {}
+        for label, view in views:
+            if view.fmt != fmt:
+                continue
+            for name, spec in view.specs.items():
+                related.setdefault(name, set()).update(
+                    n for attr in ("conflicts", "replaces", "breaks", "obsoletes")
+                    for rel in getattr(spec, attr) for n in relation_names(rel))
+                for fe in payload(spec):
+                    owners.setdefault(fe.path, {}).setdefault(name, label)
+        for path, names in sorted(owners.items()):
+            if len(names) < 2:
+                continue
+            first, *others = sorted(names)
+            fighting = [o for o in others if o not in related.get(first, ()) and first not in related.get(o, ())]
+            if fighting:
+                report.problems.append(Problem(
+                    "release-conflict", first, path, "-",
+                    f"release {names[first]} ships this path in {first}, release "
+                    f"{', '.join(names[o] for o in fighting)} in {', '.join(fighting)}, and no relation says "
+                    f"one replaces the other: installing both fails", fmt))

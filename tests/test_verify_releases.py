@@ -1,0 +1,50 @@
+"""`rocpkg verify OUT` on a repository that holds several releases: each release is
+checked on its own (or one, --release V-R), then the union; two releases of one OUT are not
+"duplicate packages"."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from rocpkg.config import load_config
+from rocpkg.sample import make_sample_artifacts
+
+ROCPKG = [sys.executable, "-m", "rocpkg.cli"]
+
+
+def rocpkg(*args) -> subprocess.CompletedProcess:
+    return subprocess.run(ROCPKG + [str(a) for a in args], capture_output=True, text=True)
+
+
+@pytest.fixture(scope="module")
+def two_releases(tmp_path_factory):
+    root = tmp_path_factory.mktemp("releases")
+    make_sample_artifacts(root / "artifacts", load_config(None), targets=["gfx1100"], size_mb=0.2)
+    out = root / "out"
+    for version in ("7.1.0", "7.1.1"):
+        done = rocpkg("build", "-a", root / "artifacts", "-o", out, "--version", version, "--formats", "deb")
+        assert done.returncode == 0, done.stderr[-2000:]
+    return out
+
+
+def test_every_release_verifies_and_the_union_too(two_releases):
+    done = rocpkg("verify", two_releases, "--json", "--formats", "deb")
+    report = json.loads(done.stdout)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert report["ok"] and not [p for p in report["problems"] if p["check"] == "duplicate-package"]
+
+
+def test_one_release_is_checked_alone(two_releases):
+    done = rocpkg("verify", two_releases, "--release", "7.1.0-1", "--json", "--formats", "deb")
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout)
+    assert report["counts"]["deb"]["packages"] < sum(1 for _ in (two_releases / "deb/pool/main").glob("*.deb"))
+
+
+def test_an_unknown_release_is_one_error_line(two_releases):
+    done = rocpkg("verify", two_releases, "--release", "9.9.9-1")
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert done.returncode == 2 and len(errors) == 1 and "9.9.9-1" in errors[0], done.stderr
