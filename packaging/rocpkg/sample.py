@@ -21,9 +21,10 @@ from rocpkg.config import Config
 from rocpkg.errors import RocpkgInputError
 
 MANIFEST = "artifact_manifest.txt"
+_PATTERN = bytes((i * 7) & 0xFF for i in range(64))
 KERNELS_PER_BINARY = 2
 DEFAULT_TARGETS = ("gfx942", "gfx1100", "gfx1101")
-MAX_BLOB = 8 << 20  # the largest single kernel or host padding section generated at once
+BLOCK = 8 << 20  # kernels and host padding are generated in blocks of this size
 
 
 @dataclass
@@ -69,6 +70,11 @@ class _Generator:
                     subs.append(r.subdir)
         self.device_groups = [k for k in self.groups if _is_device_artifact(config, *k)]
         host_libs = sum(len(self.groups[k]) for k in self.device_groups) or 1
+        # TheRock's shape: a few libraries (BLAS, FFT...) hold most of the device code and
+        # many hold little. Zipf weights over the device libraries, in config order, mean 1.
+        device_libs = [(a, s) for a, c in self.device_groups for s in self.groups[(a, c)]]
+        harmonic = sum(1 / (i + 1) for i in range(len(device_libs))) or 1
+        self.weights = {lib: len(device_libs) / (harmonic * (i + 1)) for i, lib in enumerate(device_libs)}
         kernels = host_libs * KERNELS_PER_BINARY * max(1, len(targets))
         budget = max(size_mb, 0.01) * (1 << 20)
         # device code is the bulk of a real release: 3/4 to kernels, 1/4 to host libraries
@@ -78,10 +84,15 @@ class _Generator:
 
     # ---- bytes -------------------------------------------------------------------
     def _payload(self, size: int) -> bytes:
-        """Half random, half repetitive: compresses roughly like real code objects."""
-        size = min(size, MAX_BLOB)
-        half = size // 2
-        return self.rng.randbytes(half) + bytes((i * 7) & 0xFF for i in range(64)) * ((size - half) // 64 + 1)
+        """`size` bytes, each block half random, half repetitive: compresses roughly like
+        real code objects."""
+        blocks = []
+        while size > 0:
+            step = min(size, BLOCK)
+            half = step // 2
+            blocks.append(self.rng.randbytes(half) + _PATTERN * ((step - half) // 64 + 1))
+            size -= step
+        return b"".join(blocks)
 
     def _write(self, path: str, data: bytes, mode: int = 0o644) -> None:
         os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -165,10 +176,11 @@ class _Generator:
             return self.variants[target]
         return [target] + ([f"{target}:xnack+"] if "xnack" in kt.supported_features(target) else [])
 
-    def _code_object(self, variant: str) -> bytes:
+    def _code_object(self, variant: str, weight: float = 1.0) -> bytes:
         tid = kt.parse_target(variant)
         return build_amdgpu_code_object(tid.processor, xnack=tid.features.get("xnack"),
-                                        sramecc=tid.features.get("sramecc"), payload=self._payload(self.kernel_size))
+                                        sramecc=tid.features.get("sramecc"),
+                                        payload=self._payload(max(256, int(self.kernel_size * weight))))
 
     def _archive(self, stage: str, artifact: str, component: str, variant: str) -> None:
         path = os.path.join(stage, ".kpack", f"{artifact}_{component}_{variant}.kpack")
@@ -178,7 +190,8 @@ class _Generator:
                          gfx_arches=[variant], scheme=self.scheme) as writer:
             for subdir in self.groups[(artifact, component)]:
                 for n in range(KERNELS_PER_BINARY):
-                    writer.add(f"{self.kernel_name(artifact, subdir)}#{n}", variant, self._code_object(variant))
+                    writer.add(f"{self.kernel_name(artifact, subdir)}#{n}", variant,
+                               self._code_object(variant, self.weights.get((artifact, subdir), 1.0)))
         self.summary.files += 1
         self.summary.bytes += os.path.getsize(path)
 

@@ -2,9 +2,15 @@
 model: count and hash while writing, never read a file twice)."""
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
-from typing import BinaryIO, Iterable
+import queue
+import threading
+from typing import BinaryIO, Iterable, Iterator
+
+from rocpkg.errors import RocpkgInputError
+from rocpkg.rpath import patch_chunks
 
 CHUNK = 1 << 20
 
@@ -37,6 +43,24 @@ class HashingWriter:
         return self.hashes[name].digest()
 
 
+class Tee:
+    """Forwards writes to a sink and to taps (DigestThreads), counting the bytes."""
+
+    def __init__(self, sink, *taps):
+        self.sink, self.taps, self.count = sink, taps, 0
+
+    def write(self, data) -> int:
+        self.sink.write(data)
+        for tap in self.taps:
+            tap.write(data)
+        self.count += len(data)
+        return len(data)
+
+    def flush(self) -> None:
+        if hasattr(self.sink, "flush"):
+            self.sink.flush()
+
+
 def hash_file(path: str | os.PathLike, algorithms: Iterable[str] = ("sha256",)) -> HashingWriter:
     """Digest a file in chunks; returns the HashingWriter (count + hexdigest)."""
     hw = HashingWriter(None, algorithms)
@@ -44,6 +68,23 @@ def hash_file(path: str | os.PathLike, algorithms: Iterable[str] = ("sha256",)) 
         while chunk := f.read(CHUNK):
             hw.write(chunk)
     return hw
+
+
+def hash_open(f: BinaryIO, start: int, *hashes) -> int:
+    """Feed the bytes of the open file f from `start` to its end into every hash (one
+    reused buffer, bounded); returns their count. For the digests that cover bytes whose
+    prefix is only final once the payload is written (see the writers): the payload was
+    just written, so this reads the page cache, not the disk."""
+    f.flush()
+    f.seek(start)
+    buffer = bytearray(CHUNK)
+    view = memoryview(buffer)
+    count = 0
+    while n := f.readinto(buffer):
+        for h in hashes:
+            h.update(view[:n])
+        count += n
+    return count
 
 
 def copy_stream(src: BinaryIO, dst, size: int | None = None) -> int:
@@ -131,3 +172,196 @@ def skip_exact(stream, n: int) -> None:
     """Consume n bytes of a non-seekable stream in bounded chunks."""
     while n > 0:
         n -= len(read_exact(stream, min(CHUNK, n)))
+
+
+# -- reading sources: the one place both writers read a planned file's bytes ------------
+
+_ZEROS = memoryview(bytes(CHUNK))
+
+
+class _SourceChanged(Exception):
+    """The source file is not the size it was planned (or first read) with."""
+
+
+def _next_data(fd: int, position: int, size: int) -> int:
+    """Offset of the next byte of data at or after position (size if only a hole is
+    left). A file system that can't tell (EINVAL, EOPNOTSUPP) has no holes."""
+    try:
+        return min(os.lseek(fd, position, os.SEEK_DATA), size)
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:
+            return size
+        return position
+
+
+def _next_hole(fd: int, position: int, size: int) -> int:
+    try:
+        return min(os.lseek(fd, position, os.SEEK_HOLE), size)
+    except OSError:
+        return size
+
+
+def _chunks(source: BinaryIO, size: int) -> Iterator[bytes | memoryview]:
+    """Exactly `size` bytes of an open file, in chunks of at most CHUNK. Holes of a sparse
+    file come from a shared zero buffer instead of read(): the kernel would only hand back
+    zeros, at a real cost for multi-GiB sparse files."""
+    fd = source.fileno()
+    position = 0
+    while position < size:
+        data_at = _next_data(fd, position, size)
+        while position < data_at:
+            step = min(CHUNK, data_at - position)
+            yield _ZEROS[:step]
+            position += step
+        if position >= size:
+            break
+        hole_at = _next_hole(fd, position, size)
+        source.seek(position)
+        while position < hole_at:
+            chunk = source.read(min(CHUNK, hole_at - position))
+            if not chunk:
+                raise _SourceChanged(f"it shrank while being packed: it ended at {position} bytes")
+            yield chunk
+            position += len(chunk)
+    now = os.fstat(fd).st_size
+    if now != size:
+        raise _SourceChanged(f"it {'grew' if now > size else 'shrank'} while being packed: it has {now} bytes now")
+
+
+class SourceFile:
+    """One planned source file, opened for its single read: both writers read their
+    sources through chunks() and nowhere else, so the planned byte patches
+    (FileEntry.patches, rocpkg.rpath: RUNPATH -> RPATH) are applied here, once, before
+    any digest sees the bytes. A file that vanished, can't be read, or is not the planned
+    size (before or while it is read) is bad input naming `where` and the file."""
+
+    def __init__(self, where: str, source: str, size: int, patches=()):
+        self.where, self.source, self.size, self.patches = where, source, size, patches
+        try:
+            self.handle = open(source, "rb")
+        except FileNotFoundError:
+            raise self._error("the source file vanished while packing") from None
+        except OSError as exc:
+            raise self._error(f"the source file can't be read: {exc.strerror}") from None
+        info = os.fstat(self.handle.fileno())
+        self.mtime = int(info.st_mtime)
+        if info.st_size != size:
+            self.handle.close()
+            change = "grew" if info.st_size > size else "shrank"
+            raise self._error(f"the source file changed while packing: it {change} while being packed: "
+                              f"it has {info.st_size} bytes, the plan says {size}")
+
+    def _error(self, what: str) -> RocpkgInputError:
+        return RocpkgInputError([(self.where, f"{what} ({self.source})")])
+
+    def __enter__(self) -> "SourceFile":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.handle.close()
+
+    def chunks(self) -> Iterator[bytes | memoryview]:
+        """Exactly the planned bytes, in chunks of at most CHUNK that are never reused
+        afterwards (a digest thread may still hold one)."""
+        try:
+            yield from patch_chunks(_chunks(self.handle, self.size), self.patches)
+        except _SourceChanged as exc:
+            raise self._error(f"the source file changed while packing: {exc}") from None
+        except OSError as exc:
+            raise self._error(f"the source file can't be read: {exc.strerror}") from None
+
+
+# -- digests beside the writer --------------------------------------------------------------
+
+
+class DigestThread:
+    """Running digests fed from a bounded queue by a thread of their own, so that hashing
+    overlaps reading and compressing (hashlib releases the GIL on large updates). The
+    writer hands each chunk over and moves on; small pieces (tar and cpio headers) are
+    gathered first so that the queue carries few items. begin(key)/end() delimit one
+    file's digest (per-file md5/sha256); without them the digest covers the whole stream.
+    At most DEPTH chunks wait, so memory stays flat in the payload size."""
+
+    DEPTH = 4
+    SMALL = 64 << 10
+
+    def __init__(self, algorithm: str, whole: bool = False):
+        self.algorithm = algorithm
+        self.results: dict[object, str] = {}
+        self.count = 0
+        self._pending = bytearray()
+        self._queue: queue.Queue = queue.Queue(self.DEPTH)
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name=f"digest-{algorithm}", daemon=True)
+        self._thread.start()
+        self._whole = whole
+        if whole:
+            self.begin(None)
+
+    def _run(self) -> None:
+        current = None
+        while True:
+            item = self._queue.get()
+            try:
+                if isinstance(item, tuple):
+                    op, key = item
+                    if op == "stop":
+                        return
+                    if op == "begin":
+                        current = hashlib.new(self.algorithm, usedforsecurity=False)
+                    else:
+                        self.results[key] = current.hexdigest()
+                        current = None
+                elif current is not None:
+                    current.update(item)
+            except BaseException as exc:  # reported by close(); keep draining so put() never blocks
+                self._error = exc
+
+    def _flush(self) -> None:
+        if self._pending:
+            self._queue.put(bytes(self._pending))
+            self._pending.clear()
+
+    def write(self, data) -> int:
+        n = len(data)
+        self.count += n
+        if n < self.SMALL:
+            self._pending += data
+            if len(self._pending) >= self.SMALL:
+                self._flush()
+        else:
+            self._flush()
+            if isinstance(data, memoryview) and not data.readonly or isinstance(data, bytearray):
+                data = bytes(data)  # the caller may reuse a mutable buffer
+            self._queue.put(data)
+        return n
+
+    def begin(self, key) -> None:
+        self._flush()
+        self._queue.put(("begin", key))
+
+    def end(self, key=None) -> None:
+        self._flush()
+        self._queue.put(("end", key))
+
+    def close(self) -> dict[object, str]:
+        """Wait for the queued bytes; the digests by key (None: the whole stream's)."""
+        if self._thread.is_alive():
+            if self._whole:
+                self.end(None)
+            self._queue.put(("stop", None))
+            self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self.results
+
+    def hexdigest(self) -> str:
+        """The whole stream's digest (a DigestThread made with whole=True), after close()."""
+        return self.close()[None]
+
+    def abandon(self) -> None:
+        """Stop the thread without waiting for a result (the writer failed)."""
+        if self._thread.is_alive():
+            self._pending.clear()
+            self._queue.put(("stop", None))
+            self._thread.join()

@@ -12,7 +12,6 @@ from rocpkg.errors import RocpkgInputError
 from rocpkg.filelist import check_sources, checked_files
 from rocpkg.model import DIR, FILE, SYMLINK, BuildOptions, BuiltPackage, FileEntry, PackageSpec
 from rocpkg.render import render_spec
-from rocpkg.rpath import PatchingWriter
 from rocpkg.rpm.cpio import CpioWriter
 from rocpkg.rpm.header import encode_header
 from rocpkg.rpm.relations import RPMSENSE_EQUAL, RPMSENSE_INTERP, rpmlib
@@ -20,7 +19,7 @@ from rocpkg.rpm.signature import LEAD_SIZE, encode_lead, encode_signature, signa
 from rocpkg.rpm.spec import RELATION_KEYS, SCRIPT_SENSE, ParsedSpec, parse_spec
 from rocpkg.rpm.tags import (LARGE_SIZE, PGPHASHALGO_SHA256, RPMFILE_NONE, RPMVERIFY_ALL, TYPE_I18NSTRING,
                              TYPE_INT16, TYPE_INT32, TYPE_INT64, TYPE_STRING, TYPE_STRING_ARRAY, Tag)
-from rocpkg.streams import AtomicOutput, HashingWriter, copy_stream, hash_file
+from rocpkg.streams import AtomicOutput, DigestThread, SourceFile, Tee, hash_open
 
 BUILDHOST = "localhost"
 RPMVERSION = "4.18.0"       # the rpm feature level this writer follows
@@ -202,43 +201,40 @@ def build_header(spec: PackageSpec, parsed: ParsedSpec, options: BuildOptions,
     return tags
 
 
-# zstd workers each hold a few jobs: 4 MiB jobs and at most 8 workers bound the writer's
-# memory on any machine. Output depends on the job size, never on the worker count.
 def _stream_payload(spec, files, payload_sink, large: bool, mtime: int) -> dict[str, str]:
     """The cpio archive of every entry, file bytes streamed from the sources; returns the
-    SHA-256 of each regular file, taken on the way (the header's FILEDIGESTS)."""
-    digests = {}
+    SHA-256 of each regular file (the header's FILEDIGESTS), taken by a digest thread
+    beside the writer."""
+    sha256 = DigestThread("sha256")
     cpio = CpioWriter(payload_sink, stripped=large)
-    for index, entry in enumerate(files):
-        size = _entry_size(entry)
-        cpio.add(index, entry.path, _entry_mode(entry), size, mtime, index + 1)
-        if entry.type == SYMLINK:
-            cpio.write_data(entry.link_target.encode("utf-8", "surrogateescape"))
-        elif entry.type == FILE:
-            where = f"{spec.name}: {entry.path}"
-            try:
-                with open(entry.source, "rb") as src:
-                    hashed = HashingWriter(cpio, ("sha256",))
-                    copy_stream(src, PatchingWriter(hashed, entry.patches), size)
-                    digests[entry.path] = hashed.hexdigest()
-                    if src.read(1):
-                        raise RocpkgInputError(where, f"{entry.source} grew while being packed")
-            except EOFError:
-                raise RocpkgInputError(where, f"{entry.source} shrank while being packed") from None
-            except OSError as exc:
-                raise RocpkgInputError(where, f"{entry.source} vanished or unreadable: "
-                                       f"{exc.strerror}") from None
-    cpio.finish()
-    return digests
+    try:
+        for index, entry in enumerate(files):
+            size = _entry_size(entry)
+            cpio.add(index, entry.path, _entry_mode(entry), size, mtime, index + 1)
+            if entry.type == SYMLINK:
+                cpio.write_data(entry.link_target.encode("utf-8", "surrogateescape"))
+            elif entry.type == FILE:
+                with SourceFile(f"{spec.name}: {entry.path}", entry.source, size, entry.patches) as source:
+                    sha256.begin(entry.path)
+                    for chunk in source.chunks():
+                        cpio.write_data(chunk)
+                        sha256.write(chunk)
+                    sha256.end(entry.path)
+        cpio.finish()
+    except BaseException:
+        sha256.abandon()
+        raise
+    return sha256.close()
 
 
 def write_rpm(spec: PackageSpec, out_dir: str, options: BuildOptions) -> BuiltPackage:
     """Write out_dir/<spec.filename>, streaming: (1) check the sources; (2) lead,
     placeholder signature, placeholder header (every digest zeros: digests are fixed-length
     hex, so the header's length does not depend on them), then the compressed cpio while
-    hashing each file and both streams; (3) rewrite the header with the real file and
-    payload digests (same length); (4) compute the signature (reading the payload back
-    for MD5) and rewrite it in its fixed-size slot. Each source is read once. Written
+    hashing each file and both streams in digest threads beside the compressor; (3)
+    rewrite the header with the real file and payload digests (same length); (4) compute
+    the signature (one pass over the compressed payload for MD5) and rewrite it in its
+    fixed-size slot; (5) one more pass for the whole file's sha256. Each source is read once. Written
     through AtomicOutput: a failure leaves no partial file."""
     if spec.format != "rpm":
         raise RocpkgInputError(spec.name, f"not an rpm spec (format {spec.format!r})")
@@ -265,22 +261,32 @@ def write_rpm(spec: PackageSpec, out_dir: str, options: BuildOptions) -> BuiltPa
         header_start = out.tell()
         out.write(header)
         payload_start = out.tell()
-        compressed = HashingWriter(out, ("sha256",))
+        compressed_digest = DigestThread("sha256", whole=True)
+        uncompressed_digest = DigestThread("sha256", whole=True)
+        compressed = Tee(out, compressed_digest)
         compressor = compression.compressor(options.compression, compressed, options, compression.RPM)
-        uncompressed = HashingWriter(compressor, ("sha256",))
-        digests = _stream_payload(spec, files, uncompressed, large, options.source_date_epoch)
-        compressor.close()
+        uncompressed = Tee(compressor, uncompressed_digest)
+        try:
+            digests = _stream_payload(spec, files, uncompressed, large, options.source_date_epoch)
+            compressor.close()
+        except BaseException:
+            compressed_digest.abandon()
+            uncompressed_digest.abandon()
+            raise
         header_tags = build_header(spec, parsed, options, files, digests,
-                                   compressed.hexdigest(), uncompressed.hexdigest())
+                                   compressed_digest.hexdigest(), uncompressed_digest.hexdigest())
         final_header = encode_header(header_tags, Tag.HEADERIMMUTABLE)
         if len(final_header) != len(header):
             raise AssertionError("rpm header changed length when digests were filled in")
         out.seek(header_start)
         out.write(final_header)
-        md5 = hashlib.md5(final_header)
-        out.seek(payload_start)
-        while chunk := out.read(1 << 20):
-            md5.update(chunk)
+        # MD5 (signature) covers header + payload and the whole file's sha256 covers the
+        # signature too, and the header is final only after the payload (its file and
+        # payload digests): neither can be taken while writing, and the second needs the
+        # first. So: two passes over the compressed payload (smaller than the input,
+        # in the page cache), the least this digest scheme allows.
+        md5 = hashlib.md5(final_header, usedforsecurity=False)
+        hash_open(out, payload_start, md5)
         sig = encode_signature(signature_tags(final_header, md5.digest(),
                                                len(final_header) + compressed.count,
                                                uncompressed.count), sig_area)
@@ -288,7 +294,7 @@ def write_rpm(spec: PackageSpec, out_dir: str, options: BuildOptions) -> BuiltPa
             raise AssertionError("rpm signature changed length")
         out.seek(LEAD_SIZE)
         out.write(sig)
-        out.flush()
-    whole = hash_file(path)
-    return BuiltPackage(spec=spec, path=path, size=whole.count, sha256=whole.hexdigest(),
+        whole = hashlib.sha256(encode_lead(nevr) + sig + final_header)
+        size = payload_start + hash_open(out, payload_start, whole)
+    return BuiltPackage(spec=spec, path=path, size=size, sha256=whole.hexdigest(),
                         installed_size=sum(_entry_size(e) for e in files), metadata=spec_text)
