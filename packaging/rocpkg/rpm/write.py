@@ -114,10 +114,10 @@ def build_header(spec: PackageSpec, parsed: ParsedSpec, options: BuildOptions,
     pre = parsed.preamble
     for key in ("name", "version", "release", "summary", "license"):
         if not pre.get(key):
-            raise RocpkgInputError(spec.name, f"rendered spec has no {key.capitalize()}")
+            raise RocpkgInputError((spec.name, f"rendered spec has no {key.capitalize()}"))
     name, version, release = pre["name"], pre["version"], pre["release"]
     if not pre.get("epoch", "0").isdigit():
-        raise RocpkgInputError(spec.name, f"rendered spec has a bad Epoch: {pre['epoch']!r}")
+        raise RocpkgInputError((spec.name, f"rendered spec has a bad Epoch: {pre['epoch']!r}"))
     epoch = int(pre.get("epoch", "0"))
     evr = f"{epoch}:{version}-{release}" if epoch else f"{version}-{release}"
     sizes = [_entry_size(e) for e in files]
@@ -222,12 +222,12 @@ def _stream_payload(spec, files, payload_sink, large: bool, mtime: int) -> dict[
                     copy_stream(src, PatchingWriter(hashed, entry.patches), size)
                     digests[entry.path] = hashed.hexdigest()
                     if src.read(1):
-                        raise RocpkgInputError(where, f"{entry.source} grew while being packed")
+                        raise RocpkgInputError((where, f"{entry.source} grew while being packed"))
             except EOFError:
-                raise RocpkgInputError(where, f"{entry.source} shrank while being packed") from None
+                raise RocpkgInputError((where, f"{entry.source} shrank while being packed")) from None
             except OSError as exc:
-                raise RocpkgInputError(where, f"{entry.source} vanished or unreadable: "
-                                       f"{exc.strerror}") from None
+                raise RocpkgInputError((where, f"{entry.source} vanished or unreadable: "
+                                       f"{exc.strerror}")) from None
     cpio.finish()
     return digests
 
@@ -241,12 +241,12 @@ def write_rpm(spec: PackageSpec, out_dir: str, options: BuildOptions) -> BuiltPa
     for MD5) and rewrite it in its fixed-size slot. Each source is read once. Written
     through AtomicOutput: a failure leaves no partial file."""
     if spec.format != "rpm":
-        raise RocpkgInputError(spec.name, f"not an rpm spec (format {spec.format!r})")
+        raise RocpkgInputError((spec.name, f"not an rpm spec (format {spec.format!r})"))
     try:
         spec_text = render_spec(spec, options)
         parsed = parse_spec(spec_text)
     except ValueError as exc:
-        raise RocpkgInputError(f"{spec.name}: spec", str(exc)) from None
+        raise RocpkgInputError((f"{spec.name}: spec", str(exc))) from None
     files = checked_files(spec.name, spec.files)
     check_sources(spec.name, files)
     large = any(_entry_size(e) >= LARGE_SIZE for e in files)
