@@ -246,7 +246,7 @@ def test_a_later_publish_with_an_older_date_still_reaches_apt_clients(tmp_path, 
 def test_a_publish_that_fails_to_sign_leaves_the_published_repository_as_it_was(repo, tmp_path, signer):
     class BrokenSigner(Signer):
         def clearsign(self, data: bytes) -> bytes:
-            raise RocpkgInputError("--sign-key", "the smartcard was unplugged")
+            raise RocpkgInputError(("--sign-key", "the smartcard was unplugged"))
 
     suite = repo / "deb/dists/stable"
     before = {p.relative_to(suite): p.read_bytes() for p in suite.rglob("*") if p.is_file()}

@@ -208,7 +208,7 @@ def test_rocpkg_repo_command_with_a_missing_key_exits_2_naming_it(tmp_path, sign
 def test_a_publish_that_fails_to_sign_leaves_the_published_repository_as_it_was(repo, tmp_path, signer):
     class BrokenSigner(Signer):
         def detached_armored(self, data: bytes) -> bytes:
-            raise RocpkgInputError("--sign-key", "the smartcard was unplugged")
+            raise RocpkgInputError(("--sign-key", "the smartcard was unplugged"))
 
     repodata = repo / "rpm/repodata"
     before = {p.name: p.read_bytes() for p in repodata.iterdir()}

@@ -177,7 +177,7 @@ def source_date_epoch(settings: dict, environ=None, default: int | None = None) 
     value = (os.environ if environ is None else environ).get("SOURCE_DATE_EPOCH", "").strip()
     if value:
         if not value.isdigit():
-            raise RocpkgInputError("SOURCE_DATE_EPOCH", f"must be a number of seconds, got {value!r}")
+            raise RocpkgInputError(("SOURCE_DATE_EPOCH", f"must be a number of seconds, got {value!r}"))
         return int(value)
     return default if default is not None else default_source_date_epoch(settings)
 
@@ -415,8 +415,8 @@ class OutLock:
             fcntl.flock(self.fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             self.fh.close()
-            raise RocpkgInputError(os.path.dirname(os.path.dirname(self.path)),
-                                   "another rocpkg build or repo is writing into this directory") from None
+            raise RocpkgInputError((os.path.dirname(os.path.dirname(self.path)),
+                                   "another rocpkg build or repo is writing into this directory")) from None
         self.held[self.path] = 1
         return self
 
@@ -455,12 +455,12 @@ def build_release(plan, out_dir: str | os.PathLike, *, formats: Iterable[str] | 
     formats = list(formats or plan.packages)
     missing = [f for f in formats if f not in plan.packages]
     if missing:
-        raise RocpkgInputError("--formats", f"the plan has no {', '.join(missing)} packages")
+        raise RocpkgInputError(("--formats", f"the plan has no {', '.join(missing)} packages"))
     every = [s for fmt in formats for s in plan.packages[fmt]]
     if shard is not None:
         index, count = shard
         if not 1 <= index <= count:
-            raise RocpkgInputError("--shard", f"expected 1 <= I <= N, got {index}/{count}")
+            raise RocpkgInputError(("--shard", f"expected 1 <= I <= N, got {index}/{count}"))
         chosen = assign_shards(every, count)[index - 1]
     else:
         chosen = every
@@ -499,7 +499,7 @@ def build_release(plan, out_dir: str | os.PathLike, *, formats: Iterable[str] | 
         planned = [releases.Planned(s.format, s.name, s.version, s.release, s.arch,
                                     _outcome(s, out_dir, 0, "", True).file) for s, _ in stale]
         if conflicts := releases.conflicting_rebuilds(out_dir, planned):
-            raise RocpkgInputError(conflicts)
+            raise RocpkgInputError(*conflicts)
         # threads never change a byte (module doc), so they are chosen for what is left to do
         jobs = result.jobs = max(1, min(jobs or cores, len(stale) or 1))
         threads = ([options.threads] * len(stale) if options.threads else
@@ -543,7 +543,7 @@ def build_release(plan, out_dir: str | os.PathLike, *, formats: Iterable[str] | 
             finally:
                 pool.join()
         if problems:
-            raise RocpkgInputError(problems)
+            raise RocpkgInputError(*problems)
 
         _remember_digests(out_dir, outcomes)
         specs_version = plan.settings["version"], plan.settings["release"]
@@ -611,7 +611,7 @@ def assemble_manifest(out_dir: str | os.PathLike) -> str | None:
         if index not in have:
             problems.append((parts_dir, f"shard {index} of {count} is missing"))
     if problems:
-        raise RocpkgInputError(problems)
+        raise RocpkgInputError(*problems)
     entries = [e for _, doc in docs for e in doc["packages"]]
     record = releases.ReleaseRecord.from_dict(first.get("release_record") or first)   # (older parts: none)
     allowed = tuple(a for _, doc in docs for a in doc.get("release_record", {}).get("allowed", []))
@@ -627,10 +627,10 @@ def publish_repositories(out_dir: str, *, suite: str, signer=None, source_date_e
     from rocpkg import repo_apt, repo_dnf
 
     if not os.path.isdir(out_dir):  # checked before the lock: nothing is created for a missing OUT
-        raise RocpkgInputError(out_dir, "no such directory: build a release into it first")
+        raise RocpkgInputError((out_dir, "no such directory: build a release into it first"))
     if not _SUITE_RE.fullmatch(suite):
-        raise RocpkgInputError("--suite", f"{suite!r} is not a suite name (letters, digits, '.', '_', '-'; "
-                                          "it becomes a directory under deb/dists/)")
+        raise RocpkgInputError(("--suite", f"{suite!r} is not a suite name (letters, digits, '.', '_', '-'; "
+                                          "it becomes a directory under deb/dists/)"))
     base = base_url.rstrip("/") if base_url else None
     snippets: dict[str, str] = {}
     with OutLock(out_dir):
@@ -643,7 +643,7 @@ def publish_repositories(out_dir: str, *, suite: str, signer=None, source_date_e
             snippets["rpm"] = repo_dnf.write_client_snippet(out_dir, base_url=base and f"{base}/rpm",
                                                             gpgkey_url=base and f"{base}/rocm.asc")
         if not snippets:
-            raise RocpkgInputError(out_dir, "no deb/pool or rpm directory to index")
+            raise RocpkgInputError((out_dir, "no deb/pool or rpm directory to index"))
         manifest = sync_manifest(out_dir)  # joins shards' manifest parts; rehashes RPMs signed just now
     return snippets, manifest
 

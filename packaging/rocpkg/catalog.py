@@ -237,9 +237,9 @@ def scan(root: str | os.PathLike, families: dict[str, list[str]] | None = None) 
     try:  # the root the user named may itself be a symlink; nothing below it is followed
         root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
     except (FileNotFoundError, NotADirectoryError):
-        raise RocpkgInputError(root, "artifacts directory not found") from None
+        raise RocpkgInputError((root, "artifacts directory not found")) from None
     except OSError as exc:
-        raise RocpkgInputError(root, f"cannot open: {exc.strerror}") from None
+        raise RocpkgInputError((root, f"cannot open: {exc.strerror}")) from None
     catalog = Catalog(root=root, families=families)
     problems: list[tuple[str, str]] = []
     try:
@@ -282,7 +282,7 @@ def scan(root: str | os.PathLike, families: dict[str, list[str]] | None = None) 
     finally:
         os.close(root_fd)
     if problems:
-        raise RocpkgInputError(problems)
+        raise RocpkgInputError(*problems)
     return catalog
 
 

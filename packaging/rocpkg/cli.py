@@ -38,7 +38,7 @@ def _cmd_plan(args) -> int:
     from rocpkg.plan import plan_to_dict, plan_to_dot
 
     if args.no_files and not args.json:
-        raise RocpkgInputError("--no-files", "only applies to --json output")
+        raise RocpkgInputError(("--no-files", "only applies to --json output"))
     plan = load_plan(args)
     chosen = selected_packages(args, plan)
     if chosen is not None:
@@ -92,7 +92,7 @@ def _cmd_repo(args) -> int:
 
     out = args.out
     if args.gpg_home and not args.sign_key:
-        raise RocpkgInputError("--gpg-home", "given without --sign-key")
+        raise RocpkgInputError(("--gpg-home", "given without --sign-key"))
     sde = published_source_date_epoch(out)
     signer = None
     if args.sign_key:
@@ -119,7 +119,7 @@ def _cmd_verify(args) -> int:
 
     if args.out:
         if args.artifacts or args.config:
-            raise RocpkgInputError("verify", "give either OUT (a built tree) or -c/-a (a plan), not both")
+            raise RocpkgInputError(("verify", "give either OUT (a built tree) or -c/-a (a plan), not both"))
         from rocpkg.integrity import check_integrity
 
         report = verify_tree(args.out, formats=formats(args), release=args.release)
@@ -128,7 +128,7 @@ def _cmd_verify(args) -> int:
         config = load_config_of(args)
         report = verify_plan(load_plan(args, config), config)
     else:
-        raise RocpkgInputError("verify", "give OUT (a built tree) or -a ARTIFACTS (a plan)")
+        raise RocpkgInputError(("verify", "give OUT (a built tree) or -a ARTIFACTS (a plan)"))
     if args.json:
         json.dump(report.to_dict(), sys.stdout, indent=1)
         sys.stdout.write("\n")

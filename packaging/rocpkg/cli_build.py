@@ -118,12 +118,12 @@ def print_summary(result, stream=None) -> None:
     # the rate of what was written (up-to-date packages cost nothing), in a unit that fits
     rate = f"{human_bytes(doc['payload_rate'])}/s of payload" if doc["payload_rate"] else "nothing rewritten"
     print(f"{len(result.packages)} packages in {result.seconds:.1f} s ({rate}) "
-          f"with {result.jobs} jobs x {result.threads} threads{shard}; manifest {result.manifest}", file=stream)
+          f"with {result.concurrency}{shard}; manifest {result.manifest}", file=stream)
 
 
 def _signer(args, source_date_epoch: int):
     if args.gpg_home and not args.sign_key:
-        raise RocpkgInputError("--gpg-home", "given without --sign-key")
+        raise RocpkgInputError(("--gpg-home", "given without --sign-key"))
     if not args.sign_key:
         return None
     from rocpkg.sign import Signer
@@ -141,8 +141,8 @@ def _cmd_build(args) -> int:
 
     shard = b.parse_shard(args.shard) if args.shard else None
     if shard and args.repo:
-        raise RocpkgInputError("--repo", "a shard is part of a release: merge the shards' OUT trees, "
-                                         "then run `rocpkg repo OUT` (docs/sharding.md)")
+        raise RocpkgInputError(("--repo", "a shard is part of a release: merge the shards' OUT trees, "
+                                         "then run `rocpkg repo OUT` (docs/sharding.md)"))
     _check_jobs(args)
     plan = load_plan(args)
     only = selected_packages(args, plan)
@@ -197,7 +197,7 @@ def _compression(args, settings) -> dict:
     if problem:
         where = "--level" if args.level is not None else "--compression"
         hint = "" if args.level is not None else " (settings.compression_level; give --level)"
-        raise RocpkgInputError(where, problem + hint)
+        raise RocpkgInputError((where, problem + hint))
     return {"compression": kind, "compression_level": level}
 
 
@@ -233,7 +233,7 @@ def _install_instructions(result) -> list[str]:
 
 def _check_jobs(args) -> None:
     if args.jobs is not None and args.jobs < 1:
-        raise RocpkgInputError("-j", f"expected a number of jobs >= 1, got {args.jobs}")
+        raise RocpkgInputError(("-j", f"expected a number of jobs >= 1, got {args.jobs}"))
 
 
 def _cmd_demo(args) -> int:

@@ -58,13 +58,13 @@ def selected_packages(args, plan) -> set[tuple[str, str]] | None:
     """(format, name) of the packages --pkg-names picks; None when it is not given."""
     if not args.pkg_names:
         if args.with_deps:
-            raise RocpkgInputError("--with-deps", "only applies with --pkg-names")
+            raise RocpkgInputError(("--with-deps", "only applies with --pkg-names"))
         return None
     from rocpkg.subset import select
 
     names = [n for arg in args.pkg_names for n in split_list(arg) or []]
     if not names:
-        raise RocpkgInputError("--pkg-names", "no package name given")
+        raise RocpkgInputError(("--pkg-names", "no package name given"))
     return select(plan, names, closure=args.with_deps)
 
 
@@ -76,7 +76,7 @@ def formats(args) -> list[str]:
     chosen = split_list(args.formats) or []
     bad = [f for f in chosen if f not in ("deb", "rpm")]
     if bad or not chosen:
-        raise RocpkgInputError("--formats", f"expected deb, rpm or both, got {args.formats!r}")
+        raise RocpkgInputError(("--formats", f"expected deb, rpm or both, got {args.formats!r}"))
     return chosen
 
 
@@ -91,7 +91,7 @@ def load_config_of(args):
 
         problem = prefix_problem(prefix, getattr(args, "pkg_version", None) or config.settings["version"])
         if problem:
-            raise RocpkgInputError("--install-prefix", problem)
+            raise RocpkgInputError(("--install-prefix", problem))
         config.settings["prefix"] = prefix
     for line in config.warnings:
         print(f"warning: {line}", file=sys.stderr)
@@ -107,7 +107,7 @@ def load_plan(args, config=None):
     config = config or load_config_of(args)
     catalog = scan(args.artifacts, config.settings["families"])
     if not catalog.dirs:
-        raise RocpkgInputError(args.artifacts, "no artifact directories (<name>_<component>_<suffix>) in it")
+        raise RocpkgInputError((args.artifacts, "no artifact directories (<name>_<component>_<suffix>) in it"))
     return make_plan(config, catalog, version=args.pkg_version, release=args.release,
                      targets=split_list(args.targets), formats=formats(args))
 
@@ -115,9 +115,9 @@ def load_plan(args, config=None):
 def check_artifacts_dir(path: str) -> None:
     """-a names a directory: say what it is otherwise, before any scan."""
     if not os.path.lexists(path):
-        raise RocpkgInputError(path, "artifacts directory not found")
+        raise RocpkgInputError((path, "artifacts directory not found"))
     if not os.path.isdir(path):
-        raise RocpkgInputError(path, "not a directory (-a names the artifacts directory)")
+        raise RocpkgInputError((path, "not a directory (-a names the artifacts directory)"))
 
 
 def human_bytes(n: float) -> str:

@@ -51,7 +51,7 @@ def usable_cores() -> int:
 
 
 def _unknown(kind: str) -> RocpkgInputError:
-    return RocpkgInputError([("compression", f"unknown compression {kind!r} ({', '.join(KINDS)})")])
+    return RocpkgInputError(("compression", f"unknown compression {kind!r} ({', '.join(KINDS)})"))
 
 
 class Compressor:
@@ -115,7 +115,7 @@ def open_decompressor(kind: str, raw, where: str):
         return gzip.GzipFile(fileobj=raw, mode="rb")
     if kind == "":
         return raw
-    raise RocpkgInputError(where, f"unsupported compression {kind!r}")
+    raise RocpkgInputError((where, f"unsupported compression {kind!r}"))
 
 
 # The levels each kind accepts (the Compressor uses them as they are: zstd's 20-22 need

@@ -484,13 +484,13 @@ def load_config(path: str | os.PathLike | None = None, unknown_keys: str | None 
         with open(path, encoding="utf-8") as fh:
             raw = json.load(fh)
     except FileNotFoundError:
-        raise RocpkgInputError(path, "file not found") from None
+        raise RocpkgInputError((path, "file not found")) from None
     except RecursionError:
-        raise RocpkgInputError(path, "JSON nested too deeply") from None
+        raise RocpkgInputError((path, "JSON nested too deeply")) from None
     except json.JSONDecodeError as exc:
-        raise RocpkgInputError(f"{path}:{exc.lineno}:{exc.colno}", f"invalid JSON: {exc.msg}") from None
+        raise RocpkgInputError((f"{path}:{exc.lineno}:{exc.colno}", f"invalid JSON: {exc.msg}")) from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise RocpkgInputError(path, f"cannot read: {exc}") from None
+        raise RocpkgInputError((path, f"cannot read: {exc}")) from None
 
     problems: list[tuple[str, str]] = []
     if isinstance(raw, list):
@@ -508,7 +508,7 @@ def load_config(path: str | os.PathLike | None = None, unknown_keys: str | None 
             problems.append(("packages", "missing or not a list"))
             entries = []
     else:
-        raise RocpkgInputError(path, "expected a JSON list of package definitions or an object with settings and packages")
+        raise RocpkgInputError((path, "expected a JSON list of package definitions or an object with settings and packages"))
     problems += validate_settings(settings)
 
     definitions: list[Definition] = []
@@ -567,7 +567,7 @@ def load_config(path: str | os.PathLike | None = None, unknown_keys: str | None 
                            if isinstance(p, UnknownKey)]
         problems = [p for p in problems if not isinstance(p, UnknownKey)]
     if problems:
-        raise RocpkgInputError([(pf.printable(f"{path}: {w}"), pf.printable(m)) for w, m in problems])
+        raise RocpkgInputError(*[(pf.printable(f"{path}: {w}"), pf.printable(m)) for w, m in problems])
     return config
 
 

@@ -68,7 +68,7 @@ def _data_tree(spec: PackageSpec, doc_files: dict[str, bytes]) -> list[_DataEntr
     collisions = [(f"{spec.name}: {path}", "collides with a generated Debian doc file")
                   for path in doc_files if path in taken]
     if collisions:
-        raise RocpkgInputError(collisions)
+        raise RocpkgInputError(*collisions)
     generated = [FileEntry(path, FILE, 0o644, size=len(data)) for path, data in doc_files.items()]
     entries = with_parents(spec.name, planned + generated)
     return ([_DataEntry(FileEntry("/", DIR, 0o755))]
@@ -240,9 +240,9 @@ def write_deb(spec: PackageSpec, out_dir: str, options: BuildOptions) -> BuiltPa
     """Write `out_dir/<spec.filename>` atomically; bad input raises RocpkgInputError and
     leaves no file behind."""
     if spec.format != "deb":
-        raise RocpkgInputError([(spec.name, f"a {spec.format!r} spec given to the .deb writer")])
+        raise RocpkgInputError((spec.name, f"a {spec.format!r} spec given to the .deb writer"))
     if options.compression not in compression.SUFFIXES:
-        raise RocpkgInputError([(spec.name, f"unknown compression {options.compression!r} (zstd, xz, gzip)")])
+        raise RocpkgInputError((spec.name, f"unknown compression {options.compression!r} (zstd, xz, gzip)"))
     rendered = render_deb(spec, options)
     control_text = _parse_control(spec, rendered.control).dump()
     tree = _data_tree(spec, rendered.doc_files)
@@ -260,7 +260,7 @@ def write_deb(spec: PackageSpec, out_dir: str, options: BuildOptions) -> BuiltPa
         try:
             _write_ar(out, spec, control_member, tree, options)
         except _MemberTooLarge as exc:
-            raise RocpkgInputError([(f"{spec.name}: {spec.filename}", str(exc))]) from None
+            raise RocpkgInputError((f"{spec.name}: {spec.filename}", str(exc))) from None
         # The .deb's sha256 (the Packages index and the manifest carry it) covers
         # control.tar.gz, which is final only once every md5 is known, i.e. after the
         # payload: no order takes it in the write pass. The cheapest is one pass over the
@@ -309,13 +309,13 @@ def _parse_control(spec: PackageSpec, text: str) -> Deb822:
     paragraphs = list(Deb822.iter_paragraphs(text.splitlines(keepends=True)))
     where = f"{spec.name}: control"
     if len(paragraphs) != 1:
-        raise RocpkgInputError([(where, f"rendered control has {len(paragraphs)} stanzas, not 1")])
+        raise RocpkgInputError((where, f"rendered control has {len(paragraphs)} stanzas, not 1"))
     control = paragraphs[0]
     missing = [f for f in REQUIRED_CONTROL_FIELDS if not control.get(f, "").strip()]
     if missing:
-        raise RocpkgInputError([(where, f"rendered control lacks {', '.join(missing)}")])
+        raise RocpkgInputError((where, f"rendered control lacks {', '.join(missing)}"))
     if control["Package"] != spec.name or control["Version"] != spec.evr:
-        raise RocpkgInputError([(where, "rendered Package/Version differ from the plan")])
+        raise RocpkgInputError((where, "rendered Package/Version differ from the plan"))
     return control
 
 
@@ -326,10 +326,10 @@ def iter_deb_members(path: str) -> Iterator[ArMember]:
     """The ar members of a .deb, in order, without reading their contents."""
     with open(path, "rb") as f:
         if f.read(len(AR_MAGIC)) != AR_MAGIC:
-            raise RocpkgInputError([(path, "not a .deb: no ar archive magic")])
+            raise RocpkgInputError((path, "not a .deb: no ar archive magic"))
         while header := f.read(AR_HEADER_SIZE):
             if len(header) != AR_HEADER_SIZE or header[58:60] != b"`\n":
-                raise RocpkgInputError([(path, f"corrupt ar member header at offset {f.tell() - len(header)}")])
+                raise RocpkgInputError((path, f"corrupt ar member header at offset {f.tell() - len(header)}"))
             name = header[:16].decode("ascii", "replace").rstrip().rstrip("/")
             size = int(header[48:58].decode("ascii").strip())
             mtime = int(header[16:28].decode("ascii").strip() or 0)
@@ -364,7 +364,7 @@ def open_deb_tar(path: str, prefix: str) -> Iterator[tarfile.TarFile]:
     data.tar), decompressing on the fly."""
     member = next((m for m in iter_deb_members(path) if m.name.startswith(prefix)), None)
     if member is None:
-        raise RocpkgInputError([(path, f"no {prefix}* member")])
+        raise RocpkgInputError((path, f"no {prefix}* member"))
     with open(path, "rb") as f:
         raw = io.BufferedReader(_MemberReader(f, member), CHUNK)
         stream = compression.open_decompressor(member.name[len(prefix):], raw, f"{path}: {member.name}")
@@ -385,7 +385,7 @@ def read_deb_control(path: str) -> Deb822:
     """The control stanza of a .deb."""
     data = read_deb_control_file(path, "control")
     if data is None:
-        raise RocpkgInputError([(path, "control.tar has no control file")])
+        raise RocpkgInputError((path, "control.tar has no control file"))
     return Deb822(data.decode("utf-8"))
 
 

@@ -96,9 +96,9 @@ def packages_in_tree(out_dir: str) -> tuple[dict[str, set[str]], str]:
             names.setdefault(entry["format"], set()).add(entry["name"].lower())
         return names, str(doc["version"])
     except FileNotFoundError:
-        raise RocpkgInputError(path, "not found (--repo names a tree written by `rocpkg build`)") from None
+        raise RocpkgInputError((path, "not found (--repo names a tree written by `rocpkg build`)")) from None
     except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
-        raise RocpkgInputError(path, f"not a rocpkg manifest: {exc}") from None
+        raise RocpkgInputError((path, f"not a rocpkg manifest: {exc}")) from None
 
 
 def packages_in_plan(plan) -> dict[str, set[str]]:

@@ -3,11 +3,12 @@ from __future__ import annotations
 
 
 class RocpkgInputError(Exception):
-    """Bad input: config, artifacts, arguments or payload files. `problems` holds one
-    (where, what) pair per problem so that all of them are reported at once."""
+    """Bad input: config, artifacts, arguments or payload files. Raised one way, with one
+    (where, what) pair per problem so that all of them are reported at once:
+    `RocpkgInputError(("--shard", "expected I/N"))`, `RocpkgInputError(*problems)`."""
 
-    def __init__(self, problems: list[tuple[str, str]] | str, what: str | None = None):
-        if isinstance(problems, str):
-            problems = [(problems, what or "")]
-        self.problems = list(problems)
+    def __init__(self, *problems: tuple[str, str]):
+        if not problems or not all(isinstance(p, (tuple, list)) and len(p) == 2 for p in problems):
+            raise TypeError("RocpkgInputError takes one or more (where, what) pairs")
+        self.problems = [(str(where), str(what)) for where, what in problems]
         super().__init__("; ".join(f"{w}: {m}" for w, m in self.problems))

@@ -81,7 +81,7 @@ def checked_files(owner: str, files: Iterable[FileEntry]) -> list[FileEntry]:
             entries[entry.path] = entry
     problems += _parent_problems(owner, entries)
     if problems:
-        raise RocpkgInputError(problems)
+        raise RocpkgInputError(*problems)
     return [entries[p] for p in sorted(entries, key=sort_key)]
 
 
@@ -104,7 +104,7 @@ def with_parents(owner: str, files: Iterable[FileEntry]) -> list[FileEntry]:
     entries = {e.path: e for e in files}
     problems = _parent_problems(owner, entries)
     if problems:
-        raise RocpkgInputError(problems)
+        raise RocpkgInputError(*problems)
     for path in list(entries):
         parent = posixpath.dirname(path)
         while parent not in ("/", "") and parent not in entries:
@@ -140,4 +140,4 @@ def check_sources(owner: str, files: Iterable[FileEntry]) -> None:
                 continue
         problems.append((f"{owner}: {entry.path}", f"{why} ({entry.source})"))
     if problems:
-        raise RocpkgInputError(problems)
+        raise RocpkgInputError(*problems)

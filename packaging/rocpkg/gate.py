@@ -48,7 +48,7 @@ def check_allow(allow) -> list[str]:
     known = known_checks()
     bad = [a for a in allow if a not in known]
     if bad:
-        raise RocpkgInputError([("--allow", f"unknown check {a!r}; known checks: {', '.join(known)}") for a in bad])
+        raise RocpkgInputError(*[("--allow", f"unknown check {a!r}; known checks: {', '.join(known)}") for a in bad])
     return sorted(set(allow))
 
 
@@ -85,7 +85,7 @@ def enforce(found: list[Refusal], allow) -> list[Refusal]:
         problems.append(("build", f"refused: {len(refused)} problem{'s' if len(refused) != 1 else ''} "
                                   f"(checks {', '.join(checks)}); fix the input, or ship anyway with "
                                   + " ".join(f"--allow {c}" for c in checks)))
-        raise RocpkgInputError(problems)
+        raise RocpkgInputError(*problems)
     return [r for r in found if r.check in allowed]
 
 

@@ -44,7 +44,7 @@ def releases_to_prune(records: Iterable[releases.ReleaseRecord], keep: int,
     """The releases prune removes: in each series all but the `keep` newest, never one
     whose id is on keep_list. Pure."""
     if keep < 0:
-        raise RocpkgInputError("--keep", f"expected a number of releases >= 0, got {keep}")
+        raise RocpkgInputError(("--keep", f"expected a number of releases >= 0, got {keep}"))
     pinned = set(keep_list)
     by_series: dict[str, list[releases.ReleaseRecord]] = {}
     for record in records:
@@ -67,8 +67,8 @@ def _require_signer_if_signed(out_dir: str, signer) -> None:
         signed += [os.path.join(dists, s, "InRelease") for s in os.listdir(dists)
                    if os.path.exists(os.path.join(dists, s, "InRelease"))]
     if signed:
-        raise RocpkgInputError("--sign-key", f"{out_dir}'s indexes are signed ({signed[0]}): give the key "
-                                             f"(--sign-key, --gpg-home) to re-sign them")
+        raise RocpkgInputError(("--sign-key", f"{out_dir}'s indexes are signed ({signed[0]}): give the key "
+                                             f"(--sign-key, --gpg-home) to re-sign them"))
 
 
 def _reindex(out_dir: str, suite: str, signer, base_url: str | None) -> dict[str, str]:
@@ -83,16 +83,16 @@ def prune(out_dir: str | os.PathLike, *, keep: int, keep_list: Iterable[str] = (
     from OUT and re-index it, as one step. dry_run: only say what would go."""
     out_dir = os.path.abspath(os.fspath(out_dir))
     if not os.path.isdir(out_dir):
-        raise RocpkgInputError(out_dir, "no such directory")
+        raise RocpkgInputError((out_dir, "no such directory"))
     doc = releases.read_manifest(out_dir)
     if doc is None:
-        raise RocpkgInputError(os.path.join(out_dir, releases.MANIFEST), "missing: OUT has no releases to prune")
+        raise RocpkgInputError((os.path.join(out_dir, releases.MANIFEST), "missing: OUT has no releases to prune"))
     keep_list = list(keep_list)
     known = {r.id for r in releases.manifest_releases(doc)}
     unknown = [k for k in keep_list if k not in known]
     if unknown:
-        raise RocpkgInputError("--keep-release", f"no release {', '.join(unknown)} in {out_dir} "
-                                                 f"(releases: {', '.join(sorted(known)) or 'none'})")
+        raise RocpkgInputError(("--keep-release", f"no release {', '.join(unknown)} in {out_dir} "
+                                                 f"(releases: {', '.join(sorted(known)) or 'none'})"))
     doomed = releases_to_prune(releases.manifest_releases(doc), keep, keep_list)
     new_doc, dropped = releases.forget_releases(doc, [r.id for r in doomed])
     result = LifecycleResult(kept=[r.id for r in releases.manifest_releases(new_doc)],
@@ -149,10 +149,10 @@ def promote(src: str | os.PathLike, dst: str | os.PathLike, release_id: str, *, 
     src = os.path.abspath(os.fspath(src))
     dst = os.path.abspath(os.fspath(dst))
     if src == dst:
-        raise RocpkgInputError(dst, "promoting a release into the repository it is in")
+        raise RocpkgInputError((dst, "promoting a release into the repository it is in"))
     doc = releases.read_manifest(src)
     if doc is None:
-        raise RocpkgInputError(os.path.join(src, releases.MANIFEST), "missing: SRC has no releases")
+        raise RocpkgInputError((os.path.join(src, releases.MANIFEST), "missing: SRC has no releases"))
     record = releases.find_release(doc, release_id)
     entries = releases.release_packages(doc, release_id)
     problems, todo = [], []
@@ -179,7 +179,7 @@ def promote(src: str | os.PathLike, dst: str | os.PathLike, release_id: str, *, 
             continue
         todo.append(entry)
     if problems:
-        raise RocpkgInputError(problems)
+        raise RocpkgInputError(*problems)
     os.makedirs(dst, exist_ok=True)
     _require_signer_if_signed(dst, signer)
     with OutLock(dst):

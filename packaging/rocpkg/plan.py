@@ -110,7 +110,7 @@ def make_plan(config: Config, catalog: Catalog, *, version: str | None = None, r
         settings["release"] = release
     problems = [(f"--{w.split('.')[-1]}", msg) for w, msg in validate_settings(settings)]
     if problems:
-        raise RocpkgInputError(problems)
+        raise RocpkgInputError(*problems)
     builder = _PlanBuilder(config, catalog, settings, targets or settings.get("targets"))
     return builder.build(formats)
 
@@ -356,7 +356,7 @@ class _PlanBuilder:
         plan = Plan(self.settings, self.abi, self.targets, self.families, top, self.classes,
                     facts=self.catalog.facts)
         if self.problems:
-            raise RocpkgInputError(self.problems)
+            raise RocpkgInputError(*self.problems)
         # files are shared by both formats: collect once
         files: dict[tuple[str, str], list[m.FileEntry]] = {}
         for d in self.defs.values():
@@ -382,7 +382,7 @@ class _PlanBuilder:
         plan.warnings.extend(self.warnings)
         self.problems.extend(check_plan(plan))
         if self.problems:
-            raise RocpkgInputError(self.problems)
+            raise RocpkgInputError(*self.problems)
         return plan
 
     def _top_metapackage(self) -> str:

@@ -136,7 +136,7 @@ class S3Dest:
     def __init__(self, url: str, endpoint_url: str | None = None, client=None):
         match = re.fullmatch(r"s3://([^/]+)/?(.*)", url)
         if not match:
-            raise RocpkgInputError("DEST", f"expected s3://BUCKET[/PREFIX], got {url!r}")
+            raise RocpkgInputError(("DEST", f"expected s3://BUCKET[/PREFIX], got {url!r}"))
         self.bucket, prefix = match.group(1), match.group(2).strip("/")
         self.prefix = f"{prefix}/" if prefix else ""
         self.label = url
@@ -158,7 +158,7 @@ class S3Dest:
                     found[rel] = obj["Size"]
                     self.etags[rel] = obj.get("ETag", "").strip('"')
         except (BotoCoreError, ClientError) as exc:
-            raise RocpkgInputError(self.label, f"cannot list the bucket: {exc}") from None
+            raise RocpkgInputError((self.label, f"cannot list the bucket: {exc}")) from None
         return found
 
     def same(self, f: LocalFile, size: int) -> bool:
@@ -197,14 +197,14 @@ class S3Dest:
         try:
             yield
         except (BotoCoreError, ClientError, S3UploadFailedError) as exc:
-            raise RocpkgInputError(f"{self.label.rstrip('/')}/{rel}", f"cannot {what} it: {exc}") from None
+            raise RocpkgInputError((f"{self.label.rstrip('/')}/{rel}", f"cannot {what} it: {exc}")) from None
 
 
 def destination(dest: str, endpoint_url: str | None = None):
     if dest.startswith("s3://"):
         return S3Dest(dest, endpoint_url)
     if "://" in dest:
-        raise RocpkgInputError("DEST", f"expected a directory or s3://BUCKET/PREFIX, got {dest!r}")
+        raise RocpkgInputError(("DEST", f"expected a directory or s3://BUCKET/PREFIX, got {dest!r}"))
     return DirectoryDest(dest)
 
 
@@ -220,9 +220,9 @@ def publish(out_dir: str | os.PathLike, dest, *, keep_removed: bool = False, che
 
     out_dir = os.path.abspath(os.fspath(out_dir))
     if not os.path.isdir(out_dir):
-        raise RocpkgInputError(out_dir, "no such directory")
+        raise RocpkgInputError((out_dir, "no such directory"))
     if not any(os.path.isdir(os.path.join(out_dir, r)) for r in PUBLISHED_ROOTS):
-        raise RocpkgInputError(out_dir, "no deb/ or rpm/ repository to publish (run rocpkg repo OUT)")
+        raise RocpkgInputError((out_dir, "no deb/ or rpm/ repository to publish (run rocpkg repo OUT)"))
     if isinstance(dest, (str, os.PathLike)):
         dest = destination(os.fspath(dest))
     with OutLock(out_dir):          # nobody re-indexes OUT while it is being copied
@@ -232,7 +232,7 @@ def publish(out_dir: str | os.PathLike, dest, *, keep_removed: bool = False, che
             keyring = os.path.join(out_dir, "rocm.gpg")
             problems = check_integrity(out_dir, keyring=keyring if os.path.isfile(keyring) else None)
             if problems:
-                raise RocpkgInputError([(os.path.join(out_dir, p.path), f"{p.check}: {p.message}")
+                raise RocpkgInputError(*[(os.path.join(out_dir, p.path), f"{p.check}: {p.message}")
                                         for p in problems])
         files = local_files(out_dir)
         remote = dest.listing()

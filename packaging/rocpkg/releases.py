@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Iterable
 
 from debian.debian_support import Version
@@ -109,11 +109,11 @@ def read_manifest(out_dir: str | os.PathLike) -> dict | None:
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as exc:
-        raise RocpkgInputError(path, f"not a readable manifest: {exc}") from None
+        raise RocpkgInputError((path, f"not a readable manifest: {exc}")) from None
     if isinstance(doc, dict) and "schema" not in doc:
         return None             # not rocpkg's: replaced by the next build, as it always was
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA or not isinstance(doc.get("packages"), list):
-        raise RocpkgInputError(path, f"not a {SCHEMA} manifest")
+        raise RocpkgInputError((path, f"not a {SCHEMA} manifest"))
     return doc
 
 
@@ -139,7 +139,7 @@ def find_release(doc: dict | None, release_id: str, where: str = "--release") ->
         if record.id == release_id:
             return record
     known = ", ".join(r.id for r in manifest_releases(doc)) or "none"
-    raise RocpkgInputError(where, f"no release {release_id!r} in the manifest (releases: {known})")
+    raise RocpkgInputError((where, f"no release {release_id!r} in the manifest (releases: {known})"))
 
 
 def release_packages(doc: dict | None, release_id: str) -> list[dict]:

@@ -239,7 +239,7 @@ def render_script(name: str, spec: PackageSpec, options: BuildOptions) -> str:
             script=name, **script_context(spec, options, spec.format)
         )
     except jinja2.TemplateNotFound:
-        raise RocpkgInputError([(f"{spec.name}: {name}", f"no script template {template_name}")]) from None
+        raise RocpkgInputError((f"{spec.name}: {name}", f"no script template {template_name}")) from None
 
 
 def _doc_dir(spec: PackageSpec) -> str:
@@ -279,7 +279,7 @@ def check_metadata(spec: PackageSpec) -> None:
     if control_problem(spec.description, multi_line=True):
         problems.append((f"{spec.name}: description", control_problem(spec.description, multi_line=True)))
     if problems:
-        raise RocpkgInputError(problems)
+        raise RocpkgInputError(*problems)
 
 
 def rpm_escape(text: str) -> str:
@@ -291,10 +291,10 @@ def render_deb(spec: PackageSpec, options: BuildOptions) -> RenderedDeb:
     """Render control, changelog, copyright and maintainer scripts of one .deb."""
     check_metadata(spec)
     if not spec.maintainer.strip():
-        raise RocpkgInputError([(spec.name, "no Maintainer: Debian packages need one")])
+        raise RocpkgInputError((spec.name, "no Maintainer: Debian packages need one"))
     unknown = sorted(set(spec.scripts) - set(SCRIPT_NAMES))
     if unknown:
-        raise RocpkgInputError([(spec.name, f"unknown maintainer script {unknown[0]!r}")])
+        raise RocpkgInputError((spec.name, f"unknown maintainer script {unknown[0]!r}"))
     env = _environment()
     date = changelog_date(options.source_date_epoch)
     year = datetime.fromtimestamp(options.source_date_epoch, tz=timezone.utc).year
@@ -352,7 +352,7 @@ def render_spec(spec: PackageSpec, options: BuildOptions) -> str:
     check_metadata(spec)
     unknown = sorted(set(spec.scripts) - set(RPM_SCRIPTLETS))
     if unknown:
-        raise RocpkgInputError([(spec.name, f"unknown maintainer script {unknown[0]!r}")])
+        raise RocpkgInputError((spec.name, f"unknown maintainer script {unknown[0]!r}"))
     scriptlets = [
         (RPM_SCRIPTLETS[name], render_script(name, spec, options).strip("\n"))
         for name in SCRIPT_NAMES

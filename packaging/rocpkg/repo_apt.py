@@ -137,7 +137,7 @@ def _packages_stanza(deb_root: str, rel: str, digests: DigestCache) -> deb822.Pa
     control = _read_control(path)
     for field in ("Package", "Version", "Architecture"):
         if not control.get(field):
-            raise RocpkgInputError(path, f"control stanza has no {field} field")
+            raise RocpkgInputError((path, f"control stanza has no {field} field"))
     filename = rel.replace(os.sep, "/")
     sha256, size = digests.sha256(path, filename)
     index = {"Filename": filename, "Size": str(size), "SHA256": sha256}
@@ -160,7 +160,7 @@ def _collect(read, root: str, rels: list[str]) -> list:
         except RocpkgInputError as exc:
             problems += exc.problems
     if problems:
-        raise RocpkgInputError(problems)
+        raise RocpkgInputError(*problems)
     return results
 
 
@@ -170,7 +170,7 @@ def _read_control(path: str) -> deb822.Deb822:
     except RocpkgInputError:
         raise
     except Exception as exc:  # tar, ar and decompressor errors on a damaged archive
-        raise RocpkgInputError(path, f"not a readable .deb: {exc}") from None
+        raise RocpkgInputError((path, f"not a readable .deb: {exc}")) from None
 
 
 def _stanza_order(a: deb822.Packages, b: deb822.Packages) -> int:
@@ -245,7 +245,7 @@ def _refuse_conflicts(deb_root: str, stanzas: list[deb822.Packages],
                              f"{old[0]} has sha256 {old[1]}; refusing to replace a published "
                              f"package (bump the version or release)"))
     if problems:
-        raise RocpkgInputError(problems)
+        raise RocpkgInputError(*problems)
 
 
 # -- index files -----------------------------------------------------------------------

@@ -72,7 +72,7 @@ def publish_dnf(out_dir: str | os.PathLike, *, signer: Signer | None = None,
         except RocpkgInputError as exc:
             problems += exc.problems
     if problems:
-        raise RocpkgInputError(problems)
+        raise RocpkgInputError(*problems)
     _refuse_conflicts(packages, published, unsigned_digests)
     packages.sort(key=lambda p: (p.name, p.arch, p.epoch, p.version, p.release, p.href))
 
@@ -246,7 +246,7 @@ def _refuse_conflicts(packages: list[_Package], published: dict[tuple, tuple[str
                                        f"{old[0]} has sha256 {old[1]}; refusing to replace a "
                                        f"published package (bump the version or release)"))
     if problems:
-        raise RocpkgInputError(problems)
+        raise RocpkgInputError(*problems)
 
 
 # -- metadata writers ---------------------------------------------------------------------

@@ -288,6 +288,6 @@ def make_sample_artifacts(root: str | os.PathLike, config: Config, *, targets: l
         else:
             problems.append((root, "exists and is not empty"))
     if problems:
-        raise RocpkgInputError(problems)
+        raise RocpkgInputError(*problems)
     os.makedirs(root, exist_ok=True)
     return _Generator(root, config, parsed, layout, size_mb, seed, scheme, variants).run()

@@ -18,7 +18,7 @@ def parse_shard(text: str) -> tuple[int, int]:
     """"I/N" (1-based) -> (I, N)."""
     match = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text or "")
     if not match or not 1 <= int(match.group(1)) <= int(match.group(2)):
-        raise RocpkgInputError("--shard", f"expected I/N with 1 <= I <= N, got {text!r}")
+        raise RocpkgInputError(("--shard", f"expected I/N with 1 <= I <= N, got {text!r}"))
     return int(match.group(1)), int(match.group(2))
 
 

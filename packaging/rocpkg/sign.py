@@ -50,7 +50,7 @@ class Signer:
                 elif fields[0] == "fpr" and algorithm and not fingerprint:
                     fingerprint = fields[9]
             if not algorithm:
-                raise RocpkgInputError("--sign-key", f"no secret key {self.key_id!r} in {self.gnupg_home}")
+                raise RocpkgInputError(("--sign-key", f"no secret key {self.key_id!r} in {self.gnupg_home}"))
             self._key_info = (algorithm, created, fingerprint)
         return self._key_info
 
@@ -90,7 +90,7 @@ class Signer:
             args.append("--armor")
         out = self._gpg(args + [self.fingerprint], what="export the public key")
         if not out:
-            raise RocpkgInputError("--sign-key", f"gpg exported no public key for {self.key_id!r}")
+            raise RocpkgInputError(("--sign-key", f"gpg exported no public key for {self.key_id!r}"))
         return out
 
     def export_public_keys(self, out_dir: str | os.PathLike) -> list[str]:
@@ -127,14 +127,14 @@ class Signer:
         try:
             proc = subprocess.run(cmd + args, input=data, capture_output=True, pass_fds=pass_fds)
         except FileNotFoundError as exc:
-            raise RocpkgInputError("gpg", f"cannot run gpg: {exc}") from None
+            raise RocpkgInputError(("gpg", f"cannot run gpg: {exc}")) from None
         finally:
             if read_fd >= 0:
                 os.close(read_fd)
         if proc.returncode != 0 and check:
             message = proc.stderr.decode("utf-8", "replace").strip().splitlines()
-            raise RocpkgInputError("--sign-key", f"gpg could not {what} with {self.key_id!r}: "
-                                   + (message[-1] if message else f"exit {proc.returncode}"))
+            raise RocpkgInputError(("--sign-key", f"gpg could not {what} with {self.key_id!r}: "
+                                   + (message[-1] if message else f"exit {proc.returncode}")))
         return proc.stdout
 
 

@@ -252,7 +252,7 @@ class SourceFile:
                               f"it has {info.st_size} bytes, the plan says {size}")
 
     def _error(self, what: str) -> RocpkgInputError:
-        return RocpkgInputError([(self.where, f"{what} ({self.source})")])
+        return RocpkgInputError((self.where, f"{what} ({self.source})"))
 
     def __enter__(self) -> "SourceFile":
         return self

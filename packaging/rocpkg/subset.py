@@ -24,7 +24,7 @@ def select(plan, names: list[str], closure: bool = False) -> set[tuple[str, str]
                  + did_you_mean(name, sorted(known)))
                 for name in names if name.lower() not in folded]
     if problems:
-        raise RocpkgInputError(problems)
+        raise RocpkgInputError(*problems)
     wanted = {n.lower() for n in names}  # DEB names are the lower-case spelling of RPM's
     chosen: set[tuple[str, str]] = set()
     for fmt, specs in plan.packages.items():

@@ -157,7 +157,7 @@ def verify_tree(out_dir: str | os.PathLike, *, formats: Iterable[str] = ("deb", 
     out_dir = os.path.abspath(os.fspath(out_dir))
     found = package_files(out_dir)
     if not any(found[f] for f in formats):
-        raise RocpkgInputError(out_dir, "no .deb under deb/pool/main and no .rpm under rpm/<arch>/: nothing to verify")
+        raise RocpkgInputError((out_dir, "no .deb under deb/pool/main and no .rpm under rpm/<arch>/: nothing to verify"))
     report = VerifyReport(source=out_dir, formats=[f for f in ("deb", "rpm") if found[f] and f in formats])
     groups = _release_groups(out_dir, found, release)
     workers = jobs or min(8, os.cpu_count() or 1)

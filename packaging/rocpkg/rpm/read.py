@@ -48,7 +48,7 @@ class RpmInfo:
 def _read_exact(f, n: int, where: str) -> bytes:
     data = f.read(n)
     if len(data) != n:
-        raise RocpkgInputError(where, f"truncated: wanted {n} bytes, got {len(data)}")
+        raise RocpkgInputError((where, f"truncated: wanted {n} bytes, got {len(data)}"))
     return data
 
 
@@ -59,15 +59,15 @@ def _read_one_header(f, file_size: int, region_tag: int, max_tags: int, max_data
     try:
         il, dl = header_sizes(intro, max_tags, max_data)
     except ValueError as exc:
-        raise RocpkgInputError(where, str(exc)) from None
+        raise RocpkgInputError((where, str(exc))) from None
     rest = il * 16 + dl
     if start + 16 + rest > file_size:
-        raise RocpkgInputError(where, f"header of {16 + rest} bytes runs past end of file")
+        raise RocpkgInputError((where, f"header of {16 + rest} bytes runs past end of file"))
     blob = intro + _read_exact(f, rest, where)
     try:
         return decode_header(blob, region_tag, max_tags, max_data)
     except ValueError as exc:
-        raise RocpkgInputError(where, str(exc)) from None
+        raise RocpkgInputError((where, str(exc))) from None
 
 
 def read_rpm(path: str | os.PathLike) -> RpmInfo:
@@ -79,12 +79,12 @@ def read_rpm(path: str | os.PathLike) -> RpmInfo:
         file_size = os.fstat(f.fileno()).st_size
         lead = _read_exact(f, LEAD_SIZE, path)
         if lead[:4] != LEAD_MAGIC:
-            raise RocpkgInputError(path, "not an RPM file (bad lead magic)")
+            raise RocpkgInputError((path, "not an RPM file (bad lead magic)"))
         sig = _read_one_header(f, file_size, SigTag.HEADERSIGNATURES, MAX_SIG_TAGS,
                                MAX_SIG_DATA, f"{path}: signature header")
         header_start = LEAD_SIZE + sig.length + pad8(sig.length)
         if header_start > file_size:
-            raise RocpkgInputError(path, "truncated after signature header")
+            raise RocpkgInputError((path, "truncated after signature header"))
         f.seek(header_start)
         hdr = _read_one_header(f, file_size, Tag.HEADERIMMUTABLE, MAX_TAGS, MAX_DATA,
                                f"{path}: main header")
@@ -106,7 +106,7 @@ def replace_signature(path: str | os.PathLike, extra_tags: dict[int, tuple[int, 
     try:
         blob = encode_signature(tags, area)
     except ValueError as exc:
-        raise RocpkgInputError(os.fspath(path), str(exc)) from None
+        raise RocpkgInputError((os.fspath(path), str(exc))) from None
     with open(path, "r+b") as f:
         f.seek(LEAD_SIZE)
         f.write(blob)

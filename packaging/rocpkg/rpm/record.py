@@ -93,7 +93,7 @@ def package_from_header(info: RpmInfo) -> RpmPackageRecord:
     h = info.header
     for tag in (Tag.NAME, Tag.VERSION, Tag.RELEASE, Tag.ARCH):
         if not h.get(tag):
-            raise RocpkgInputError(info.path, f"RPM header has no {tag.name} tag")
+            raise RocpkgInputError((info.path, f"RPM header has no {tag.name} tag"))
     signature = info.signature
     return RpmPackageRecord(
         path=info.path, name=h[Tag.NAME], arch="src" if h.get(Tag.SOURCEPACKAGE) else h[Tag.ARCH],
@@ -121,7 +121,7 @@ def _files(info: RpmInfo) -> list[RpmFile]:
         indexes = h.get(Tag.DIRINDEXES, [])
         basenames = h[Tag.BASENAMES]
         if len(indexes) != len(basenames) or any(i >= len(dirnames) for i in indexes):
-            raise RocpkgInputError(info.path, "RPM header's DIRINDEXES do not match its BASENAMES and DIRNAMES")
+            raise RocpkgInputError((info.path, "RPM header's DIRINDEXES do not match its BASENAMES and DIRNAMES"))
         paths = [dirnames[i] + base for i, base in zip(indexes, basenames)]
     else:
         paths = list(h.get(Tag.OLDFILENAMES, []))

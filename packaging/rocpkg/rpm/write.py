@@ -113,10 +113,10 @@ def build_header(spec: PackageSpec, parsed: ParsedSpec, options: BuildOptions,
     pre = parsed.preamble
     for key in ("name", "version", "release", "summary", "license"):
         if not pre.get(key):
-            raise RocpkgInputError(spec.name, f"rendered spec has no {key.capitalize()}")
+            raise RocpkgInputError((spec.name, f"rendered spec has no {key.capitalize()}"))
     name, version, release = pre["name"], pre["version"], pre["release"]
     if not pre.get("epoch", "0").isdigit():
-        raise RocpkgInputError(spec.name, f"rendered spec has a bad Epoch: {pre['epoch']!r}")
+        raise RocpkgInputError((spec.name, f"rendered spec has a bad Epoch: {pre['epoch']!r}"))
     epoch = int(pre.get("epoch", "0"))
     evr = f"{epoch}:{version}-{release}" if epoch else f"{version}-{release}"
     sizes = [_entry_size(e) for e in files]
@@ -237,12 +237,12 @@ def write_rpm(spec: PackageSpec, out_dir: str, options: BuildOptions) -> BuiltPa
     fixed-size slot; (5) one more pass for the whole file's sha256. Each source is read once. Written
     through AtomicOutput: a failure leaves no partial file."""
     if spec.format != "rpm":
-        raise RocpkgInputError(spec.name, f"not an rpm spec (format {spec.format!r})")
+        raise RocpkgInputError((spec.name, f"not an rpm spec (format {spec.format!r})"))
     try:
         spec_text = render_spec(spec, options)
         parsed = parse_spec(spec_text)
     except ValueError as exc:
-        raise RocpkgInputError(f"{spec.name}: spec", str(exc)) from None
+        raise RocpkgInputError((f"{spec.name}: spec", str(exc))) from None
     files = checked_files(spec.name, spec.files)
     check_sources(spec.name, files)
     large = any(_entry_size(e) >= LARGE_SIZE for e in files)
