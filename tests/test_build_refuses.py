@@ -4,6 +4,7 @@ releases made by the sample generator, one mistake each."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -148,3 +149,29 @@ def test_a_release_whose_meta_package_misses_kernels_is_refused_until_allowed(tm
 def test_an_unknown_allow_name_is_one_error_line_listing_the_checks(artifacts, tmp_path):
     errors = refused(tmp_path / "out", "-a", artifacts, "--allow", "everything")
     assert len(errors) == 1 and "unknown check 'everything'" in errors[0] and "kernel-missing" in errors[0]
+
+
+def test_a_source_swapped_after_the_catalog_read_it_is_refused_by_the_writer(artifacts, tmp_path):
+    """The writers open what the catalog read, never a file (or symlink) put in its place."""
+    from rocpkg.catalog import scan
+    from rocpkg.deb import write_deb
+    from rocpkg.errors import RocpkgInputError
+    from rocpkg.model import BuildOptions
+    from rocpkg.plan import make_plan
+
+    config = load_config(None)
+    plan = make_plan(config, scan(artifacts, config.settings["families"]), formats=("deb",))
+    spec = next(s for s in plan.packages["deb"] if s.kind == "host")
+    entry = next(f for f in spec.files if f.type == "file")
+    secret = tmp_path / "secret"
+    secret.write_bytes(b"s" * entry.size)
+    os.rename(entry.source, tmp_path / "original")  # kept: its inode is not reused
+    os.symlink(secret, entry.source)  # same size, through a symlink
+
+    with pytest.raises(RocpkgInputError) as refused_swap:
+        write_deb(spec, str(tmp_path / "out"), BuildOptions(source_date_epoch=1700000000))
+    assert entry.source in str(refused_swap.value)
+    os.unlink(entry.source)
+    shutil.copy(secret, entry.source)  # a regular file again, but not the one the plan read
+    with pytest.raises(RocpkgInputError, match="replaced"):
+        write_deb(spec, str(tmp_path / "out"), BuildOptions(source_date_epoch=1700000000))

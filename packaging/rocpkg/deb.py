@@ -165,7 +165,8 @@ def _normalised_mode(mode: int) -> int:
 def _write_payload_file(tar_out, md5: DigestThread, spec: PackageSpec, entry: FileEntry, sde: int) -> int:
     """Header + bytes of one source file (its md5 taken beside, by the digest thread);
     returns the tar bytes written."""
-    with SourceFile(f"{spec.name}: {entry.path}", entry.source, entry.size, entry.patches) as source:
+    with SourceFile(f"{spec.name}: {entry.path}", entry.source, entry.size, entry.patches,
+                    entry.identity) as source:
         header = _tar_header(_tarinfo(_tar_name(entry.path), tarfile.REGTYPE,
                                       _normalised_mode(entry.mode), min(source.mtime, sde), entry.size))
         tar_out.write(header)

@@ -40,6 +40,7 @@ class FileEntry:
     size: int = 0
     link_target: str = ""
     patches: tuple[tuple[int, bytes], ...] = ()
+    identity: tuple[int, int] = (0, 0)   # (st_dev, st_ino) the catalog read; the writer opens the same file
 
 
 @dataclass

@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
+import stat
 import queue
 import threading
 from typing import BinaryIO, Iterable, Iterator
@@ -235,15 +236,19 @@ class SourceFile:
     any digest sees the bytes. A file that vanished, can't be read, or is not the planned
     size (before or while it is read) is bad input naming `where` and the file."""
 
-    def __init__(self, where: str, source: str, size: int, patches=()):
+    def __init__(self, where: str, source: str, size: int, patches=(), identity: tuple[int, int] = (0, 0)):
         self.where, self.source, self.size, self.patches = where, source, size, patches
-        try:
-            self.handle = open(source, "rb")
+        try:  # never through a symlink swapped in since the catalog read the file
+            fd = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         except FileNotFoundError:
             raise self._error("the source file vanished while packing") from None
         except OSError as exc:
             raise self._error(f"the source file can't be read: {exc.strerror}") from None
-        info = os.fstat(self.handle.fileno())
+        self.handle = os.fdopen(fd, "rb")
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or (identity != (0, 0) and (info.st_dev, info.st_ino) != identity):
+            self.handle.close()
+            raise self._error("the source file was replaced while packing (not the file the plan read)")
         self.mtime = int(info.st_mtime)
         if info.st_size != size:
             self.handle.close()

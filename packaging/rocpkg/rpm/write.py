@@ -214,7 +214,8 @@ def _stream_payload(spec, files, payload_sink, large: bool, mtime: int) -> dict[
             if entry.type == SYMLINK:
                 cpio.write_data(entry.link_target.encode("utf-8", "surrogateescape"))
             elif entry.type == FILE:
-                with SourceFile(f"{spec.name}: {entry.path}", entry.source, size, entry.patches) as source:
+                with SourceFile(f"{spec.name}: {entry.path}", entry.source, size, entry.patches,
+                                entry.identity) as source:
                     sha256.begin(entry.path)
                     for chunk in source.chunks():
                         cpio.write_data(chunk)
