@@ -6,22 +6,15 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-
-from kpack.elf import build_amdgpu_code_object, build_host_elf, build_offload_bundle
-from kpack.marker import MARKER_SECTION, encode_marker, read_marker
+from cli_run import rocpkg
 from rocpkg.config import load_config
 from rocpkg.sample import make_sample_artifacts
 
-ROCPKG = [sys.executable, "-m", "rocpkg.cli"]
-
-
-def rocpkg(*args) -> subprocess.CompletedProcess:
-    return subprocess.run(ROCPKG + [str(a) for a in args], capture_output=True, text=True)
+from kpack.elf import build_amdgpu_code_object, build_host_elf, build_offload_bundle
+from kpack.marker import MARKER_SECTION, encode_marker, read_marker
 
 
 @pytest.fixture(scope="module")

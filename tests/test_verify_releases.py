@@ -4,19 +4,11 @@ checked on its own (or one, --release V-R), then the union; two releases of one 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
-
+from cli_run import rocpkg
 from rocpkg.config import load_config
 from rocpkg.sample import make_sample_artifacts
-
-ROCPKG = [sys.executable, "-m", "rocpkg.cli"]
-
-
-def rocpkg(*args) -> subprocess.CompletedProcess:
-    return subprocess.run(ROCPKG + [str(a) for a in args], capture_output=True, text=True)
 
 
 @pytest.fixture(scope="module")
