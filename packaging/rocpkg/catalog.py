@@ -56,6 +56,14 @@ class ArchiveToc:
     arches: tuple[str, ...]
     kernels: dict[str, frozenset[str]]
 
+    @classmethod
+    def from_entries(cls, arches, entries) -> "ArchiveToc":
+        """From an archive's gfx_arches and its TOC entries (kpack.format.Entry)."""
+        kernels: dict[str, set[str]] = {}
+        for entry in entries:
+            kernels.setdefault(entry.key, set()).add(entry.arch)
+        return cls(tuple(arches), {key: frozenset(found) for key, found in kernels.items()})
+
 
 @dataclass(frozen=True)
 class FileFacts:
@@ -615,17 +623,20 @@ def _archive_facts(fh) -> FileFacts:
     fh.seek(0)
     try:
         reader = KpackReader(fh)
-        kernels: dict[str, set[str]] = {}
         stored = reader.zstd_size * ZSTD_MAX_RATIO if reader.scheme == SCHEME_ZSTD else reader.file_size
-        for entry in reader.entries():
-            if entry.original_size > stored:
-                raise KpackFormatError(f"original_size {entry.original_size} is more than the archive can hold "
-                                       f"({stored} bytes)", where=f"toc[{entry.key!r}][{entry.arch!r}].original_size")
-            kernels.setdefault(entry.key, set()).add(entry.arch)
-        toc = ArchiveToc(tuple(reader.gfx_arches), {k: frozenset(v) for k, v in kernels.items()})
+        toc = ArchiveToc.from_entries(reader.gfx_arches, _held(reader.entries(), stored))
     except KpackFormatError as exc:
         return FileFacts(archive_error=_why(exc))
     return FileFacts(archive=toc, targets=toc.arches)
+
+
+def _held(entries, stored: int):
+    """The TOC entries, each declared size held against what the archive can hold."""
+    for entry in entries:
+        if entry.original_size > stored:
+            raise KpackFormatError(f"original_size {entry.original_size} is more than the archive can hold "
+                                   f"({stored} bytes)", where=f"toc[{entry.key!r}][{entry.arch!r}].original_size")
+        yield entry
 
 
 def _device_facts(fh, scan_embedded: bool) -> FileFacts:

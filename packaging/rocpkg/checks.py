@@ -10,10 +10,10 @@ from kpack.errors import KpackFormatError
 from kpack.loader import ArchiveIndex, compatible_targets, find_kernel, search_order
 from kpack.marker import GFXARCH, Marker
 from rocpkg import model as m
+from rocpkg.catalog import ArchiveToc
 from rocpkg.config import relation_names
 from rocpkg.plan import closure, device_isas
-from rocpkg.verify_view import (RELATION_FIELDS, ArchiveView, Closure, ReleaseView, VerifyReport, key_order,
-                                 payload, target_order)
+from rocpkg.verify_view import RELATION_FIELDS, Closure, ReleaseView, VerifyReport, key_order, payload, target_order
 
 
 class Checker:
@@ -33,7 +33,7 @@ class Checker:
                 self.devices.setdefault(hosts[spec.definition], {})[spec.target] = spec.name
         self.device_target = {d: t for per in self.devices.values() for t, d in per.items()}
         self.targets = sorted({t for per in self.devices.values() for t in per}, key=target_order)
-        self.archive_owner: dict[str, tuple[str, ArchiveView]] = {}
+        self.archive_owner: dict[str, tuple[str, ArchiveToc]] = {}
         for (package, path), info in sorted(release.archives.items()):
             self.archive_owner.setdefault(path, (package, info))
         self.variants = self._release_variants()
@@ -108,7 +108,7 @@ class Checker:
             return self._index(path, owned[1])
         return open_archive
 
-    def _index(self, path: str, info: ArchiveView) -> ArchiveIndex:
+    def _index(self, path: str, info: ArchiveToc) -> ArchiveIndex:
         if path not in self._indexes:
             self._indexes[path] = ArchiveIndex.from_kernels(info.arches, info.kernels)
         return self._indexes[path]

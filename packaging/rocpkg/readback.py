@@ -17,10 +17,11 @@ from kpack.archive import KpackReader
 from kpack.errors import KpackFormatError
 from kpack.marker import Marker, read_marker
 from rocpkg import model as m
+from rocpkg.catalog import ArchiveToc
 from rocpkg.config import common_namespace, external_rule
 from rocpkg.errors import RocpkgInputError
 from rocpkg.streams import CHUNK, copy_stream, read_exact, read_upto, skip_exact
-from rocpkg.verify_view import ArchiveView, Problem, ReleaseView, archive_view, looks_host_elf, payload
+from rocpkg.verify_view import Problem, ReleaseView, looks_host_elf, payload
 
 KPACK_HEAD = 68                 # header, zeros to 64, and the zstd frame count at 64
 MAX_TOC = 256 << 20             # a TOC larger than this is refused, not read into memory
@@ -269,7 +270,7 @@ class _Inspector:
         self.spec = spec
         self.spill_dir = spill_dir
         self.markers: dict[tuple[str, str], Marker] = {}
-        self.archives: dict[tuple[str, str], ArchiveView] = {}
+        self.archives: dict[tuple[str, str], ArchiveToc] = {}
         self.problems: list[Problem] = []
 
     def wants(self, path: str) -> bool:
@@ -287,7 +288,7 @@ class _Inspector:
         except KpackFormatError as exc:
             self.problems.append(Problem("unreadable", self.spec.name, path, "-", str(exc), self.spec.format))
 
-    def _archive(self, path: str, size: int, stream) -> ArchiveView:
+    def _archive(self, path: str, size: int, stream) -> ArchiveToc:
         head = read_upto(stream, min(size, KPACK_HEAD))
         pieces = [(0, head)]
         if len(head) >= 16 and head[:4] == b"KPAK":
@@ -298,7 +299,7 @@ class _Inspector:
                 skip_exact(stream, toc_offset - len(head))
                 pieces.append((toc_offset, read_exact(stream, size - toc_offset)))
         with KpackReader(_SparseImage(path, size, pieces)) as reader:
-            return archive_view(reader)
+            return ArchiveToc.from_entries(reader.gfx_arches, reader.entries())
 
     def _marker(self, size: int, stream) -> Marker | None:
         head = read_upto(stream, min(size, 64))

@@ -73,7 +73,7 @@ from rocpkg.checks import check_release
 from rocpkg.config import common_namespace, external_rule, namespace
 from rocpkg.errors import RocpkgInputError
 from rocpkg.readback import package_files, read_tree_release
-from rocpkg.verify_view import ArchiveView, Problem, ReleaseView, VerifyReport, finish, payload
+from rocpkg.verify_view import Problem, ReleaseView, VerifyReport, finish, payload
 
 # -- a plan ---------------------------------------------------------------------------------
 
@@ -101,7 +101,7 @@ def verify_plan(plan, config=None) -> VerifyReport:
                         why = facts.archive_error or "not read by the catalog"
                         release.problem("unreadable", spec.name, fe.path, "", f"kpack archive {fe.source}: {why}")
                     else:
-                        release.archives[(spec.name, fe.path)] = ArchiveView(facts.archive.arches, facts.archive.kernels)
+                        release.archives[(spec.name, fe.path)] = facts.archive
                 elif spec.kind != m.KIND_DEVICE:
                     if facts.marker_error:
                         release.problem("unreadable", spec.name, fe.path, "",

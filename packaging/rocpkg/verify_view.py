@@ -7,9 +7,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Callable
 
 from kpack import targets as kt
-from kpack.archive import KpackReader
 from kpack.marker import Marker
 from rocpkg import model as m
+from rocpkg.catalog import ArchiveToc
 
 REPORT_SCHEMA = "rocpkg-verify/1"
 # The checks verify makes of a plan (and so the ones build refuses on, rocpkg.gate)
@@ -81,21 +81,13 @@ class VerifyReport:
 # -- the per-format view both entry points build --------------------------------------------
 
 @dataclass
-class ArchiveView:
-    """What verify needs of a kpack archive: its target IDs and key -> target IDs."""
-
-    arches: tuple[str, ...]
-    kernels: dict[str, frozenset[str]]
-
-
-@dataclass
 class ReleaseView:
     fmt: str
     specs: dict[str, m.PackageSpec]
     is_external: Callable[[str], bool]
     families: dict[str, list[str]]
     markers: dict[tuple[str, str], Marker] = field(default_factory=dict)   # (package, path)
-    archives: dict[tuple[str, str], ArchiveView] = field(default_factory=dict)
+    archives: dict[tuple[str, str], ArchiveToc] = field(default_factory=dict)
     problems: list[Problem] = field(default_factory=list)
 
     def problem(self, check: str, package: str, path: str, target: str, message: str) -> None:
@@ -106,13 +98,6 @@ def payload(spec: m.PackageSpec) -> list[m.FileEntry]:
     """Files and symlinks a package ships, leaving out the doc files a .deb writer adds."""
     doc = f"/usr/share/doc/{spec.name}/"
     return [f for f in spec.files if f.type != m.DIR and not f.path.startswith(doc)]
-
-
-def archive_view(reader: KpackReader) -> ArchiveView:
-    kernels: dict[str, set[str]] = {}
-    for entry in reader.entries():
-        kernels.setdefault(entry.key, set()).add(entry.arch)
-    return ArchiveView(tuple(reader.gfx_arches), {k: frozenset(v) for k, v in kernels.items()})
 
 
 def looks_host_elf(head: bytes) -> bool:
