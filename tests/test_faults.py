@@ -7,24 +7,21 @@ import hashlib
 import resource
 import shutil
 import subprocess
-import sys
 import uuid
 from pathlib import Path
 
 import pytest
 
+import cli_run
+
 from rocpkg.config import load_config
 from rocpkg.sample import make_sample_artifacts
-
-ROCPKG = [sys.executable, "-m", "rocpkg.cli"]
-
 
 def rocpkg(*args, file_size_limit: int | None = None) -> subprocess.CompletedProcess:
     def limit():  # Python ignores SIGXFSZ, so a write past the limit fails with EFBIG
         resource.setrlimit(resource.RLIMIT_FSIZE, (file_size_limit, file_size_limit))
 
-    return subprocess.run(ROCPKG + [str(a) for a in args], capture_output=True, text=True,
-                          preexec_fn=limit if file_size_limit is not None else None)
+    return cli_run.rocpkg(*args, preexec_fn=limit if file_size_limit is not None else None)
 
 
 def snapshot(root: Path) -> dict[str, str]:

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import sys
 
 import pytest
+
+import cli_run
 
 from loader_trees import device_isas, host_binaries
 from reference_runtime import compare_with_loader
@@ -19,11 +20,8 @@ from test_deb import throwaway_root
 from test_release import external_names
 
 TARGETS = ["gfx942", "gfx1100", "gfx1101", "gfx1200", "gfx1201", "gfx90a:xnack+", "gfx90a:xnack-"]
-ROCPKG = [sys.executable, "-m", "rocpkg.cli"]
-
-
 def rocpkg(*args) -> subprocess.CompletedProcess:
-    done = subprocess.run(ROCPKG + [str(a) for a in args], capture_output=True, text=True)
+    done = cli_run.rocpkg(*args)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return done
 
