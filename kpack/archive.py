@@ -46,6 +46,7 @@ from kpack.writer import KpackWriter  # noqa: F401  (kpack.archive is the packag
 
 # A zstd frame header is at most 18 bytes (magic 4, descriptor 1, window 1, dict id 4, size 8).
 ZSTD_FRAME_HEADER_MAX = 18
+HEAD_READ = 16 << 10   # head_entry reads a frame this much at a time
 
 
 class KpackReader:
@@ -347,14 +348,14 @@ class KpackReader:
             starts.append(position)
         return starts[ordinal] + 4, starts[ordinal + 1] - starts[ordinal] - 4
 
-    def _inflate(self, offset: int, size: int, entry: Entry) -> Iterator[bytes]:
-        """Decompress one frame in chunks of at most CHUNK bytes, never more than its
-        original_size in all: a frame that claims or produces another size is an error."""
+    def _frame_reader(self, offset: int, size: int, entry: Entry, read_size: int = CHUNK):
+        """A bounded decompressing reader of one frame, after the checks its header allows:
+        original_size within what the frame can hold and equal to what the frame declares."""
         where = f"toc[{entry.key!r}][{entry.arch!r}]"
         if entry.original_size > ZSTD_MAX_RATIO * size:
             raise KpackFormatError(f"original_size {entry.original_size} is more than a "
                                    f"{size}-byte zstd frame can hold", where=f"{where}.original_size")
-        if size <= CHUNK:  # the usual case: one read of the whole frame
+        if size <= read_size:  # the usual case: one read of the whole frame
             frame = self._src.read_at(offset, size)
             source, head = io.BytesIO(frame), frame[:ZSTD_FRAME_HEADER_MAX]
         else:
@@ -367,8 +368,25 @@ class KpackReader:
         if params.content_size not in (zstandard.CONTENTSIZE_UNKNOWN, entry.original_size):
             raise KpackFormatError(f"zstd frame declares {params.content_size} bytes but original_size "
                                    f"is {entry.original_size}", where=offset)
-        stream = zstandard.ZstdDecompressor().stream_reader(source, read_size=min(CHUNK, max(size, 1)),
-                                                            read_across_frames=False)
+        return zstandard.ZstdDecompressor().stream_reader(source, read_size=min(read_size, max(size, 1)),
+                                                          read_across_frames=False)
+
+    def head_entry(self, entry: Entry, n: int) -> bytes:
+        """The first n bytes of one kernel (fewer if it is shorter), decompressing no more
+        of its frame than they need: what its ELF header says, without the whole kernel."""
+        if self.scheme == SCHEME_NONE:
+            offset, size = self._blob(entry.ordinal)
+            return self._src.read_at(offset, min(n, size))
+        offset, size = self._frame(entry.ordinal)
+        try:
+            return self._frame_reader(offset, size, entry, HEAD_READ).read(min(n, entry.original_size))
+        except zstandard.ZstdError as exc:
+            raise KpackFormatError(f"zstd frame does not decompress ({exc})", where=offset) from None
+
+    def _inflate(self, offset: int, size: int, entry: Entry) -> Iterator[bytes]:
+        """Decompress one frame in chunks of at most CHUNK bytes, never more than its
+        original_size in all: a frame that claims or produces another size is an error."""
+        stream = self._frame_reader(offset, size, entry)
         produced = 0
         try:
             while True:

@@ -38,16 +38,18 @@ class CodeObjectProblem(KpackFormatError):
 
 
 def check_archive(path: str | os.PathLike, expected_target: str | None = None, *,
-                  decode_objects: bool = True, require_code_objects: bool = True) -> list[KpackFormatError]:
+                  decode_objects: bool = True, require_code_objects: bool = True,
+                  whole_kernels: bool = True) -> list[KpackFormatError]:
     """Every problem of the archive at `path` ([] = sound). require_code_objects=False
     accepts kernels that are not ELF files at all (opaque test payloads, as in
     rocm-kpack's own test assets); an ELF for another machine, or for another target, is
-    still a problem."""
+    still a problem. whole_kernels=False decodes only each kernel's ELF header and walks
+    its frame's block headers instead of decompressing it (see _check_frame_blocks)."""
     name = os.fspath(path)
     try:
         with KpackReader(name) as reader:
             return check_reader(reader, expected_target, decode_objects=decode_objects,
-                                require_code_objects=require_code_objects)
+                                require_code_objects=require_code_objects, whole_kernels=whole_kernels)
     except KpackFormatError as exc:
         return [exc.with_path(name)]
     except OSError as exc:
@@ -55,11 +57,11 @@ def check_archive(path: str | os.PathLike, expected_target: str | None = None, *
 
 
 def check_reader(reader: KpackReader, expected_target: str | None = None, *, decode_objects: bool = True,
-                 require_code_objects: bool = True) -> list[KpackFormatError]:
+                 require_code_objects: bool = True, whole_kernels: bool = True) -> list[KpackFormatError]:
     """check_archive for an archive that is already open."""
     problems: list[KpackFormatError] = []
     try:
-        _check(reader, expected_target, decode_objects, require_code_objects, problems)
+        _check(reader, expected_target, decode_objects, require_code_objects, problems, whole_kernels)
     except KpackFormatError as exc:  # a fault that stops the walk (the TOC cannot be read further)
         problems.append(exc)
     for problem in problems:
@@ -71,7 +73,7 @@ def check_reader(reader: KpackReader, expected_target: str | None = None, *, dec
 
 
 def _check(reader: KpackReader, expected: str | None, decode: bool, require_objects: bool,
-           problems: list[KpackFormatError]) -> None:
+           problems: list[KpackFormatError], whole: bool = True) -> None:
     padding = reader._src.read_at(HEADER_SIZE, BLOB_AREA_START - HEADER_SIZE)
     if any(padding):
         first = next(i for i, byte in enumerate(padding) if byte)
@@ -92,7 +94,7 @@ def _check(reader: KpackReader, expected: str | None, decode: bool, require_obje
     _check_storage(reader, entries, problems)
     if decode and not problems:
         for entry in entries:
-            _check_kernel(reader, entry, require_objects, problems)
+            _check_kernel(reader, entry, require_objects, problems, whole)
 
 
 def _check_arches(reader: KpackReader, entries: list[Entry], expected: str | None,
@@ -172,14 +174,21 @@ def _is_v2(head: bytes) -> bool:
 
 
 def _check_kernel(reader: KpackReader, entry: Entry, require_objects: bool,
-                  problems: list[KpackFormatError]) -> None:
+                  problems: list[KpackFormatError], whole: bool = True) -> None:
     """Stream one kernel through decompression (bounded) and compare its ELF target. Only
     the header is kept, except for a v2 object (its target is in its notes), kept whole up
-    to V2_OBJECT_LIMIT."""
+    to V2_OBJECT_LIMIT. whole=False decodes the header alone (and a v2 object whole) and
+    checks the rest of the frame by its block headers."""
     where = f"toc[{entry.key!r}][{entry.arch!r}]"
     kept = bytearray()
     keep_all = None  # decided once the ELF header is in hand
     try:
+        if not whole:
+            head = reader.head_entry(entry, 64)
+            if not _is_v2(head):
+                _check_frame_blocks(reader, entry)
+                _compare_target(head, entry, require_objects, problems, where)
+                return
         for chunk in reader.stream_entry(entry):
             if keep_all is None:
                 kept += chunk
@@ -196,7 +205,12 @@ def _check_kernel(reader: KpackReader, entry: Entry, require_objects: bool,
             exc.where = where
         problems.append(exc)
         return
-    data = bytes(kept if keep_all else kept[:64])
+    _compare_target(bytes(kept if keep_all else kept[:64]), entry, require_objects, problems, where)
+
+
+def _compare_target(data: bytes, entry: Entry, require_objects: bool, problems: list[KpackFormatError],
+                    where: str) -> None:
+    """The code object's target (from its header, or its notes for v2) against its arch."""
     try:
         found = _object_target(data)
     except KpackFormatError as exc:
@@ -209,6 +223,51 @@ def _check_kernel(reader: KpackReader, entry: Entry, require_objects: bool,
     mismatch = _target_mismatch(found, entry.arch)
     if mismatch:
         problems.append(CodeObjectProblem(f"code object is for {found}, not {entry.arch} ({mismatch})", where=where))
+
+
+ZSTD_BLOCK_MAX = 128 << 10   # the largest a zstd block is, stored or decoded (RFC 8878 3.1.1.2.3)
+
+
+def _check_frame_blocks(reader: KpackReader, entry: Entry) -> None:
+    """A kernel's zstd frame checked by its block headers, without decompressing: every
+    block lies inside the frame, the last one ends it (checksum included), and the blocks
+    can hold original_size (stored and RLE blocks count exactly, compressed ones at most
+    128 KiB). A truncated, padded or misframed kernel fails here, at a few bytes read per
+    128 KiB; a damaged byte inside a compressed block only whole decoding finds
+    (`kpack verify`, `rocpkg build --deep-check`)."""
+    if reader.scheme == SCHEME_NONE:
+        return  # a stored blob: its size was compared with original_size (_check_storage)
+    offset, size = reader._frame(entry.ordinal)
+    src, end = reader._src, offset + size
+    head = src.read_at(offset, min(size, 18))
+    try:
+        params = zstandard.get_frame_parameters(head)
+        position = offset + zstandard.frame_header_size(head)
+    except zstandard.ZstdError as exc:
+        raise KpackFormatError(f"not a zstd frame ({exc})", where=offset) from None
+    low = high = 0
+    while True:
+        block = src.read_at(position, 3)
+        if len(block) != 3 or position + 3 > end:
+            raise KpackFormatError("zstd frame ends inside a block header (truncated?)", where=position)
+        value = int.from_bytes(block, "little")
+        last, kind, block_size = value & 1, (value >> 1) & 3, value >> 3
+        if kind == 3 or block_size > ZSTD_BLOCK_MAX:
+            raise KpackFormatError(f"zstd block header is not valid ({'reserved type' if kind == 3 else 'over 128 KiB'})",
+                                   where=position)
+        position += 3 + (1 if kind == 1 else block_size)
+        if position > end:
+            raise KpackFormatError("zstd block runs past the end of its frame (truncated?)", where=position)
+        low += 0 if kind == 2 else block_size
+        high += ZSTD_BLOCK_MAX if kind == 2 else block_size
+        if last:
+            break
+    position += 4 if params.has_checksum else 0
+    if position != end:
+        raise KpackFormatError(f"zstd frame's blocks end at {position}, the frame at {end}", where=offset)
+    if not low <= entry.original_size <= high:
+        raise KpackFormatError(f"zstd frame's blocks hold {low} to {high} bytes, original_size is "
+                               f"{entry.original_size}", where=offset)
 
 
 def _target_mismatch(found: str, filed: str) -> str | None:

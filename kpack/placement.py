@@ -20,6 +20,7 @@ import os
 import struct
 from typing import BinaryIO, NamedTuple
 
+from kpack import memsearch
 from kpack.archive import KpackReader
 from kpack.bundle import BUNDLE_MAGIC, SCAN_CHUNK, BundleEntry, bundle_end, bundle_entries
 from kpack.bundle import compressed_bundle_entries
@@ -97,7 +98,8 @@ def _find(handle: BinaryIO, magics: tuple[bytes, ...], start: int, end: int) -> 
     while position < end:
         handle.seek(position)
         chunk = handle.read(min(SCAN_CHUNK + overlap, end - position))
-        hits = [hit for hit in (chunk.find(magic) for magic in magics) if 0 <= hit < SCAN_CHUNK]
+        hits = [hit for hit in (memsearch.find(chunk, magic, 0, SCAN_CHUNK + len(magic) - 1) for magic in magics)
+                if hit >= 0]
         if hits:
             return position + min(hits)
         position += SCAN_CHUNK
@@ -133,9 +135,9 @@ def _targets(entries) -> list[str]:
     return list(dict.fromkeys(entry.target for entry in entries if entry.target))
 
 
-def _embedded(handle: BinaryIO, name: str, start: int, end: int) -> list[Finding]:
+def _embedded(handle: BinaryIO, name: str, start: int, end: int, objects: bool = True) -> list[Finding]:
     found = []
-    for at, target in scan_code_objects(handle, start, end):
+    for at, target in scan_code_objects(handle, start, end) if objects else ():
         found.append(Finding(EMBEDDED_CODE_OBJECT, name, at, _elf_extent(handle, at, end), [target]))
     position = _find(handle, (BUNDLE_MAGIC,), start, end)
     while position >= 0:
@@ -159,12 +161,13 @@ def _elf_extent(handle: BinaryIO, at: int, end: int) -> int:
     return min(end - at, shoff + shentsize * shnum)
 
 
-def host_device_code(path: str | os.PathLike) -> list[Finding]:
+def host_device_code(path: str | os.PathLike, *, embedded_objects: bool = True) -> list[Finding]:
     """Device code inside a host file: a non-empty PROGBITS `.hip_fatbin` (with the targets of
     its bundles), AMDGPU code objects and offload bundles embedded in other allocated data
     sections, or the file itself being an AMDGPU code object. [] for a clean host file and
     for anything that is not an ELF. Raises KpackFormatError (naming the file) for a fat
-    binary whose bundles are malformed or lie about their code objects."""
+    binary whose bundles are malformed or lie about their code objects.
+    embedded_objects=False skips the search for whole code objects in data sections."""
     with open(path, "rb") as handle:
         size = handle.seek(0, os.SEEK_END)
         handle.seek(0)
@@ -184,7 +187,7 @@ def host_device_code(path: str | os.PathLike) -> list[Finding]:
                     targets = _targets(entry for bundle in bundles for entry in bundle.entries)
                     findings.append(Finding(FAT_BINARY, name, offset, length, targets, len(bundles)))
                 elif flags & SHF_ALLOC and not flags & SHF_EXECINSTR:
-                    findings.extend(_embedded(handle, name, offset, offset + length))
+                    findings.extend(_embedded(handle, name, offset, offset + length, embedded_objects))
             return findings
         except KpackFormatError as exc:
             raise exc.with_path(path)

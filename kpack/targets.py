@@ -9,6 +9,8 @@ Features are kept in LLVM's canonical (alphabetical) order when printed. Family 
 """
 from __future__ import annotations
 
+import functools
+
 import re
 from dataclasses import dataclass, field
 
@@ -141,9 +143,15 @@ def split_target(text: str) -> tuple[str, list[str]]:
 
 def parse_target(text: str) -> TargetID:
     """Parse `[amdgcn-amd-amdhsa--]processor[-strict][:feature±]...` (features in any
-    order); raises InvalidTargetError."""
+    order); raises InvalidTargetError. The result is shared between callers (a plan
+    parses the same few dozen targets tens of thousands of times): never change it."""
     if not isinstance(text, str) or not text:
         raise InvalidTargetError(f"not a target ID: {text!r}")
+    return _parse_target(text)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_target(text: str) -> TargetID:
     head, *feature_parts = strip_isa_prefix(text).split(":")
     strict = head.endswith("-strict")
     processor = head[: -len("-strict")] if strict else head

@@ -251,6 +251,18 @@ def _options_key(options: m.BuildOptions) -> dict:
             "compression_level": options.compression_level}
 
 
+_SPEC_FIELDS = tuple(f.name for f in dataclasses.fields(m.PackageSpec) if f.name != "files")
+_FILE_FIELDS = tuple(f.name for f in dataclasses.fields(m.FileEntry))
+
+
+def _spec_fields(spec: m.PackageSpec) -> dict:
+    """Every field of a spec, files as lists of their fields: what dataclasses.asdict
+    gives, without its deep copies (which cost more than writing a small package)."""
+    fields = {name: getattr(spec, name) for name in _SPEC_FIELDS}
+    fields["files"] = [[getattr(entry, name) for name in _FILE_FIELDS] for entry in spec.files]
+    return fields
+
+
 def package_fingerprint(spec: m.PackageSpec, options: m.BuildOptions, code: str, signer_id: str = "") -> str:
     """What a package's bytes depend on, hashed. Source files count by (path, size,
     mtime_ns, inode): a touched or replaced file rebuilds its packages."""
@@ -263,7 +275,7 @@ def package_fingerprint(spec: m.PackageSpec, options: m.BuildOptions, code: str,
             sources.append([entry.source, st.st_size, st.st_mtime_ns, st.st_ino])
         except OSError:
             sources.append([entry.source, None])
-    blob = json.dumps({"code": code, "spec": dataclasses.asdict(spec), "options": _options_key(options),
+    blob = json.dumps({"code": code, "spec": _spec_fields(spec), "options": _options_key(options),
                        "signer": signer_id, "sources": sources}, sort_keys=True, separators=(",", ":"),
                       default=bytes.hex)  # FileEntry.patches hold bytes
     return hashlib.sha256(blob.encode()).hexdigest()
@@ -437,13 +449,14 @@ class OutLock:
 def build_release(plan, out_dir: str | os.PathLike, *, formats: Iterable[str] | None = None,
                   options: m.BuildOptions, jobs: int | None = None, shard: tuple[int, int] | None = None,
                   progress: Callable[[BuildProgress], None] | None = None, signer=None,
-                  allow: Iterable[str] = (), config=None, only=None) -> BuildResult:
+                  allow: Iterable[str] = (), config=None, only=None, deep_check: bool = False) -> BuildResult:
     """Build the plan's packages of `formats` (default: all planned) into out_dir.
 
     jobs: worker processes (default: the cores this process may run on); shard: (I, N), 1-based, builds only
     part I of N (see assign_shards) and writes manifest.d/shard-I-of-N.json instead of
     manifest.json; signer: a rocpkg.sign.Signer that signs every RPM's header; only: the
-    (format, name) pairs to write (rocpkg.subset.select), None for all.
+    (format, name) pairs to write (rocpkg.subset.select), None for all; deep_check:
+    decode every kernel of every packed archive before writing (gate.refusals).
     Before anything is written, the checks of rocpkg.gate run over the plan: a problem
     whose check is not in `allow` raises RocpkgInputError (OUT untouched); allowed ones
     are recorded with the release in the manifest (rocpkg.releases) and in
@@ -467,7 +480,8 @@ def build_release(plan, out_dir: str | os.PathLike, *, formats: Iterable[str] | 
     if only is not None:
         chosen = [s for s in chosen if (s.format, s.name) in only]
     cores = usable_cores()
-    allowed = gate.enforce(gate.refusals(plan, formats, config=config, jobs=jobs or 0), gate.check_allow(allow))
+    allowed = gate.enforce(gate.refusals(plan, formats, config=config, jobs=jobs or 0, whole_kernels=deep_check),
+                           gate.check_allow(allow))
     code = _code_fingerprint()
     signer_id = signer.fingerprint if signer is not None else ""
 

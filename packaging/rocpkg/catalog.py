@@ -238,8 +238,11 @@ def classify_suffix(suffix: str, families: dict[str, list[str]]) -> str | None:
     return None
 
 
-def scan(root: str | os.PathLike, families: dict[str, list[str]] | None = None) -> Catalog:
-    """Index every artifact dir under root; all problems are reported together."""
+def scan(root: str | os.PathLike, families: dict[str, list[str]] | None = None, *,
+         embedded_objects: bool = True) -> Catalog:
+    """Index every artifact dir under root; all problems are reported together.
+    embedded_objects=False skips the search of host data sections for whole AMDGPU code
+    objects (they only warn; build does not need it), not the one for offload bundles."""
     root = os.path.abspath(os.fspath(root))
     families = families or kt.FAMILIES
     try:  # the root the user named may itself be a symlink; nothing below it is followed
@@ -250,6 +253,7 @@ def scan(root: str | os.PathLike, families: dict[str, list[str]] | None = None) 
         raise RocpkgInputError((root, f"cannot open: {exc.strerror}")) from None
     catalog = Catalog(root=root, families=families)
     problems: list[tuple[str, str]] = []
+    host_elfs: list[str] = []
     try:
         for dirname in sorted(os.listdir(root_fd)):
             path = os.path.join(root, dirname)
@@ -283,15 +287,50 @@ def scan(root: str | os.PathLike, families: dict[str, list[str]] | None = None) 
                 problems.append((printable(path), f"cannot open: {exc.strerror}"))
                 continue
             try:
-                _Walker(catalog, adir, problems).read_stages(dir_fd)
+                _Walker(catalog, adir, problems, host_elfs).read_stages(dir_fd)
             finally:
                 os.close(dir_fd)
             catalog.dirs.setdefault((artifact, component), []).append(adir)
     finally:
         os.close(root_fd)
+    if not problems:
+        problems += _read_host_code(catalog, host_elfs, embedded_objects)
     if problems:
         raise RocpkgInputError(*problems)
     return catalog
+
+
+def _read_host_code(catalog: Catalog, sources: list[str], embedded_objects: bool) -> list[tuple[str, str]]:
+    """Add to the facts of each host ELF the device code it still carries. Separate from
+    the walk because it reads whole data sections (GiBs in a release): here it runs on
+    every core (kpack.memsearch lets the threads run). Each file is opened again without
+    following a symlink and must be the one the walk read (device and inode)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from rocpkg.compression import usable_cores
+
+    def one(source: str) -> tuple[str, str] | None:
+        facts = catalog.facts[source]
+        try:
+            fd = os.open(source, _FILE_FLAGS)
+        except OSError as exc:
+            return printable(source), f"cannot be read: {exc.strerror}"
+        with os.fdopen(fd, "rb") as fh:
+            st = os.fstat(fd)
+            if (st.st_dev, st.st_ino) != facts.identity:
+                return printable(source), "was replaced while being read (not the file the walk read)"
+            try:
+                catalog.facts[source] = _with_host_code(facts, fh, embedded_objects)
+            except OSError as exc:
+                return printable(source), f"cannot be read: {exc.strerror or exc}"
+        return None
+
+    if len(sources) < 2:
+        found = [one(source) for source in sources]
+    else:
+        with ThreadPoolExecutor(min(usable_cores(), len(sources), 16)) as pool:
+            found = list(pool.map(one, sources))
+    return [problem for problem in found if problem is not None]
 
 
 _TYPE_NAMES = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
@@ -303,8 +342,10 @@ class _Walker:
     """Reads one artifact dir: its manifest, its stage trees and the facts of their files,
     through directory descriptors, never through a symlink."""
 
-    def __init__(self, catalog: Catalog, adir: ArtifactDir, problems: list[tuple[str, str]]):
+    def __init__(self, catalog: Catalog, adir: ArtifactDir, problems: list[tuple[str, str]],
+                 host_elfs: list[str]):
         self.catalog = catalog
+        self.host_elfs = host_elfs   # whose device code scan() reads afterwards
         self.adir = adir
         self.problems = problems
         self.default_target = adir.bare_target if adir.kind == "target" else ""
@@ -467,11 +508,14 @@ class _Walker:
             embedded = (self.adir.kind == "family" and not _TARGET_IN_NAME.search(rel)
                         and rel.lower().endswith(EMBEDDING_SUFFIXES))
             try:
-                facts = dataclasses.replace(read_facts(fh, name, embedded), identity=(st.st_dev, st.st_ino))
+                facts = dataclasses.replace(read_facts(fh, name, embedded, host_code=False),
+                                            identity=(st.st_dev, st.st_ino))
             except OSError as exc:
                 self.problem(full, f"cannot be read: {exc.strerror or exc}")
                 return None
         self.catalog.facts[full] = facts
+        if facts.elf == "host":
+            self.host_elfs.append(full)
         return StageEntry(rel, "file", stat.S_IMODE(st.st_mode), st.st_size, full, "", self.default_target,
                           self.variant, facts)
 
@@ -532,15 +576,17 @@ def _open_error(exc: OSError, dir_fd: int, name: str) -> str:
 
 # -- facts of one file ---------------------------------------------------------------------
 
-def read_facts(fh, name: str, scan_embedded: bool = False) -> FileFacts:
+def read_facts(fh, name: str, scan_embedded: bool = False, host_code: bool = True) -> FileFacts:
     """Every fact of one open artifact file (seekable binary handle) that a later stage
-    needs; format errors are recorded in the facts, OSError propagates."""
+    needs; format errors are recorded in the facts, OSError propagates. host_code=False
+    leaves a host ELF's device code (its data sections) for _with_host_code."""
     head = fh.read(64)
     if head.startswith(ELF_MAGIC) and len(head) >= 20:
         machine = struct.unpack_from(">H" if head[5] == 2 else "<H", head, 18)[0]
         if machine == EM_AMDGPU:
             return _code_object_facts(fh)
-        return _with_host_code(_with_runpath(_host_elf_facts(fh, name), fh), fh)
+        facts = _with_runpath(_host_elf_facts(fh, name), fh)
+        return _with_host_code(facts, fh) if host_code else facts
     if name.endswith(".kpack") or head.startswith(b"KPAK"):
         return _archive_facts(fh)
     if head.startswith(_DEVICE_MAGICS) or scan_embedded:
@@ -560,12 +606,12 @@ def _code_object_facts(fh) -> FileFacts:
         return FileFacts(elf="amdgpu", device_error=_why(exc))
 
 
-def _with_host_code(facts: FileFacts, fh) -> FileFacts:
+def _with_host_code(facts: FileFacts, fh, embedded_objects: bool = True) -> FileFacts:
     """Add the device code a host ELF still carries (read through this open file)."""
     from kpack.placement import host_device_code
 
     try:
-        found = host_device_code(f"/proc/self/fd/{fh.fileno()}")
+        found = host_device_code(f"/proc/self/fd/{fh.fileno()}", embedded_objects=embedded_objects)
     except KpackFormatError as exc:
         return dataclasses.replace(facts, device_error=_why(exc))
     return dataclasses.replace(facts, host_code=tuple((f.kind, f.describe()) for f in found))

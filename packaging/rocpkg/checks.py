@@ -12,7 +12,7 @@ from kpack.marker import GFXARCH, Marker
 from rocpkg import model as m
 from rocpkg.catalog import ArchiveToc
 from rocpkg.config import relation_names
-from rocpkg.plan import closure, device_isas
+from rocpkg.plan import closure, device_isas, provided_names
 from rocpkg.verify_view import RELATION_FIELDS, Closure, ReleaseView, VerifyReport, key_order, payload, target_order
 
 
@@ -40,11 +40,14 @@ class Checker:
         self.counts = {"packages": len(self.specs), "host_binaries": 0, "archives": len(release.archives),
                        "lookups": 0, "kernels_checked": 0, "closures": 0}
         self.empty: set[str] = set()
+        self._provided: dict[str, str] | None = None   # plan.provided_names, once
 
     # helpers
     def closure(self, root: str) -> tuple[list[str], list[str]]:
         if root not in self._closures:
-            self._closures[root] = closure(self.specs, root)
+            if self._provided is None:
+                self._provided = provided_names(self.specs)
+            self._closures[root] = closure(self.specs, root, self._provided)
         return self._closures[root]
 
     def shipped(self, root: str) -> dict[str, str]:

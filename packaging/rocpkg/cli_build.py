@@ -144,7 +144,7 @@ def _cmd_build(args) -> int:
         raise RocpkgInputError(("--repo", "a shard is part of a release: merge the shards' OUT trees, "
                                          "then run `rocpkg repo OUT` (docs/sharding.md)"))
     _check_jobs(args)
-    plan = load_plan(args)
+    plan = load_plan(args, embedded_objects=False)
     only = selected_packages(args, plan)
     settings = plan.settings
     sde = b.source_date_epoch(settings, default=inputs_date(args.config, args.artifacts))
@@ -157,7 +157,8 @@ def _cmd_build(args) -> int:
     display = ProgressDisplay(verbosity=verbosity(args))
     try:
         result = b.build_release(plan, args.output, formats=formats(args), options=options, jobs=args.jobs,
-                                 shard=shard, progress=display, signer=signer, allow=args.allow or (), only=only)
+                                 shard=shard, progress=display, signer=signer, allow=args.allow or (), only=only,
+                                 deep_check=args.deep_check)
     finally:
         display.close()
     summary = build_summary(result)
@@ -325,6 +326,9 @@ def register(sub) -> None:
     p.add_argument("--allow", action="append", default=None, metavar="CHECK",
                    help="build even though check CHECK fails (repeatable); recorded in manifest.json. "
                         "Checks: see `rocpkg verify` and README 'What build refuses'")
+    p.add_argument("--deep-check", action="store_true",
+                   help="decompress every kernel of every packed kpack archive before writing (as `kpack verify`); "
+                        "by default each kernel's frame is checked by its headers and its code object by its ELF header")
     p.set_defaults(func=_cmd_build)
 
     p = sub.add_parser("demo", help="sample artifacts + build + signed repositories, and how to install")

@@ -98,14 +98,15 @@ def load_config_of(args):
     return config
 
 
-def load_plan(args, config=None):
-    """The plan of the plan options (config: load_config_of(args) when already loaded)."""
+def load_plan(args, config=None, *, embedded_objects: bool = True):
+    """The plan of the plan options (config: load_config_of(args) when already loaded);
+    embedded_objects: catalog.scan's (False for build: those findings only warn)."""
     from rocpkg.catalog import scan
     from rocpkg.plan import make_plan
 
     check_artifacts_dir(args.artifacts)
     config = config or load_config_of(args)
-    catalog = scan(args.artifacts, config.settings["families"])
+    catalog = scan(args.artifacts, config.settings["families"], embedded_objects=embedded_objects)
     if not catalog.dirs:
         raise RocpkgInputError((args.artifacts, "no artifact directories (<name>_<component>_<suffix>) in it"))
     return make_plan(config, catalog, version=args.pkg_version, release=args.release,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import gzip
 import lzma
 import os
+import threading
 import zlib
 from dataclasses import dataclass
 
@@ -50,6 +51,12 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
+def writer_threads(options) -> int:
+    """The cores one package's writer may use: its compressor's workers, and whether its
+    digests run beside it (streams.digester)."""
+    return min(options.threads or usable_cores(), ZSTD_MAX_THREADS)
+
+
 def _unknown(kind: str) -> RocpkgInputError:
     return RocpkgInputError(("compression", f"unknown compression {kind!r} ({', '.join(KINDS)})"))
 
@@ -65,11 +72,8 @@ class Compressor:
         self.stream = None
         self.obj = None
         if kind == "zstd":
-            workers = min(threads or usable_cores(), ZSTD_MAX_THREADS)
-            parameters = zstandard.ZstdCompressionParameters.from_level(
-                max(1, min(level, 19)), threads=workers, job_size=ZSTD_JOB_SIZE,
-                write_checksum=flavour.zstd_checksum)
-            self.stream = zstandard.ZstdCompressor(compression_params=parameters).stream_writer(
+            workers = min(threads or usable_cores(), ZSTD_MAX_THREADS)  # as writer_threads
+            self.stream = _zstd_compressor(max(1, min(level, 19)), workers, flavour.zstd_checksum).stream_writer(
                 sink, closefd=False, write_return_read=True)
         elif kind == "xz":
             self.obj = lzma.LZMACompressor(format=lzma.FORMAT_XZ, check=flavour.xz_check,
@@ -96,6 +100,31 @@ class Compressor:
             self.stream.close()
         else:
             self.sink.write(self.obj.flush())
+
+
+_ZSTD_CONTEXTS = threading.local()
+_FORKED_CONTEXTS: list = []
+
+
+def _zstd_compressor(level: int, workers: int, checksum: bool) -> zstandard.ZstdCompressor:
+    """A zstd context reused package after package by one thread while the setting stays
+    the same: a context starts its worker threads once (setting them up for each of 400
+    small packages cost as much as compressing them). Only the last one is kept, so a
+    worker's memory stays that of one context. Each stream is a new frame: reuse changes
+    no byte."""
+    key = (level, workers, checksum)
+    held = getattr(_ZSTD_CONTEXTS, "held", None)
+    if held is not None and _ZSTD_CONTEXTS.pid != os.getpid():
+        # A forked worker inherits a context whose worker threads stayed in the parent:
+        # using it, or even freeing it, waits forever on them, so it is kept, unused.
+        _FORKED_CONTEXTS.append(held)
+        held = None
+    if held is None or held[0] != key:
+        parameters = zstandard.ZstdCompressionParameters.from_level(
+            level, threads=workers, job_size=ZSTD_JOB_SIZE, write_checksum=checksum)
+        held = _ZSTD_CONTEXTS.held = (key, zstandard.ZstdCompressor(compression_params=parameters))
+        _ZSTD_CONTEXTS.pid = os.getpid()
+    return held[1]
 
 
 def compressor(kind: str, sink, options, flavour: Flavour) -> Compressor:

@@ -11,6 +11,7 @@ prefix that is absolute and normalised), with the syntax rules of rocpkg.preflig
 from __future__ import annotations
 
 import difflib
+import functools
 import json
 import os
 import posixpath
@@ -458,6 +459,11 @@ def relation_problem(fmt: str, relation: str) -> str:
 
 def relation_names(relation: str) -> list[str]:
     """Package names in one DEB or RPM relation (`a (>= 1) | b`, `(a or b)`, `a >= 1`)."""
+    return list(_relation_names(relation))
+
+
+@functools.lru_cache(maxsize=65536)
+def _relation_names(relation: str) -> tuple[str, ...]:
     text = relation.strip()
     if text.startswith("("):
         text = text.strip("()")
@@ -470,7 +476,7 @@ def relation_names(relation: str) -> list[str]:
         if not part:
             continue
         names.append(re.split(r"[\s(<>=]", part, maxsplit=1)[0])
-    return names
+    return tuple(names)
 
 
 def load_config(path: str | os.PathLike | None = None, unknown_keys: str | None = None) -> Config:

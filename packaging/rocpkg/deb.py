@@ -29,7 +29,7 @@ from rocpkg.errors import RocpkgInputError
 from rocpkg.filelist import check_sources, checked_files, with_parents
 from rocpkg.model import DIR, FILE, SYMLINK, BuildOptions, BuiltPackage, FileEntry, PackageSpec
 from rocpkg.render import render_deb
-from rocpkg.streams import CHUNK, AtomicOutput, DigestThread, HashingWriter, SourceFile, hash_open
+from rocpkg.streams import CHUNK, AtomicOutput, DigestThread, HashingWriter, SourceFile, digester, hash_open
 
 AR_MAGIC = b"!<arch>\n"
 AR_HEADER_SIZE = 60
@@ -108,10 +108,41 @@ def _tarinfo(name: str, kind: bytes, mode: int, mtime: int, size: int = 0, linkn
     return info
 
 
-def _tar_header(info: tarfile.TarInfo) -> bytes:
-    """GNU-format header (dpkg rejects PAX); sizes >= 8 GiB go base-256, long names
-    into ././@LongLink records."""
-    return info.tobuf(tarfile.GNU_FORMAT, "utf-8", "strict")
+def _tar_header(fields: tuple) -> bytes:
+    """GNU-format header (dpkg rejects PAX) of _tarinfo's fields; sizes >= 8 GiB go
+    base-256, long names into ././@LongLink records. The usual header (short names,
+    sizes under 8 GiB) is packed directly: tarfile takes longer to make one than zstd
+    takes to compress a small file, and a release has thousands."""
+    if _FAST_HEADERS:
+        header = _gnu_header(*fields)
+        if header is not None:
+            return header
+    return _tarinfo(*fields).tobuf(tarfile.GNU_FORMAT, "utf-8", "strict")
+
+
+def _gnu_header(name: str, kind: bytes, mode: int, mtime: int, size: int = 0, linkname: str = "") -> bytes | None:
+    """tarfile's GNU header for owner root:root, packed by hand; None where tarfile would
+    write more than one block or another number encoding."""
+    if kind == tarfile.DIRTYPE and not name.endswith("/"):
+        name += "/"
+    encoded, link = name.encode("utf-8"), linkname.encode("utf-8")
+    if len(encoded) > 100 or len(link) > 100 or not (0 <= size < 8 ** 11 and 0 <= mtime < 8 ** 11):
+        return None
+    header = b"".join((encoded.ljust(100, b"\0"), b"%07o\0" % (mode & 0o7777), b"0000000\0" * 2,
+                       b"%011o\0" % size, b"%011o\0" % mtime, b" " * 8, kind, link.ljust(100, b"\0"),
+                       tarfile.GNU_MAGIC, b"root".ljust(32, b"\0") * 2)).ljust(tarfile.BLOCKSIZE, b"\0")
+    return header[:148] + b"%06o\0" % sum(header) + header[155:]
+
+
+def _same_as_tarfile() -> bool:
+    """Whether _gnu_header gives this Python's tarfile bytes (tarfile's device fields
+    changed within 3.11): if not, every header comes from tarfile."""
+    probes = [("./opt/x", tarfile.REGTYPE, 0o644, 1700000000, 12345), ("./opt", tarfile.DIRTYPE, 0o755, 0),
+              ("./opt/l", tarfile.SYMTYPE, 0o777, 5, 0, "x/y")]
+    return all(_gnu_header(*p) == _tarinfo(*p).tobuf(tarfile.GNU_FORMAT, "utf-8", "strict") for p in probes)
+
+
+_FAST_HEADERS = _same_as_tarfile()
 
 
 def _tar_padding(size: int) -> bytes:
@@ -134,9 +165,9 @@ def _control_tar(control: str, scripts: dict[str, str], md5sums: bytes, conffile
     for name in sorted(scripts):
         members.append((f"./{name}", scripts[name].encode("utf-8"), 0o755))
     out = io.BytesIO()
-    out.write(_tar_header(_tarinfo("./", tarfile.DIRTYPE, 0o755, mtime)))
+    out.write(_tar_header(("./", tarfile.DIRTYPE, 0o755, mtime)))
     for name, data, mode in members:
-        out.write(_tar_header(_tarinfo(name, tarfile.REGTYPE, mode, mtime, len(data))))
+        out.write(_tar_header((name, tarfile.REGTYPE, mode, mtime, len(data))))
         out.write(data + _tar_padding(len(data)))
     # two zero blocks end the archive; no padding to a 10 KiB record: the member is
     # stored uncompressed (see _compress_control) and the readers do not need it
@@ -167,7 +198,7 @@ def _write_payload_file(tar_out, md5: DigestThread, spec: PackageSpec, entry: Fi
     returns the tar bytes written."""
     with SourceFile(f"{spec.name}: {entry.path}", entry.source, entry.size, entry.patches,
                     entry.identity) as source:
-        header = _tar_header(_tarinfo(_tar_name(entry.path), tarfile.REGTYPE,
+        header = _tar_header((_tar_name(entry.path), tarfile.REGTYPE,
                                       _normalised_mode(entry.mode), min(source.mtime, sde), entry.size))
         tar_out.write(header)
         md5.begin(entry.path)
@@ -180,12 +211,12 @@ def _write_payload_file(tar_out, md5: DigestThread, spec: PackageSpec, entry: Fi
     return len(header) + entry.size + len(padding)
 
 
-def _write_data_tar(tar_out, spec: PackageSpec, tree: list[_DataEntry], sde: int) -> dict[str, str]:
+def _write_data_tar(tar_out, spec: PackageSpec, tree: list[_DataEntry], sde: int, threads: int) -> dict[str, str]:
     """Stream the whole data.tar into tar_out (a compressor); returns the md5 of every
-    source file, taken on the way by a digest thread (md5 is slower than zstd -3: beside
-    the compressor's own workers it costs no wall time where a core is free)."""
+    source file, taken on the way (streams.digester: md5 is slower than zstd -3, so
+    beside the compressor's own workers when the package has cores to spare)."""
     offset = 0
-    md5 = DigestThread("md5")
+    md5 = digester("md5", threads)
     try:
         for item in tree:
             offset += _write_data_item(tar_out, md5, spec, item, sde)
@@ -203,12 +234,12 @@ def _write_data_item(tar_out, md5: DigestThread, spec: PackageSpec, item: _DataE
     if entry.type == FILE and item.content is None:
         return _write_payload_file(tar_out, md5, spec, entry, sde)
     if entry.type == FILE:
-        header = _tar_header(_tarinfo(name, tarfile.REGTYPE, _normalised_mode(entry.mode), sde, len(item.content)))
+        header = _tar_header((name, tarfile.REGTYPE, _normalised_mode(entry.mode), sde, len(item.content)))
         block = header + item.content + _tar_padding(len(item.content))
     elif entry.type == DIR:
-        block = _tar_header(_tarinfo(name, tarfile.DIRTYPE, _normalised_mode(entry.mode), sde))
+        block = _tar_header((name, tarfile.DIRTYPE, _normalised_mode(entry.mode), sde))
     else:
-        block = _tar_header(_tarinfo(name, tarfile.SYMTYPE, 0o777, sde, linkname=entry.link_target))
+        block = _tar_header((name, tarfile.SYMTYPE, 0o777, sde, 0, entry.link_target))
     tar_out.write(block)
     return len(block)
 
@@ -289,7 +320,7 @@ def _write_ar(out: BinaryIO, spec: PackageSpec, control_member, tree: list[_Data
     out.write(_ar_header(data_name, 0, sde))
     counted = HashingWriter(out, ())
     compressor = compression.compressor(options.compression, counted, options, compression.DEB)
-    digests = _write_data_tar(compressor, spec, tree, sde)
+    digests = _write_data_tar(compressor, spec, tree, sde, compression.writer_threads(options))
     compressor.close()
     control = control_member(digests)
     if len(control) != len(placeholder):

@@ -52,14 +52,19 @@ def check_allow(allow) -> list[str]:
     return sorted(set(allow))
 
 
-def refusals(plan, formats, *, config=None, jobs: int = 0) -> list[Refusal]:
+def refusals(plan, formats, *, config=None, jobs: int = 0, whole_kernels: bool = False) -> list[Refusal]:
     """Every problem build refuses on, for the packages of `formats`: verify's plan-level
     checks and each packed kpack archive's structure. One problem, one refusal: a problem
-    both formats share (same package, path, target and message) is listed once."""
+    both formats share (same package, path, target and message) is listed once.
+
+    Each kernel's frame is checked by its headers and its code object by its ELF header
+    (kpack.check, whole_kernels=False): decoding every kernel would cost more CPU than
+    compressing the release (issue 15). whole_kernels=True (`build --deep-check`) decodes
+    each one, as `kpack verify` does."""
     from rocpkg.verify import verify_plan
 
     found: dict[tuple, Refusal] = {}
-    archives = _archive_refusals(plan, formats, jobs)
+    archives = _archive_refusals(plan, formats, jobs, whole_kernels)
     for refusal in archives:
         found.setdefault((refusal.check, refusal.where, refusal.what), refusal)
     broken = {r.where for r in archives}
@@ -99,21 +104,23 @@ def _packed_archives(plan, formats) -> list[str]:
     return sorted(sources)
 
 
-def _archive_refusals(plan, formats, jobs: int) -> list[Refusal]:
+def _archive_refusals(plan, formats, jobs: int, whole_kernels: bool) -> list[Refusal]:
     sources = _packed_archives(plan, formats)
     if not sources:
         return []
+    if not whole_kernels:  # headers only: a few small reads per archive, cheaper than a thread
+        return [r for path in sources for r in _check_one_archive(path, False)]
     workers = max(1, min(jobs or os.cpu_count() or 1, 8, len(sources)))
     with ThreadPoolExecutor(workers) as pool:  # zstd and file reads release the GIL
-        results = list(pool.map(_check_one_archive, sources))
+        results = list(pool.map(_check_one_archive, sources, [True] * len(sources)))
     return [r for found in results for r in found]
 
 
-def _check_one_archive(path: str) -> list[Refusal]:
+def _check_one_archive(path: str, whole_kernels: bool) -> list[Refusal]:
     from kpack.check import CodeObjectProblem, check_archive
 
     out = []
-    for problem in check_archive(path, _named_target(path)):
+    for problem in check_archive(path, _named_target(path), whole_kernels=whole_kernels):
         check = CODE_OBJECT_TARGET if isinstance(problem, CodeObjectProblem) else KPACK_ARCHIVE
         out.append(Refusal(check, path, _without_path(problem, path)))
     return out

@@ -622,14 +622,23 @@ def _normalise_external(fmt: str, relation: str) -> str:
     return relation
 
 
-def closure(specs: dict[str, m.PackageSpec], root: str) -> tuple[list[str], list[str]]:
-    """Offline install closure of `root` inside one format's package set: the sorted names
-    it pulls in, and the relations nothing in the set satisfies (external or missing).
-    Alternatives take the first name the set has, as apt and dnf would here."""
+def provided_names(specs: dict[str, m.PackageSpec]) -> dict[str, str]:
+    """Each name a package of the set provides -> the first package providing it."""
     provided: dict[str, str] = {}
     for spec in specs.values():
         for prov in spec.provides:
             provided.setdefault(relation_names(prov)[0], spec.name)
+    return provided
+
+
+def closure(specs: dict[str, m.PackageSpec], root: str,
+            provided: dict[str, str] | None = None) -> tuple[list[str], list[str]]:
+    """Offline install closure of `root` inside one format's package set: the sorted names
+    it pulls in, and the relations nothing in the set satisfies (external or missing).
+    Alternatives take the first name the set has, as apt and dnf would here. provided:
+    provided_names(specs), for a caller that asks for many closures of one set."""
+    if provided is None:
+        provided = provided_names(specs)
     seen: set[str] = set()
     unresolved: list[str] = []
     todo = [root]

@@ -279,6 +279,49 @@ class SourceFile:
 # -- digests beside the writer --------------------------------------------------------------
 
 
+class InlineDigest:
+    """DigestThread's interface, hashed in the caller's thread: what a package written on
+    one core wants (handing each chunk to another thread only adds switches there)."""
+
+    def __init__(self, algorithm: str, whole: bool = False):
+        self.algorithm = algorithm
+        self.results: dict[object, str] = {}
+        self.count = 0
+        self._whole = whole
+        self._current = hashlib.new(algorithm, usedforsecurity=False) if whole else None
+
+    def write(self, data) -> int:
+        if self._current is not None:
+            self._current.update(data)
+        self.count += len(data)
+        return len(data)
+
+    def begin(self, key) -> None:
+        self._current = hashlib.new(self.algorithm, usedforsecurity=False)
+
+    def end(self, key=None) -> None:
+        self.results[key] = self._current.hexdigest()
+        self._current = None
+
+    def close(self) -> dict[object, str]:
+        if self._whole and self._current is not None:
+            self.end(None)
+        return self.results
+
+    def hexdigest(self) -> str:
+        return self.close()[None]
+
+    def abandon(self) -> None:
+        self._current = None
+
+
+def digester(algorithm: str, threads: int, whole: bool = False):
+    """The digest a writer takes beside its compressor: in a thread of its own when the
+    package has more than one core to itself (it then costs no wall time), inline when
+    it has one (every core is busy with another package)."""
+    return DigestThread(algorithm, whole) if threads > 1 else InlineDigest(algorithm, whole)
+
+
 class DigestThread:
     """Running digests fed from a bounded queue by a thread of their own, so that hashing
     overlaps reading and compressing (hashlib releases the GIL on large updates). The

@@ -48,12 +48,12 @@ def encode_signature(tags: dict[int, tuple[int, object]], area_size: int | None)
     raise ValueError(f"signature tags do not fit the {area_size}-byte signature area")
 
 
-def signature_tags(header: bytes, md5: bytes, size: int, payload_size: int) -> dict:
-    """The digests and sizes rpm checks: over the main header (SHA1, SHA256), header and
-    payload (MD5, SIZE), and the uncompressed payload's size."""
+def signature_tags(header: bytes, size: int, payload_size: int) -> dict:
+    """The digests and sizes rpm checks: over the main header (SHA1, SHA256), the size of
+    header and payload, and the uncompressed payload's size. No v3 MD5 over header and
+    payload: the header's PAYLOADDIGEST covers the payload (rpm >= 4.14, write_rpm)."""
     tags = {SigTag.SHA1: (TYPE_STRING, hashlib.sha1(header).hexdigest()),
-            SigTag.SHA256: (TYPE_STRING, hashlib.sha256(header).hexdigest()),
-            SigTag.MD5: (TYPE_BIN, md5)}
+            SigTag.SHA256: (TYPE_STRING, hashlib.sha256(header).hexdigest())}
     if size >= LARGE_SIZE:
         tags[SigTag.LONGSIZE] = (TYPE_INT64, [size])
     else:

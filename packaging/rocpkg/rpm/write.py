@@ -19,7 +19,7 @@ from rocpkg.rpm.signature import LEAD_SIZE, encode_lead, encode_signature, signa
 from rocpkg.rpm.spec import RELATION_KEYS, SCRIPT_SENSE, ParsedSpec, parse_spec
 from rocpkg.rpm.tags import (LARGE_SIZE, PGPHASHALGO_SHA256, RPMFILE_NONE, RPMVERIFY_ALL, TYPE_I18NSTRING,
                              TYPE_INT16, TYPE_INT32, TYPE_INT64, TYPE_STRING, TYPE_STRING_ARRAY, Tag)
-from rocpkg.streams import AtomicOutput, DigestThread, SourceFile, Tee, hash_open
+from rocpkg.streams import AtomicOutput, SourceFile, Tee, digester, hash_open
 
 BUILDHOST = "localhost"
 RPMVERSION = "4.18.0"       # the rpm feature level this writer follows
@@ -106,8 +106,7 @@ def _i18n(text: str) -> tuple[int, list[str]]:
 
 
 def build_header(spec: PackageSpec, parsed: ParsedSpec, options: BuildOptions,
-                 files: list[FileEntry], digests: dict[str, str],
-                 payload_digest: str, payload_digest_alt: str) -> dict:
+                 files: list[FileEntry], digests: dict[str, str], payload_digest: str) -> dict:
     """Every main-header tag, from the parsed spec text (metadata) and the plan (files).
     Digests are fixed-length hex, so a placeholder header has the final header's size."""
     pre = parsed.preamble
@@ -164,7 +163,6 @@ def build_header(spec: PackageSpec, parsed: ParsedSpec, options: BuildOptions,
         Tag.ENCODING: (TYPE_STRING, "utf-8"),
         Tag.PAYLOADDIGEST: (TYPE_STRING_ARRAY, [payload_digest]),
         Tag.PAYLOADDIGESTALGO: (TYPE_INT32, [PGPHASHALGO_SHA256]),
-        Tag.PAYLOADDIGESTALT: (TYPE_STRING_ARRAY, [payload_digest_alt]),
     }
     if epoch:
         tags[Tag.EPOCH] = (TYPE_INT32, [epoch])
@@ -201,11 +199,11 @@ def build_header(spec: PackageSpec, parsed: ParsedSpec, options: BuildOptions,
     return tags
 
 
-def _stream_payload(spec, files, payload_sink, large: bool, mtime: int) -> dict[str, str]:
+def _stream_payload(spec, files, payload_sink, large: bool, mtime: int, threads: int) -> dict[str, str]:
     """The cpio archive of every entry, file bytes streamed from the sources; returns the
-    SHA-256 of each regular file (the header's FILEDIGESTS), taken by a digest thread
-    beside the writer."""
-    sha256 = DigestThread("sha256")
+    SHA-256 of each regular file (the header's FILEDIGESTS), taken on the way
+    (streams.digester: beside the writer when the package has cores to spare)."""
+    sha256 = digester("sha256", threads)
     cpio = CpioWriter(payload_sink, stripped=large)
     try:
         for index, entry in enumerate(files):
@@ -232,11 +230,16 @@ def write_rpm(spec: PackageSpec, out_dir: str, options: BuildOptions) -> BuiltPa
     """Write out_dir/<spec.filename>, streaming: (1) check the sources; (2) lead,
     placeholder signature, placeholder header (every digest zeros: digests are fixed-length
     hex, so the header's length does not depend on them), then the compressed cpio while
-    hashing each file and both streams in digest threads beside the compressor; (3)
-    rewrite the header with the real file and payload digests (same length); (4) compute
-    the signature (one pass over the compressed payload for MD5) and rewrite it in its
-    fixed-size slot; (5) one more pass for the whole file's sha256. Each source is read once. Written
-    through AtomicOutput: a failure leaves no partial file."""
+    taking each file's sha256 and the compressed payload's; (3) rewrite the header with
+    the real digests (same length) and the signature in its fixed-size slot; (4) one pass
+    over the compressed payload for the whole file's sha256. Each source is read once.
+    Written through AtomicOutput: a failure leaves no partial file.
+
+    The digest scheme is rpm >= 4.14's: header SHA256 (and SHA1) in the signature, the
+    payload's SHA256 in the header (PAYLOADDIGEST), each file's SHA256 (FILEDIGESTS). Not
+    written: the v3 MD5 over header + payload (rpmsign(8): "expensive and redundant
+    baggage on packages where a separate payload digest exists") and PAYLOADDIGESTALT (the
+    uncompressed stream's, optional): each was one more full pass over the payload."""
     if spec.format != "rpm":
         raise RocpkgInputError((spec.name, f"not an rpm spec (format {spec.format!r})"))
     try:
@@ -247,13 +250,13 @@ def write_rpm(spec: PackageSpec, out_dir: str, options: BuildOptions) -> BuiltPa
     files = checked_files(spec.name, spec.files)
     check_sources(spec.name, files)
     large = any(_entry_size(e) >= LARGE_SIZE for e in files)
+    threads = compression.writer_threads(options)
     placeholder = "0" * 64
     placeholders = {e.path: placeholder for e in files if e.type == FILE}
-    header_tags = build_header(spec, parsed, options, files, placeholders, placeholder, placeholder)
+    header_tags = build_header(spec, parsed, options, files, placeholders, placeholder)
     header = encode_header(header_tags, Tag.HEADERIMMUTABLE)
     # The largest signature this package can need fixes the size of its slot.
-    sig_area = len(encode_signature(signature_tags(header, bytes(16), LARGE_SIZE + 1, LARGE_SIZE + 1),
-                                    None))
+    sig_area = len(encode_signature(signature_tags(header, LARGE_SIZE + 1, LARGE_SIZE + 1), None))
     nevr = f"{parsed.preamble['name']}-{spec.evr}"
     path = os.path.join(out_dir, spec.filename)
     with AtomicOutput(path, "w+b") as out:
@@ -262,39 +265,32 @@ def write_rpm(spec: PackageSpec, out_dir: str, options: BuildOptions) -> BuiltPa
         header_start = out.tell()
         out.write(header)
         payload_start = out.tell()
-        compressed_digest = DigestThread("sha256", whole=True)
-        uncompressed_digest = DigestThread("sha256", whole=True)
+        compressed_digest = digester("sha256", threads, whole=True)
         compressed = Tee(out, compressed_digest)
         compressor = compression.compressor(options.compression, compressed, options, compression.RPM)
-        uncompressed = Tee(compressor, uncompressed_digest)
+        uncompressed = Tee(compressor)
         try:
-            digests = _stream_payload(spec, files, uncompressed, large, options.source_date_epoch)
+            digests = _stream_payload(spec, files, uncompressed, large, options.source_date_epoch, threads)
             compressor.close()
         except BaseException:
             compressed_digest.abandon()
-            uncompressed_digest.abandon()
             raise
-        header_tags = build_header(spec, parsed, options, files, digests,
-                                   compressed_digest.hexdigest(), uncompressed_digest.hexdigest())
+        header_tags = build_header(spec, parsed, options, files, digests, compressed_digest.hexdigest())
         final_header = encode_header(header_tags, Tag.HEADERIMMUTABLE)
         if len(final_header) != len(header):
             raise AssertionError("rpm header changed length when digests were filled in")
         out.seek(header_start)
         out.write(final_header)
-        # MD5 (signature) covers header + payload and the whole file's sha256 covers the
-        # signature too, and the header is final only after the payload (its file and
-        # payload digests): neither can be taken while writing, and the second needs the
-        # first. So: two passes over the compressed payload (smaller than the input,
-        # in the page cache), the least this digest scheme allows.
-        md5 = hashlib.md5(final_header, usedforsecurity=False)
-        hash_open(out, payload_start, md5)
-        sig = encode_signature(signature_tags(final_header, md5.digest(),
-                                               len(final_header) + compressed.count,
-                                               uncompressed.count), sig_area)
+        sig = encode_signature(signature_tags(final_header, len(final_header) + compressed.count,
+                                              uncompressed.count), sig_area)
         if len(sig) != sig_area:
             raise AssertionError("rpm signature changed length")
         out.seek(LEAD_SIZE)
         out.write(sig)
+        # The whole file's sha256 (the repository index and the manifest carry it)
+        # covers the header, which is final only after the payload (its digests): no
+        # order takes it while writing. One pass over the compressed payload, from the
+        # page cache, is the least it costs.
         whole = hashlib.sha256(encode_lead(nevr) + sig + final_header)
         size = payload_start + hash_open(out, payload_start, whole)
     return BuiltPackage(spec=spec, path=path, size=size, sha256=whole.hexdigest(),

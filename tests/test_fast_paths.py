@@ -1,0 +1,198 @@
+"""The shortcuts issue 15 took, each held to what it replaced: a hand-packed tar header is
+tarfile's, libc's memmem finds what bytes.find finds, a package written on one core (inline
+digests) is byte for byte the one written with threads, a zstd context reused across
+packages and across fork changes no byte and never hangs, and the kernel check by headers
+refuses what it claims to (the whole decode stays with `--deep-check`)."""
+from __future__ import annotations
+
+import hashlib
+import multiprocessing
+import os
+import struct
+import tarfile
+
+import pytest
+import zstandard
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_kpack_archive import HOSTILE, damaged_archive, elf_archive, hand_written_archive
+from test_one_pass import _files, _options, _spec
+
+from kpack import memsearch
+from kpack.check import check_archive
+from rocpkg import compression, deb
+from rocpkg.deb import write_deb
+from rocpkg.rpm import write_rpm
+
+MIB = 1 << 20
+
+
+@pytest.fixture
+def sources(tmp_path) -> dict[str, bytes]:
+    contents = {"/opt/rocm/core-7.1/lib/k.co": os.urandom(3 * MIB + 7),
+                "/opt/rocm/core-7.1/lib/libx.so": b"host " * 300_000,
+                "/opt/rocm/core-7.1/share/empty": b""}
+    for path, data in contents.items():
+        (tmp_path / os.path.basename(path)).write_bytes(data)
+    return contents
+
+
+# -- tar headers ------------------------------------------------------------------------------
+
+names = st.text(alphabet="abcé/_-.~ 0", max_size=130).map(lambda s: "./" + s)
+
+
+@settings(max_examples=400, deadline=None)
+@given(name=names, kind=st.sampled_from([tarfile.REGTYPE, tarfile.DIRTYPE, tarfile.SYMTYPE]),
+       mode=st.integers(0, 0o7777), mtime=st.integers(0, 2**35),
+       size=st.one_of(st.integers(0, 2**34), st.sampled_from([8**11 - 1, 8**11])),
+       link=st.text(alphabet="ab/é.", max_size=120))
+def test_the_hand_packed_header_is_the_one_tarfile_writes(name, kind, mode, mtime, size, link):
+    fields = (name, kind, mode, mtime, size if kind == tarfile.REGTYPE else 0, link if kind == tarfile.SYMTYPE else "")
+    expected = deb._tarinfo(*fields).tobuf(tarfile.GNU_FORMAT, "utf-8", "strict")
+    assert deb._tar_header(fields) == expected
+
+
+def test_this_python_takes_the_fast_header_path():
+    assert deb._FAST_HEADERS  # else every header silently comes from tarfile (correct, slower)
+
+
+# -- memmem --------------------------------------------------------------------------------------
+
+@settings(max_examples=300, deadline=None)
+@given(hay=st.binary(max_size=300), needle=st.binary(min_size=1, max_size=6),
+       start=st.integers(0, 320), end=st.one_of(st.none(), st.integers(0, 320)))
+def test_memmem_finds_what_bytes_find_finds(hay, needle, start, end):
+    hay = hay + needle + hay  # a hit is likely
+    assert memsearch.find(hay, needle, start, end) == hay.find(needle, start, len(hay) if end is None else end)
+
+
+# -- one core or many: the same bytes --------------------------------------------------------------
+
+@pytest.mark.parametrize("writer", [write_deb, write_rpm], ids=["deb", "rpm"])
+def test_a_package_written_on_one_core_is_the_one_written_with_threads(writer, tmp_path, sources):
+    fmt = "deb" if writer is write_deb else "rpm"
+    built = {}
+    for threads in (1, 4):
+        out = tmp_path / f"t{threads}"
+        out.mkdir()
+        package = writer(_spec(fmt, _files(tmp_path, sources)), str(out), _options(threads=threads))
+        data = open(package.path, "rb").read()
+        assert package.sha256 == hashlib.sha256(data).hexdigest()
+        built[threads] = data
+    assert built[1] == built[4]
+
+
+def _write_in_child(args) -> str:
+    writer, spec, out, options = args
+    package = writer(spec, out, options)
+    return hashlib.sha256(open(package.path, "rb").read()).hexdigest()
+
+
+@pytest.mark.parametrize("writer", [write_deb, write_rpm], ids=["deb", "rpm"])
+def test_a_reused_zstd_context_survives_fork_and_changes_no_byte(writer, tmp_path, sources):
+    """The writers keep one zstd context per thread (its worker threads start once); a
+    forked build worker inherits it without its threads and must make its own: it used to
+    wait forever on the parent's."""
+    fmt = "deb" if writer is write_deb else "rpm"
+    spec, options = _spec(fmt, _files(tmp_path, sources)), _options(threads=2)
+    (tmp_path / "parent").mkdir()
+    (tmp_path / "child").mkdir()
+    parent = writer(spec, str(tmp_path / "parent"), options)  # the context now exists here
+    with multiprocessing.get_context("fork").Pool(1) as pool:
+        child = pool.apply_async(_write_in_child, [(writer, spec, str(tmp_path / "child"), options)])
+        digest = child.get(timeout=60)
+    assert digest == parent.sha256
+
+
+def test_the_writer_keeps_one_zstd_context_per_thread():
+    first = compression._zstd_compressor(3, 2, True)
+    assert compression._zstd_compressor(3, 2, True) is first
+    other = compression._zstd_compressor(3, 4, True)
+    assert other is not first and compression._ZSTD_CONTEXTS.held[1] is other
+
+
+# -- the kernel check by headers ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("name,scheme,damage,needle", [h for h in HOSTILE if h[0] != "corrupt zstd frame"],
+                         ids=[h[0] for h in HOSTILE if h[0] != "corrupt zstd frame"])
+def test_the_header_check_refuses_every_hostile_archive(tmp_path, name, scheme, damage, needle):
+    path = damaged_archive(tmp_path, scheme, damage)
+    problems = check_archive(path, whole_kernels=False, require_code_objects=False)
+    assert problems and any(needle in str(p) for p in problems), problems
+
+
+def _frame_of(payload: bytes) -> bytes:
+    return zstandard.ZstdCompressor(level=3, write_checksum=True).compress(payload)
+
+
+def _code_object(target: str = "gfx942") -> bytes:
+    from kpack.elf import build_amdgpu_code_object
+
+    return build_amdgpu_code_object(target, payload=os.urandom(300_000))
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda frame: frame + b"\0" * 5, "blocks end at"),           # padded inside its frame
+    (lambda frame: frame[:-9], "past the end of its frame"),      # cut short
+])
+def test_a_misframed_kernel_is_refused_without_decoding_it(tmp_path, change, message):
+    kernel = _code_object()
+    path = hand_written_archive(tmp_path / "k.kpack", change(_frame_of(kernel)), len(kernel))
+    problems = check_archive(path, "gfx942", whole_kernels=False)
+    assert any(message in str(p) for p in problems), problems
+
+
+def test_a_kernel_whose_blocks_cannot_hold_its_size_is_refused(tmp_path):
+    kernel = _code_object()
+    frame = zstandard.ZstdCompressor(level=3, write_content_size=False).compress(kernel)
+    path = hand_written_archive(tmp_path / "k.kpack", frame, len(kernel) * 4)
+    problems = check_archive(path, "gfx942", whole_kernels=False)
+    assert any("blocks hold" in str(p) for p in problems), problems
+
+
+def test_a_kernel_for_another_target_is_refused_from_its_header(tmp_path):
+    path = elf_archive(tmp_path / "blas_lib_gfx1100.kpack", {("lib/x.so#0", "gfx1100"): "gfx942"},
+                       gfx_arches=["gfx1100"])
+    problems = check_archive(path, "gfx1100", whole_kernels=False)
+    assert any("gfx942" in str(p) and "EF_AMDGPU_MACH" in str(p) for p in problems), problems
+
+
+def _flip_inside_first_block(data: bytes) -> bytes:
+    """Damage bytes of the first frame's first compressed block, leaving every header."""
+    (size,) = struct.unpack_from("<I", data, 68)
+    frame = data[72:72 + size]
+    header = zstandard.frame_header_size(frame)
+    at = 72 + header + 3 + 40   # past the first block's header, inside its literals
+    return data[:at] + bytes(b ^ 0xA5 for b in data[at:at + 16]) + data[at + 16:]
+
+
+def test_damage_inside_a_compressed_block_is_what_only_the_deep_check_finds(tmp_path):
+    """The documented limit of the header check: a flipped byte inside a compressed block
+    decodes (or not) only when decoded. `--deep-check` (whole_kernels=True) finds it."""
+    kernels = {(f"lib/x.so#{i}", "gfx942"): "gfx942" for i in range(2)}
+    good = elf_archive(tmp_path / "good.kpack", kernels, gfx_arches=["gfx942"])
+    bad = tmp_path / "bad.kpack"
+    bad.write_bytes(_flip_inside_first_block(good.read_bytes()))
+    assert check_archive(bad, "gfx942", whole_kernels=True)
+    assert check_archive(good, "gfx942", whole_kernels=False) == []
+
+
+def test_build_deep_check_decodes_every_kernel_and_refuses_a_damaged_one(tmp_path):
+    from test_build_refuses import refused
+
+    from rocpkg.config import load_config
+    from rocpkg.sample import make_sample_artifacts
+
+    make_sample_artifacts(tmp_path / "artifacts", load_config(None), targets=["gfx942"], size_mb=0.3)
+    archive = tmp_path / "artifacts" / "blas_lib_gfx942" / "rocBLAS" / "stage" / ".kpack" / "blas_lib_gfx942.kpack"
+    from kpack.archive import KpackReader
+
+    with KpackReader(archive) as reader:  # kernels that compress (the sample's are random: stored blocks)
+        kernels = {(e.key, e.arch): "gfx942" for e in reader.entries()}
+    archive.unlink()
+    elf_archive(archive, kernels, gfx_arches=["gfx942"])
+    archive.write_bytes(_flip_inside_first_block(archive.read_bytes()))
+
+    errors = refused(tmp_path / "deep", "-a", tmp_path / "artifacts", "--deep-check")
+    assert any(str(archive) in e and "[kpack-archive]" in e and "zstd" in e for e in errors), errors
