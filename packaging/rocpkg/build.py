@@ -44,7 +44,8 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from rocpkg import gate
-from rocpkg.compression import ZSTD_MAX_THREADS, usable_cores
+from rocpkg import compression
+from rocpkg.compression import DEB_THREADS, ZSTD_MAX_THREADS, usable_cores
 from rocpkg import model as m
 from rocpkg import releases
 from rocpkg.errors import RocpkgInputError
@@ -464,6 +465,7 @@ def build_release(plan, out_dir: str | os.PathLike, *, formats: Iterable[str] | 
     Raises RocpkgInputError with every package's problems after building the others.
     """
     started = time.perf_counter()
+    compression.keep_frame_buffers()  # before the workers fork: they inherit it
     out_dir = os.path.abspath(os.fspath(out_dir))
     formats = list(formats or plan.packages)
     missing = [f for f in formats if f not in plan.packages]
@@ -518,6 +520,8 @@ def build_release(plan, out_dir: str | os.PathLike, *, formats: Iterable[str] | 
         jobs = result.jobs = max(1, min(jobs or cores, len(stale) or 1))
         threads = ([options.threads] * len(stale) if options.threads else
                    zstd_threads([s.payload_size for s, _ in stale], cores, jobs, ZSTD_MAX_THREADS))
+        # a .deb's one zstd frame has one thread, its md5s another (compression.DEB)
+        threads = [min(n, DEB_THREADS) if s.format == "deb" else n for (s, _), n in zip(stale, threads)]
         result.thread_range = (min(threads, default=1), max(threads, default=1))
         result.threads = result.thread_range[1]
         tasks = [_Task(spec, out_dir, dataclasses.replace(options, threads=n), fingerprint, signer)

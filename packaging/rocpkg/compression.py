@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import gzip
 import lzma
+import collections
+import ctypes
 import os
 import threading
 import zlib
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import zstandard
@@ -20,11 +23,12 @@ from rocpkg.errors import RocpkgInputError
 # kind -> file name suffix (data.tar.zst ...); the kinds every writer accepts
 SUFFIXES = {"zstd": "zst", "xz": "xz", "gzip": "gz"}
 KINDS = tuple(SUFFIXES)
-# zstd workers each hold about 3 jobs: 4 MiB jobs keep a worker near 12 MB of RSS (the
-# default job size costs ~30 MB per worker), so 16 workers (the last big package of a
-# build on a 16-core machine) stay near 200 MB. The output depends on the job size,
-# never on the number of workers.
-ZSTD_JOB_SIZE = 4 << 20
+# RPM zstd payloads are a run of independent frames of ZSTD_FRAME_SIZE input bytes each
+# (ZstdFrames): a frame's bytes depend on its input alone, so the output is the same for
+# any number of threads, and one thread compresses at single-threaded zstd's speed (zstd's
+# own multi-threaded mode, even with one worker, cost a third more CPU). 4 MiB is twice
+# zstd -3's window: a frame boundary costs a few hundred bytes of ratio. (.deb: Flavour.)
+ZSTD_FRAME_SIZE = 4 << 20
 ZSTD_MAX_THREADS = 16
 
 
@@ -35,12 +39,17 @@ class Flavour:
     xz_check: int           # lzma.CHECK_*
     zlib_gzip_header: bool  # zlib's gzip header (OS byte 3) rather than Python gzip's (255)
     zstd_checksum: bool = False  # a content checksum per zstd frame
+    zstd_frames: bool = True     # a run of ZSTD_FRAME_SIZE frames; False: one frame
 
 
 # .deb: zstd frames with content checksums, as dpkg-deb writes them (dpkg then refuses a
-# flipped byte: "Restored data doesn't match checksum"); an RPM's payload digest covers it.
-DEB = Flavour(xz_check=lzma.CHECK_CRC64, zlib_gzip_header=False, zstd_checksum=True)
+# flipped byte: "Restored data doesn't match checksum"), and one frame only: dpkg 1.21
+# (Debian 12) stops reading data.tar.zst at the end of its first frame ("tar: Unexpected
+# EOF"). One frame is one compressing thread (DEB_THREADS: the md5s go beside it).
+# An RPM's payload digest covers its payload; rpm reads a run of frames.
+DEB = Flavour(xz_check=lzma.CHECK_CRC64, zlib_gzip_header=False, zstd_checksum=True, zstd_frames=False)
 RPM = Flavour(xz_check=lzma.CHECK_CRC32, zlib_gzip_header=True)
+DEB_THREADS = 2
 
 
 def usable_cores() -> int:
@@ -49,6 +58,22 @@ def usable_cores() -> int:
         return len(os.sched_getaffinity(0)) or 1
     except (AttributeError, OSError):
         return os.cpu_count() or 1
+
+
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3   # glibc's mallopt parameters
+
+
+def keep_frame_buffers() -> None:
+    """Have glibc's malloc keep freed frame-sized buffers for the next frame. By default
+    a 4 MiB block is mapped for each allocation and unmapped when freed (or the heap is
+    trimmed), so every frame's input and output faulted their pages in again: a third of
+    a build's CPU went to the kernel. Process-wide; a no-op without glibc."""
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (AttributeError, OSError):
+        return
+    mallopt(_M_MMAP_THRESHOLD, 32 << 20)
+    mallopt(_M_TRIM_THRESHOLD, 128 << 20)
 
 
 def writer_threads(options) -> int:
@@ -63,7 +88,8 @@ def _unknown(kind: str) -> RocpkgInputError:
 
 class Compressor:
     """write() compresses into sink; close() ends the stream without closing sink.
-    zstd runs in worker threads with a fixed job size; gzip writes no name and mtime 0.
+    zstd is a run of fixed-size frames (ZstdFrames) or one single-threaded frame (the
+    flavour says which); gzip writes no name and mtime 0.
     Levels are clamped to each kind's range (zstd 1-19, xz 0-9, gzip 1-9)."""
 
     def __init__(self, kind: str, sink, level: int, threads: int, flavour: Flavour):
@@ -72,9 +98,13 @@ class Compressor:
         self.stream = None
         self.obj = None
         if kind == "zstd":
-            workers = min(threads or usable_cores(), ZSTD_MAX_THREADS)  # as writer_threads
-            self.stream = _zstd_compressor(max(1, min(level, 19)), workers, flavour.zstd_checksum).stream_writer(
-                sink, closefd=False, write_return_read=True)
+            level = max(1, min(level, 19))
+            if flavour.zstd_frames:
+                workers = min(threads or usable_cores(), ZSTD_MAX_THREADS)  # as writer_threads
+                self.stream = ZstdFrames(sink, level, workers, flavour.zstd_checksum)
+            else:
+                self.stream = _context(level, flavour.zstd_checksum).stream_writer(
+                    sink, closefd=False, write_return_read=True)
         elif kind == "xz":
             self.obj = lzma.LZMACompressor(format=lzma.FORMAT_XZ, check=flavour.xz_check,
                                            preset=max(0, min(level, 9)))
@@ -102,29 +132,78 @@ class Compressor:
             self.sink.write(self.obj.flush())
 
 
-_ZSTD_CONTEXTS = threading.local()
-_FORKED_CONTEXTS: list = []
+_THREAD_CONTEXTS = threading.local()
 
 
-def _zstd_compressor(level: int, workers: int, checksum: bool) -> zstandard.ZstdCompressor:
-    """A zstd context reused package after package by one thread while the setting stays
-    the same: a context starts its worker threads once (setting them up for each of 400
-    small packages cost as much as compressing them). Only the last one is kept, so a
-    worker's memory stays that of one context. Each stream is a new frame: reuse changes
-    no byte."""
-    key = (level, workers, checksum)
-    held = getattr(_ZSTD_CONTEXTS, "held", None)
-    if held is not None and _ZSTD_CONTEXTS.pid != os.getpid():
-        # A forked worker inherits a context whose worker threads stayed in the parent:
-        # using it, or even freeing it, waits forever on them, so it is kept, unused.
-        _FORKED_CONTEXTS.append(held)
-        held = None
-    if held is None or held[0] != key:
-        parameters = zstandard.ZstdCompressionParameters.from_level(
-            level, threads=workers, job_size=ZSTD_JOB_SIZE, write_checksum=checksum)
-        held = _ZSTD_CONTEXTS.held = (key, zstandard.ZstdCompressor(compression_params=parameters))
-        _ZSTD_CONTEXTS.pid = os.getpid()
-    return held[1]
+def _context(level: int, checksum: bool) -> zstandard.ZstdCompressor:
+    """This thread's single-threaded zstd context for a setting, made once (a context is a
+    few MiB of tables; 400 packages of a release reuse it)."""
+    contexts = getattr(_THREAD_CONTEXTS, "by_setting", None)
+    if contexts is None:
+        contexts = _THREAD_CONTEXTS.by_setting = {}
+    key = (level, checksum)
+    if key not in contexts:
+        contexts[key] = zstandard.ZstdCompressor(level=level, write_checksum=checksum, write_content_size=True)
+    return contexts[key]
+
+
+def _compress_frame(level: int, checksum: bool, data: bytes) -> bytes:
+    return _context(level, checksum).compress(data)
+
+
+class ZstdFrames:
+    """A zstd stream written as independent frames of ZSTD_FRAME_SIZE input bytes (the
+    last one shorter; one empty frame for no input at all). zstd decoders read a run of
+    frames as one stream (RFC 8878 3: dpkg, rpm and `zstd -d` all do). With threads > 1
+    the frames are compressed by a pool of that many threads (zstandard releases the
+    GIL) and written in order; at most threads + 2 frames are in flight, so memory is
+    bounded by the frame size, not the package's."""
+
+    def __init__(self, sink, level: int, threads: int, checksum: bool):
+        self.sink, self.level, self.threads, self.checksum = sink, level, threads, checksum
+        self.parts: list[bytes] = []
+        self.buffered = 0
+        self.frames = 0
+        self.pool = None
+        self.pending: collections.deque = collections.deque()
+
+    def write(self, data) -> int:
+        n = len(data)
+        # pieces of immutable data are kept as views (one copy, when a frame is joined);
+        # a caller's mutable buffer is copied now
+        view = memoryview(data) if isinstance(data, bytes) or (isinstance(data, memoryview) and data.readonly) \
+            else memoryview(bytes(data))
+        while view:
+            room = ZSTD_FRAME_SIZE - self.buffered
+            self.parts.append(view[:room])
+            self.buffered += len(self.parts[-1])
+            view = view[room:]
+            if self.buffered == ZSTD_FRAME_SIZE:
+                self._frame()
+        return n
+
+    def _frame(self) -> None:
+        block = b"".join(self.parts)
+        self.parts, self.buffered = [], 0
+        self.frames += 1
+        if self.threads <= 1:
+            self.sink.write(_compress_frame(self.level, self.checksum, block))
+            return
+        if self.pool is None:
+            self.pool = ThreadPoolExecutor(self.threads, thread_name_prefix="zstd")
+        self.pending.append(self.pool.submit(_compress_frame, self.level, self.checksum, block))
+        while len(self.pending) > self.threads + 2:
+            self.sink.write(self.pending.popleft().result())
+
+    def close(self) -> None:
+        if self.buffered or not self.frames:
+            self._frame()
+        try:
+            while self.pending:
+                self.sink.write(self.pending.popleft().result())
+        finally:
+            if self.pool is not None:
+                self.pool.shutdown(cancel_futures=True)
 
 
 def compressor(kind: str, sink, options, flavour: Flavour) -> Compressor:
