@@ -336,9 +336,20 @@ def _write_atomic(path: str, data: bytes) -> None:
         fh.write(data)
 
 
-def _build_one(task: _Task) -> PackageOutcome | list[tuple[str, str]]:
-    """Write one package, its rendered metadata and its state; bad input comes back as
-    a problem list (exceptions lose their structure crossing processes)."""
+@dataclass(frozen=True)
+class _Written:
+    """A package a worker wrote (renamed into place), with what the parent records of it."""
+
+    outcome: PackageOutcome
+    metadata: str       # the rendered control file / spec
+    state: dict         # what _up_to_date compares on the next build
+
+
+def _build_one(task: _Task) -> _Written | list[tuple[str, str]]:
+    """Write one package; bad input comes back as a problem list (exceptions lose their
+    structure crossing processes). Its rendered metadata and its state are written by the
+    parent (_record): sixteen workers creating small files at once spent more CPU in the
+    kernel's file system locks than on those files."""
     spec, out_dir = task.spec, task.out_dir
     started = time.perf_counter()
     try:
@@ -358,17 +369,66 @@ def _build_one(task: _Task) -> PackageOutcome | list[tuple[str, str]]:
                 if sign_rpm_header(built.path, task.signer):
                     whole = hash_file(built.path)
                     built = dataclasses.replace(built, size=whole.count, sha256=whole.hexdigest())
-        _write_atomic(_control_path(out_dir, spec), built.metadata.encode("utf-8"))
         st = os.stat(built.path)
-        state = {"fingerprint": task.fingerprint, "file": os.path.relpath(built.path, out_dir),
-                 "size": built.size, "sha256": built.sha256, "mtime_ns": st.st_mtime_ns, "ino": st.st_ino}
-        _write_atomic(_state_path(out_dir, spec), json.dumps(state, indent=1).encode() + b"\n")
     except RocpkgInputError as exc:
         return exc.problems
-    return _outcome(spec, out_dir, built.size, built.sha256, rebuilt=True, seconds=time.perf_counter() - started)
+    state = {"fingerprint": task.fingerprint, "file": os.path.relpath(built.path, out_dir),
+             "size": built.size, "sha256": built.sha256, "mtime_ns": st.st_mtime_ns, "ino": st.st_ino}
+    outcome = _outcome(spec, out_dir, built.size, built.sha256, rebuilt=True, seconds=time.perf_counter() - started)
+    return _Written(outcome, built.metadata, state)
+
+
+def _record(out_dir: str, spec: m.PackageSpec, written: _Written) -> None:
+    """The rendered metadata and the state of a package now in place (the state last: a
+    package counts as finished once its state is recorded)."""
+    _write_atomic(_control_path(out_dir, spec), written.metadata.encode("utf-8"))
+    _write_atomic(_state_path(out_dir, spec), json.dumps(written.state, indent=1).encode() + b"\n")
 
 
 # ---- the release -------------------------------------------------------------------
+
+
+class _Workers:
+    """The build's worker processes (none for one job), forked once the writers and
+    their templates are loaded (so no worker loads them again): the archive checks run
+    on them, then the packages. They ignore Ctrl-C: the parent stops them (what they
+    finished is kept by its state file, the rest is redone)."""
+
+    def __init__(self, size: int, specs: list[m.PackageSpec]):
+        self.size, self.specs, self.pool = size, specs, None
+
+    def __enter__(self) -> "_Workers":
+        if self.size > 1:
+            _load_writers(self.specs)
+            self.pool = get_context("fork").Pool(self.size, initializer=signal.signal,
+                                                 initargs=(signal.SIGINT, signal.SIG_IGN))
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is not None:
+            self.stop()
+        elif self.pool is not None:
+            self.pool.close()
+            self.pool.join()
+
+    def stop(self) -> None:
+        """End the workers now, whatever they are writing (no temporary appears after)."""
+        if self.pool is not None:
+            self.pool.terminate()
+            self.pool.join()
+            self.pool = None
+
+    def starmap(self, function, arguments: list[tuple]) -> list:
+        if self.pool is None or len(arguments) < 2:
+            return [function(*args) for args in arguments]
+        return self.pool.starmap(function, arguments)
+
+
+def _load_writers(specs: list[m.PackageSpec]) -> None:
+    """Import the writers and compile the templates the specs use (rocpkg.render)."""
+    from rocpkg import deb, render, rpm  # noqa: F401
+
+    render.compile_templates(specs)
 
 
 def _plan_digest(specs: list[m.PackageSpec]) -> str:
@@ -482,102 +542,103 @@ def build_release(plan, out_dir: str | os.PathLike, *, formats: Iterable[str] | 
     if only is not None:
         chosen = [s for s in chosen if (s.format, s.name) in only]
     cores = usable_cores()
-    allowed = gate.enforce(gate.refusals(plan, formats, config=config, jobs=jobs or 0, whole_kernels=deep_check),
-                           gate.check_allow(allow))
-    code = _code_fingerprint()
-    signer_id = signer.fingerprint if signer is not None else ""
+    # one set of worker processes, forked before the checks: they check the archives,
+    # then write the packages
+    with _Workers(max(1, min(jobs or cores, len(chosen))), chosen) as workers:
+        allowed = gate.enforce(gate.refusals(plan, formats, config=config, jobs=jobs or 0, whole_kernels=deep_check,
+                                             starmap=workers.starmap), gate.check_allow(allow))
+        code = _code_fingerprint()
+        signer_id = signer.fingerprint if signer is not None else ""
 
-    os.makedirs(out_dir, exist_ok=True)
-    result = BuildResult(out_dir, "", shard=shard, allowed=allowed)
-    with OutLock(out_dir):
-        _remove_stale_temporaries(out_dir)
-        releases.read_manifest(out_dir)     # a damaged manifest is refused before a byte is written
-        # biggest first: the long packages start early and the pool drains evenly
-        order = sorted(chosen, key=lambda s: (-s.payload_size, s.format, s.name))
-        total_bytes = sum(s.payload_size for s in order)
-        done_bytes = 0
-        outcomes: list[PackageOutcome] = []
-        problems: list[tuple[str, str]] = []
+        os.makedirs(out_dir, exist_ok=True)
+        result = BuildResult(out_dir, "", shard=shard, allowed=allowed)
+        with OutLock(out_dir):
+            _remove_stale_temporaries(out_dir)
+            releases.read_manifest(out_dir)     # a damaged manifest is refused before a byte is written
+            # biggest first: the long packages start early and the pool drains evenly
+            order = sorted(chosen, key=lambda s: (-s.payload_size, s.format, s.name))
+            total_bytes = sum(s.payload_size for s in order)
+            done_bytes = 0
+            outcomes: list[PackageOutcome] = []
+            problems: list[tuple[str, str]] = []
 
-        def report(outcome: PackageOutcome | None) -> None:
-            if progress is not None:
-                progress(BuildProgress(len(outcomes), len(order), done_bytes, total_bytes, outcome))
+            def report(outcome: PackageOutcome | None) -> None:
+                if progress is not None:
+                    progress(BuildProgress(len(outcomes), len(order), done_bytes, total_bytes, outcome))
 
-        stale, recorded = [], []
-        for spec in order:
-            fingerprint = package_fingerprint(spec, options, code, signer_id)
-            outcome = _up_to_date(spec, out_dir, fingerprint)
-            if outcome is not None:
-                recorded.append(outcome)
-            else:
-                stale.append((spec, fingerprint))
-        # published bytes never change under one name-version-release (rocpkg.releases)
-        planned = [releases.Planned(s.format, s.name, s.version, s.release, s.arch,
-                                    _outcome(s, out_dir, 0, "", True).file) for s, _ in stale]
-        if conflicts := releases.conflicting_rebuilds(out_dir, planned):
-            raise RocpkgInputError(*conflicts)
-        # threads never change a byte (module doc), so they are chosen for what is left to do
-        jobs = result.jobs = max(1, min(jobs or cores, len(stale) or 1))
-        threads = ([options.threads] * len(stale) if options.threads else
-                   zstd_threads([s.payload_size for s, _ in stale], cores, jobs, ZSTD_MAX_THREADS))
-        # a .deb's one zstd frame has one thread, its md5s another (compression.DEB)
-        threads = [min(n, DEB_THREADS) if s.format == "deb" else n for (s, _), n in zip(stale, threads)]
-        result.thread_range = (min(threads, default=1), max(threads, default=1))
-        result.threads = result.thread_range[1]
-        tasks = [_Task(spec, out_dir, dataclasses.replace(options, threads=n), fingerprint, signer)
-                 for (spec, fingerprint), n in zip(stale, threads)]
+            stale, recorded = [], []
+            for spec in order:
+                fingerprint = package_fingerprint(spec, options, code, signer_id)
+                outcome = _up_to_date(spec, out_dir, fingerprint)
+                if outcome is not None:
+                    recorded.append(outcome)
+                else:
+                    stale.append((spec, fingerprint))
+            # published bytes never change under one name-version-release (rocpkg.releases)
+            planned = [releases.Planned(s.format, s.name, s.version, s.release, s.arch,
+                                        _outcome(s, out_dir, 0, "", True).file) for s, _ in stale]
+            if conflicts := releases.conflicting_rebuilds(out_dir, planned):
+                raise RocpkgInputError(*conflicts)
+            # threads never change a byte (module doc), so they are chosen for what is left to do
+            jobs = result.jobs = max(1, min(jobs or cores, len(stale) or 1))
+            threads = ([options.threads] * len(stale) if options.threads else
+                       zstd_threads([s.payload_size for s, _ in stale], cores, jobs, ZSTD_MAX_THREADS))
+            # a .deb's one zstd frame has one thread, its md5s another (compression.DEB)
+            threads = [min(n, DEB_THREADS) if s.format == "deb" else n for (s, _), n in zip(stale, threads)]
+            result.thread_range = (min(threads, default=1), max(threads, default=1))
+            result.threads = result.thread_range[1]
+            tasks = [_Task(spec, out_dir, dataclasses.replace(options, threads=n), fingerprint, signer)
+                     for (spec, fingerprint), n in zip(stale, threads)]
 
-        def finish(task: _Task | None, answer) -> None:
-            nonlocal done_bytes
-            if isinstance(answer, list):
-                problems.extend(answer)
-                return
-            outcomes.append(answer)
-            done_bytes += answer.payload
-            report(answer)
+            specs_by_key = {(t.spec.format, t.spec.name): t.spec for t in tasks}
 
-        if jobs == 1 or len(tasks) <= 1:
-            report(None)
-            for outcome in recorded:
-                finish(None, outcome)
-            for task in tasks:
-                finish(task, _build_one(task))
-        else:
-            # fork (cheap, no __main__ guard needed); the workers exist before the first
-            # progress callback may start a display thread, and ignore Ctrl-C: the parent
-            # stops them (what they finished is kept by its state file, the rest is redone)
-            pool = get_context("fork").Pool(jobs, initializer=signal.signal, initargs=(signal.SIGINT, signal.SIG_IGN))
-            try:
-                answers = pool.imap_unordered(_build_one, tasks)
+            def finish(task: _Task | None, answer) -> None:
+                nonlocal done_bytes
+                if isinstance(answer, list):
+                    problems.extend(answer)
+                    return
+                if isinstance(answer, _Written):
+                    _record(out_dir, specs_by_key[(answer.outcome.format, answer.outcome.name)], answer)
+                    answer = answer.outcome
+                outcomes.append(answer)
+                done_bytes += answer.payload
+                report(answer)
+
+            if workers.pool is None or len(tasks) <= 1:
                 report(None)
                 for outcome in recorded:
                     finish(None, outcome)
-                for answer in answers:
-                    finish(None, answer)
-                pool.close()
-            except BaseException:
-                pool.terminate()
-                raise
-            finally:
-                pool.join()
-        if problems:
-            raise RocpkgInputError(*problems)
+                for task in tasks:
+                    finish(task, _build_one(task))
+            else:
+                try:
+                    answers = workers.pool.imap_unordered(_build_one, tasks)
+                    report(None)
+                    for outcome in recorded:
+                        finish(None, outcome)
+                    for answer in answers:
+                        finish(None, answer)
+                except BaseException:
+                    workers.stop()  # before the OUT lock removes this run's temporaries
+                    raise
+            if problems:
+                raise RocpkgInputError(*problems)
 
-        _remember_digests(out_dir, outcomes)
-        specs_version = plan.settings["version"], plan.settings["release"]
-        entries = [o.manifest_entry() for o in outcomes]
-        record = releases.ReleaseRecord(*specs_version, targets=tuple(plan.targets), formats=tuple(formats),
-                                        allowed=tuple(r.to_dict() for r in allowed), plan=_plan_digest(every),
-                                        date=options.source_date_epoch)
-        if shard is None:
-            # the release joins the earlier ones in manifest.json (rocpkg.releases)
-            result.manifest = releases.write_release(out_dir, record, entries)
-            # the whole release is in manifest.json now; parts of an earlier split are stale
-            shutil.rmtree(os.path.join(out_dir, MANIFEST_PARTS), ignore_errors=True)
-        else:
-            result.manifest = manifest_part_path(out_dir, shard)
-            data = _manifest_bytes(_plan_digest(every), *specs_version, entries, shard, record)
-            _write_atomic(result.manifest, data)
+            _remember_digests(out_dir, outcomes)
+            specs_version = plan.settings["version"], plan.settings["release"]
+            entries = [o.manifest_entry() for o in outcomes]
+            record = releases.ReleaseRecord(*specs_version, targets=tuple(plan.targets), formats=tuple(formats),
+                                            allowed=tuple(r.to_dict() for r in allowed), plan=_plan_digest(every),
+                                            date=options.source_date_epoch)
+            if shard is None:
+                # the release joins the earlier ones in manifest.json (rocpkg.releases)
+                result.manifest = releases.write_release(out_dir, record, entries)
+                # the whole release is in manifest.json now; parts of an earlier split are stale
+                shutil.rmtree(os.path.join(out_dir, MANIFEST_PARTS), ignore_errors=True)
+            else:
+                result.manifest = manifest_part_path(out_dir, shard)
+                data = _manifest_bytes(_plan_digest(every), *specs_version, entries, shard, record)
+                _write_atomic(result.manifest, data)
     result.packages = sorted(outcomes, key=lambda o: (o.format, o.name))
     result.seconds = time.perf_counter() - started
     return result
