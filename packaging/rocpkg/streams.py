@@ -77,14 +77,17 @@ def hash_open(f: BinaryIO, start: int, *hashes) -> int:
     prefix is only final once the payload is written (see the writers): the payload was
     just written, so this reads the page cache, not the disk."""
     f.flush()
-    f.seek(start)
     buffer = bytearray(CHUNK)
     view = memoryview(buffer)
     count = 0
-    while n := f.readinto(buffer):
-        for h in hashes:
-            h.update(view[:n])
-        count += n
+    # through a read-only descriptor of its own: reading back through the one still open
+    # for writing cost up to four times the kernel time (measured under gVisor)
+    with open(f.name, "rb", buffering=0) as reader:
+        reader.seek(start)
+        while n := reader.readinto(buffer):
+            for h in hashes:
+                h.update(view[:n])
+            count += n
     return count
 
 
