@@ -36,7 +36,8 @@ def main() -> int:
 
     t = step("imports", t)
     plan = load_plan(argparse.Namespace(config=args.config, artifacts=args.artifacts, pkg_version=None,
-                                        release=None, targets=None, formats="deb,rpm"))
+                                        release=None, targets=None, formats="deb,rpm"),
+                     embedded_objects=False)  # as `rocpkg build` scans
     t = step("plan (config + catalog)", t)
     gate.refusals(plan, list(plan.packages), config=None, jobs=0)
     t = step("gate (verify + kpack archives)", t)

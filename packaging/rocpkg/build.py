@@ -418,10 +418,13 @@ class _Workers:
             self.pool.join()
             self.pool = None
 
-    def starmap(self, function, arguments: list[tuple]) -> list:
+    def starmap_async(self, function, arguments: list[tuple]):
+        """Start function(*args) for each args on the workers; returns the call that
+        waits for the results (in order). Without workers the work is done here, now."""
         if self.pool is None or len(arguments) < 2:
-            return [function(*args) for args in arguments]
-        return self.pool.starmap(function, arguments)
+            results = [function(*args) for args in arguments]
+            return lambda: results
+        return self.pool.starmap_async(function, arguments).get
 
 
 def _load_writers(specs: list[m.PackageSpec]) -> None:
@@ -546,7 +549,7 @@ def build_release(plan, out_dir: str | os.PathLike, *, formats: Iterable[str] | 
     # then write the packages
     with _Workers(max(1, min(jobs or cores, len(chosen))), chosen) as workers:
         allowed = gate.enforce(gate.refusals(plan, formats, config=config, jobs=jobs or 0, whole_kernels=deep_check,
-                                             starmap=workers.starmap), gate.check_allow(allow))
+                                             starmap_async=workers.starmap_async), gate.check_allow(allow))
         code = _code_fingerprint()
         signer_id = signer.fingerprint if signer is not None else ""
 

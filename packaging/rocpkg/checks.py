@@ -12,7 +12,7 @@ from kpack.marker import GFXARCH, Marker
 from rocpkg import model as m
 from rocpkg.catalog import ArchiveToc
 from rocpkg.config import relation_names
-from rocpkg.plan import closure, device_isas, provided_names
+from rocpkg.plan import closure, dependency_edges, device_isas, provided_names
 from rocpkg.verify_view import RELATION_FIELDS, Closure, ReleaseView, VerifyReport, key_order, payload, target_order
 
 
@@ -40,14 +40,15 @@ class Checker:
         self.counts = {"packages": len(self.specs), "host_binaries": 0, "archives": len(release.archives),
                        "lookups": 0, "kernels_checked": 0, "closures": 0}
         self.empty: set[str] = set()
-        self._provided: dict[str, str] | None = None   # plan.provided_names, once
+        self._edges: dict | None = None   # plan.dependency_edges, once
+        self._payload_paths: dict[str, list[str]] = {}   # package -> the paths it ships
 
     # helpers
     def closure(self, root: str) -> tuple[list[str], list[str]]:
         if root not in self._closures:
-            if self._provided is None:
-                self._provided = provided_names(self.specs)
-            self._closures[root] = closure(self.specs, root, self._provided)
+            if self._edges is None:
+                self._edges = dependency_edges(self.specs, provided_names(self.specs))
+            self._closures[root] = closure(self.specs, root, edges=self._edges)
         return self._closures[root]
 
     def shipped(self, root: str) -> dict[str, str]:
@@ -55,8 +56,10 @@ class Checker:
         if root not in self._shipped:
             paths: dict[str, str] = {}
             for name in self.closure(root)[0]:
-                for fe in payload(self.specs[name]):
-                    paths.setdefault(fe.path, name)
+                if name not in self._payload_paths:
+                    self._payload_paths[name] = [fe.path for fe in payload(self.specs[name])]
+                for path in self._payload_paths[name]:
+                    paths.setdefault(path, name)
             self._shipped[root] = paths
         return self._shipped[root]
 

@@ -53,7 +53,7 @@ def check_allow(allow) -> list[str]:
 
 
 def refusals(plan, formats, *, config=None, jobs: int = 0, whole_kernels: bool = False,
-             starmap=None) -> list[Refusal]:
+             starmap_async=None) -> list[Refusal]:
     """Every problem build refuses on, for the packages of `formats`: verify's plan-level
     checks and each packed kpack archive's structure. One problem, one refusal: a problem
     both formats share (same package, path, target and message) is listed once.
@@ -61,16 +61,23 @@ def refusals(plan, formats, *, config=None, jobs: int = 0, whole_kernels: bool =
     Each kernel's frame is checked by its headers and its code object by its ELF header
     (kpack.check, whole_kernels=False): decoding every kernel would cost more CPU than
     compressing the release (issue 15). whole_kernels=True (`build --deep-check`) decodes
-    each one, as `kpack verify` does. starmap: the build's worker processes, to check the
-    archives on every core (the block walk is Python, held by the GIL)."""
+    each one, as `kpack verify` does. starmap_async(function, arguments) -> a waiter: the
+    build's worker processes, which check the archives on every core (the block walk is
+    Python, held by the GIL) while this process runs verify's checks."""
     from rocpkg.verify import verify_plan
 
     found: dict[tuple, Refusal] = {}
-    archives = _archive_refusals(plan, formats, jobs, whole_kernels, starmap)
+    if starmap_async is not None:
+        sources = _packed_archives(plan, formats)
+        waiter = starmap_async(_check_one_archive, [(path, whole_kernels) for path in sources])
+        report = verify_plan(plan, config)
+        archives = [r for results in waiter() for r in results]
+    else:
+        archives = _archive_refusals(plan, formats, jobs, whole_kernels)
+        report = verify_plan(plan, config)
     for refusal in archives:
         found.setdefault((refusal.check, refusal.where, refusal.what), refusal)
     broken = {r.where for r in archives}
-    report = verify_plan(plan, config)
     for p in report.problems:
         if p.format not in formats:
             continue
@@ -106,13 +113,10 @@ def _packed_archives(plan, formats) -> list[str]:
     return sorted(sources)
 
 
-def _archive_refusals(plan, formats, jobs: int, whole_kernels: bool, starmap=None) -> list[Refusal]:
+def _archive_refusals(plan, formats, jobs: int, whole_kernels: bool) -> list[Refusal]:
     sources = _packed_archives(plan, formats)
     if not sources:
         return []
-    if starmap is not None:
-        results = starmap(_check_one_archive, [(path, whole_kernels) for path in sources])
-        return [r for found in results for r in found]
     if not whole_kernels:  # headers only: a few small reads per archive, cheaper than a thread
         return [r for path in sources for r in _check_one_archive(path, False)]
     workers = max(1, min(jobs or os.cpu_count() or 1, 8, len(sources)))
