@@ -2,14 +2,16 @@
 compressor factory and the decompressor switch.
 
 The .deb and .rpm writers have always framed xz and gzip a little differently (xz check,
-gzip header OS byte); each keeps its own `Flavour` so that a rebuilt package keeps its
-bytes (a repository refuses a published version whose bytes changed)."""
+gzip header OS byte), and frame zstd differently (dpkg reads one frame, rpm a run of
+them); each keeps its own `Flavour` so that a rebuilt package keeps its bytes (a
+repository refuses a published version whose bytes changed). No output depends on the
+number of threads."""
 from __future__ import annotations
 
-import gzip
-import lzma
 import collections
 import ctypes
+import gzip
+import lzma
 import os
 import threading
 import zlib
@@ -34,7 +36,7 @@ ZSTD_MAX_THREADS = 16
 
 @dataclass(frozen=True)
 class Flavour:
-    """How one package format frames xz and gzip streams."""
+    """How one package format frames its xz, gzip and zstd streams."""
 
     xz_check: int           # lzma.CHECK_*
     zlib_gzip_header: bool  # zlib's gzip header (OS byte 3) rather than Python gzip's (255)
