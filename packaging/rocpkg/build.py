@@ -31,16 +31,12 @@ from __future__ import annotations
 import dataclasses
 import fcntl
 import hashlib
-import importlib.resources
 import json
 import os
 import re
 import shutil
-import signal
 import time
 from dataclasses import dataclass, field
-from multiprocessing import get_context
-from pathlib import Path
 from typing import Callable, Iterable
 
 from rocpkg import gate
@@ -50,7 +46,10 @@ from rocpkg import model as m
 from rocpkg import releases
 from rocpkg.errors import RocpkgInputError
 from rocpkg.schedule import assign_shards, parse_shard, shard_weight, zstd_threads  # noqa: F401 (API)
+from rocpkg.fingerprint import code_fingerprint as _code_fingerprint
+from rocpkg.fingerprint import package_fingerprint
 from rocpkg.streams import AtomicOutput, hash_file
+from rocpkg.workers import Workers
 
 MANIFEST_SCHEMA = "rocpkg-manifest/1"
 STATE_DIR = os.path.join(".rocpkg", "state")
@@ -186,102 +185,6 @@ def source_date_epoch(settings: dict, environ=None, default: int | None = None) 
 # ---- fingerprints and state --------------------------------------------------------
 
 
-_FROM_IMPORT = re.compile(rb"^[ \t]*from[ \t]+(rocpkg(?:\.\w+)*)[ \t]+import[ \t]+(\([^)]*\)|[^\n]*)", re.M)
-_IMPORT = re.compile(rb"^[ \t]*import[ \t]+([^\n]*)", re.M)
-
-
-def _rocpkg_imports(source: bytes) -> list[str]:
-    """The rocpkg modules a source file imports, at any indentation (lazy imports count).
-    A regular expression, not ast.parse: it runs before every build, and parsing the
-    writers' modules took a third of a second."""
-    found = []
-    for module, names in _FROM_IMPORT.findall(source):
-        module = module.decode()
-        found.append(module)
-        for name in names.decode().strip("()").replace("\\", " ").split(","):
-            name = name.split("#")[0].split(" as ")[0].strip()
-            if name.isidentifier():
-                found.append(f"{module}.{name}")
-    for names in _IMPORT.findall(source):
-        found += [n.split(" as ")[0].strip() for n in names.decode().split("#")[0].split(",")
-                  if n.strip().startswith("rocpkg.")]
-    return found
-
-
-def _code_fingerprint() -> str:
-    """sha256 over the code and templates that decide a package's bytes: upgrading
-    rocpkg or editing a template rebuilds what it changes."""
-    digest = hashlib.sha256()
-    here = Path(__file__).resolve().parent
-    # Every module the writers import, found by reading imports (never a list of file
-    # names, so a new or split module can't drop out); a package counts with all its files.
-    files: set[Path] = set()
-    todo = ["rocpkg.deb", "rocpkg.rpm", "rocpkg.sign"]
-    while todo:
-        parts = todo.pop().split(".")[1:]
-        if not parts:
-            continue
-        package = here.joinpath(*parts)
-        found = sorted(package.glob("*.py")) if package.is_dir() else [package.with_suffix(".py")]
-        for path in (p for p in found if p.is_file() and p not in files):
-            files.add(path)
-            todo += _rocpkg_imports(path.read_bytes())
-    for path in sorted(files):
-        name = path.relative_to(here).as_posix()
-        digest.update(name.encode() + b"\0" + path.read_bytes())
-    try:
-        root = importlib.resources.files("rocpkg.templates")
-    except ModuleNotFoundError:
-        root = here.parents[1] / "templates"
-
-    def walk(node, prefix=""):
-        for child in sorted(node.iterdir(), key=lambda c: c.name):
-            rel = f"{prefix}/{child.name}"
-            if child.is_dir():
-                walk(child, rel)
-            elif child.name.endswith(".j2"):
-                digest.update(rel.encode() + b"\0" + child.read_bytes())
-
-    walk(root)
-    return digest.hexdigest()
-
-
-def _options_key(options: m.BuildOptions) -> dict:
-    # threads never change the output (see module doc), so they are not part of it
-    return {"source_date_epoch": options.source_date_epoch, "compression": options.compression,
-            "compression_level": options.compression_level}
-
-
-_SPEC_FIELDS = tuple(f.name for f in dataclasses.fields(m.PackageSpec) if f.name != "files")
-_FILE_FIELDS = tuple(f.name for f in dataclasses.fields(m.FileEntry))
-
-
-def _spec_fields(spec: m.PackageSpec) -> dict:
-    """Every field of a spec, files as lists of their fields: what dataclasses.asdict
-    gives, without its deep copies (which cost more than writing a small package)."""
-    fields = {name: getattr(spec, name) for name in _SPEC_FIELDS}
-    fields["files"] = [[getattr(entry, name) for name in _FILE_FIELDS] for entry in spec.files]
-    return fields
-
-
-def package_fingerprint(spec: m.PackageSpec, options: m.BuildOptions, code: str, signer_id: str = "") -> str:
-    """What a package's bytes depend on, hashed. Source files count by (path, size,
-    mtime_ns, inode): a touched or replaced file rebuilds its packages."""
-    sources = []
-    for entry in spec.files:
-        if entry.type != m.FILE:
-            continue
-        try:
-            st = os.stat(entry.source)
-            sources.append([entry.source, st.st_size, st.st_mtime_ns, st.st_ino])
-        except OSError:
-            sources.append([entry.source, None])
-    blob = json.dumps({"code": code, "spec": _spec_fields(spec), "options": _options_key(options),
-                       "signer": signer_id, "sources": sources}, sort_keys=True, separators=(",", ":"),
-                      default=bytes.hex)  # FileEntry.patches hold bytes
-    return hashlib.sha256(blob.encode()).hexdigest()
-
-
 def _package_dir(out_dir: str, spec: m.PackageSpec) -> str:
     if spec.format == "deb":
         return os.path.join(out_dir, "deb", "pool", "main")
@@ -386,52 +289,6 @@ def _record(out_dir: str, spec: m.PackageSpec, written: _Written) -> None:
 
 
 # ---- the release -------------------------------------------------------------------
-
-
-class _Workers:
-    """The build's worker processes (none for one job), forked once the writers and
-    their templates are loaded (so no worker loads them again): the archive checks run
-    on them, then the packages. They ignore Ctrl-C: the parent stops them (what they
-    finished is kept by its state file, the rest is redone)."""
-
-    def __init__(self, size: int, specs: list[m.PackageSpec]):
-        self.size, self.specs, self.pool = size, specs, None
-
-    def __enter__(self) -> "_Workers":
-        if self.size > 1:
-            _load_writers(self.specs)
-            self.pool = get_context("fork").Pool(self.size, initializer=signal.signal,
-                                                 initargs=(signal.SIGINT, signal.SIG_IGN))
-        return self
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        if exc_type is not None:
-            self.stop()
-        elif self.pool is not None:
-            self.pool.close()
-            self.pool.join()
-
-    def stop(self) -> None:
-        """End the workers now, whatever they are writing (no temporary appears after)."""
-        if self.pool is not None:
-            self.pool.terminate()
-            self.pool.join()
-            self.pool = None
-
-    def starmap_async(self, function, arguments: list[tuple]):
-        """Start function(*args) for each args on the workers; returns the call that
-        waits for the results (in order). Without workers the work is done here, now."""
-        if self.pool is None or len(arguments) < 2:
-            results = [function(*args) for args in arguments]
-            return lambda: results
-        return self.pool.starmap_async(function, arguments).get
-
-
-def _load_writers(specs: list[m.PackageSpec]) -> None:
-    """Import the writers and compile the templates the specs use (rocpkg.render)."""
-    from rocpkg import deb, render, rpm  # noqa: F401
-
-    render.compile_templates(specs)
 
 
 def _plan_digest(specs: list[m.PackageSpec]) -> str:
@@ -547,7 +404,7 @@ def build_release(plan, out_dir: str | os.PathLike, *, formats: Iterable[str] | 
     cores = usable_cores()
     # one set of worker processes, forked before the checks: they check the archives,
     # then write the packages
-    with _Workers(max(1, min(jobs or cores, len(chosen))), chosen) as workers:
+    with Workers(max(1, min(jobs or cores, len(chosen))), chosen) as workers:
         allowed = gate.enforce(gate.refusals(plan, formats, config=config, jobs=jobs or 0, whole_kernels=deep_check,
                                              starmap_async=workers.starmap_async), gate.check_allow(allow))
         code = _code_fingerprint()

@@ -240,9 +240,8 @@ def classify_suffix(suffix: str, families: dict[str, list[str]]) -> str | None:
 
 def scan(root: str | os.PathLike, families: dict[str, list[str]] | None = None, *,
          embedded_objects: bool = True) -> Catalog:
-    """Index every artifact dir under root; all problems are reported together.
-    embedded_objects=False skips the search of host data sections for whole AMDGPU code
-    objects (they only warn; build does not need it), not the one for offload bundles."""
+    """Index every artifact dir under root; all problems are reported together. With
+    embedded_objects=False host data sections are searched for offload bundles only."""
     root = os.path.abspath(os.fspath(root))
     families = families or kt.FAMILIES
     try:  # the root the user named may itself be a symlink; nothing below it is followed
@@ -301,10 +300,9 @@ def scan(root: str | os.PathLike, families: dict[str, list[str]] | None = None, 
 
 
 def _read_host_code(catalog: Catalog, sources: list[str], embedded_objects: bool) -> list[tuple[str, str]]:
-    """Add to the facts of each host ELF the device code it still carries. Separate from
-    the walk because it reads whole data sections (GiBs in a release): here it runs on
-    every core (kpack.memsearch lets the threads run). Each file is opened again without
-    following a symlink and must be the one the walk read (device and inode)."""
+    """Add to each host ELF's facts the device code it still carries: after the walk, on
+    every core (its data sections are GiBs; kpack.memsearch lets the threads run). Each
+    file is opened again, no symlink followed, and must be the one the walk read."""
     from concurrent.futures import ThreadPoolExecutor
 
     from rocpkg.compression import usable_cores

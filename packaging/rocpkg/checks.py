@@ -12,7 +12,8 @@ from kpack.marker import GFXARCH, Marker
 from rocpkg import model as m
 from rocpkg.catalog import ArchiveToc
 from rocpkg.config import relation_names
-from rocpkg.plan import closure, dependency_edges, device_isas, provided_names
+from rocpkg.graphs import closure, dependency_edges, provided_names
+from rocpkg.plan import device_isas
 from rocpkg.verify_view import RELATION_FIELDS, Closure, ReleaseView, VerifyReport, key_order, payload, target_order
 
 

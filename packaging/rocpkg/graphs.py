@@ -1,6 +1,9 @@
 """Graph helpers of the plan: strongly connected components (dependency cycles, legal in
-DEB/RPM and reported as information)."""
+DEB/RPM and reported as information) and install closures (what a package pulls in)."""
 from __future__ import annotations
+
+from rocpkg import model as m
+from rocpkg.config import relation_names
 
 
 def strongly_connected(graph: dict[str, list[str]]) -> list[list[str]]:
@@ -48,3 +51,52 @@ def strongly_connected(graph: dict[str, list[str]]) -> list[list[str]]:
                         break
                 result.append(sorted(comp))
     return sorted(result)
+
+
+def provided_names(specs: dict[str, m.PackageSpec]) -> dict[str, str]:
+    """Each name a package of the set provides -> the first package providing it."""
+    provided: dict[str, str] = {}
+    for spec in specs.values():
+        for prov in spec.provides:
+            provided.setdefault(relation_names(prov)[0], spec.name)
+    return provided
+
+
+def dependency_edges(specs: dict[str, m.PackageSpec],
+                     provided: dict[str, str]) -> dict[str, tuple[list[str], list[str]]]:
+    """Each package's direct dependencies inside the set (the first alternative the set
+    has, through provides too) and the relations nothing in it satisfies."""
+    edges = {}
+    for name, spec in specs.items():
+        inside, outside = [], []
+        for rel in spec.depends + spec.pre_depends:
+            choice = next((n for n in relation_names(rel) if n in specs or n in provided), None)
+            if choice is None:
+                outside.append(rel)
+            else:
+                inside.append(choice if choice in specs else provided[choice])
+        edges[name] = (inside, outside)
+    return edges
+
+
+def closure(specs: dict[str, m.PackageSpec], root: str, provided: dict[str, str] | None = None,
+            edges: dict[str, tuple[list[str], list[str]]] | None = None) -> tuple[list[str], list[str]]:
+    """Offline install closure of `root` inside one format's package set: the sorted names
+    it pulls in, and the relations nothing in the set satisfies (external or missing).
+    Alternatives take the first name the set has, as apt and dnf would here. provided,
+    edges: provided_names(specs) and dependency_edges(...), for a caller that asks for
+    many closures of one set."""
+    if edges is None:
+        edges = dependency_edges(specs, provided if provided is not None else provided_names(specs))
+    seen: set[str] = set()
+    unresolved: set[str] = set()
+    todo = [root]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        inside, outside = edges[name]
+        todo.extend(inside)
+        unresolved.update(outside)
+    return sorted(seen), sorted(unresolved)

@@ -1,0 +1,54 @@
+"""The build's worker processes: forked once, with the writers and their templates
+loaded, they check the archives and then write the packages."""
+from __future__ import annotations
+
+import signal
+from multiprocessing import get_context
+
+from rocpkg import model as m
+
+
+class Workers:
+    """The build's worker processes (none for one job), forked once the writers and
+    their templates are loaded (so no worker loads them again): the archive checks run
+    on them, then the packages. They ignore Ctrl-C: the parent stops them (what they
+    finished is kept by its state file, the rest is redone)."""
+
+    def __init__(self, size: int, specs: list[m.PackageSpec]):
+        self.size, self.specs, self.pool = size, specs, None
+
+    def __enter__(self) -> "Workers":
+        if self.size > 1:
+            _load_writers(self.specs)
+            self.pool = get_context("fork").Pool(self.size, initializer=signal.signal,
+                                                 initargs=(signal.SIGINT, signal.SIG_IGN))
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is not None:
+            self.stop()
+        elif self.pool is not None:
+            self.pool.close()
+            self.pool.join()
+
+    def stop(self) -> None:
+        """End the workers now, whatever they are writing (no temporary appears after)."""
+        if self.pool is not None:
+            self.pool.terminate()
+            self.pool.join()
+            self.pool = None
+
+    def starmap_async(self, function, arguments: list[tuple]):
+        """Start function(*args) for each args on the workers; returns the call that
+        waits for the results (in order). Without workers the work is done here, now."""
+        if self.pool is None or len(arguments) < 2:
+            results = [function(*args) for args in arguments]
+            return lambda: results
+        return self.pool.starmap_async(function, arguments).get
+
+
+def _load_writers(specs: list[m.PackageSpec]) -> None:
+    """Import the writers and compile the templates the specs use (rocpkg.render)."""
+    from rocpkg import deb, render, rpm  # noqa: F401
+
+    render.compile_templates(specs)
