@@ -39,7 +39,7 @@ def main() -> int:
                                         release=None, targets=None, formats="deb,rpm"),
                      embedded_objects=False)  # as `rocpkg build` scans
     t = step("plan (config + catalog)", t)
-    gate.refusals(plan, list(plan.packages), config=None, jobs=0)
+    gate.refusals(plan, list(plan.packages), config=None)
     t = step("gate (verify + kpack archives)", t)
     code = build._code_fingerprint()
     options = BuildOptions(source_date_epoch=build.EPOCH_BASE)

@@ -10,7 +10,6 @@ Features are kept in LLVM's canonical (alphabetical) order when printed. Family 
 from __future__ import annotations
 
 import functools
-
 import re
 from dataclasses import dataclass, field
 

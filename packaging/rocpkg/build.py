@@ -191,11 +191,11 @@ def _package_dir(out_dir: str, spec: m.PackageSpec) -> str:
     return os.path.join(out_dir, "rpm", spec.arch)
 
 
-def _control_path(out_dir: str, spec: m.PackageSpec) -> str:
+def _control_path(out_dir: str, spec: m.PackageSpec | PackageOutcome) -> str:
     return os.path.join(out_dir, "control", f"{spec.name}.{'control' if spec.format == 'deb' else 'spec'}")
 
 
-def _state_path(out_dir: str, spec: m.PackageSpec) -> str:
+def _state_path(out_dir: str, spec: m.PackageSpec | PackageOutcome) -> str:
     return os.path.join(out_dir, STATE_DIR, spec.format, f"{spec.name}.json")
 
 
@@ -281,11 +281,11 @@ def _build_one(task: _Task) -> _Written | list[tuple[str, str]]:
     return _Written(outcome, built.metadata, state)
 
 
-def _record(out_dir: str, spec: m.PackageSpec, written: _Written) -> None:
+def _record(out_dir: str, written: _Written) -> None:
     """The rendered metadata and the state of a package now in place (the state last: a
     package counts as finished once its state is recorded)."""
-    _write_atomic(_control_path(out_dir, spec), written.metadata.encode("utf-8"))
-    _write_atomic(_state_path(out_dir, spec), json.dumps(written.state, indent=1).encode() + b"\n")
+    _write_atomic(_control_path(out_dir, written.outcome), written.metadata.encode("utf-8"))
+    _write_atomic(_state_path(out_dir, written.outcome), json.dumps(written.state, indent=1).encode() + b"\n")
 
 
 # ---- the release -------------------------------------------------------------------
@@ -405,7 +405,7 @@ def build_release(plan, out_dir: str | os.PathLike, *, formats: Iterable[str] | 
     # one set of worker processes, forked before the checks: they check the archives,
     # then write the packages
     with Workers(max(1, min(jobs or cores, len(chosen))), chosen) as workers:
-        allowed = gate.enforce(gate.refusals(plan, formats, config=config, jobs=jobs or 0, whole_kernels=deep_check,
+        allowed = gate.enforce(gate.refusals(plan, formats, config=config, whole_kernels=deep_check,
                                              starmap_async=workers.starmap_async), gate.check_allow(allow))
         code = _code_fingerprint()
         signer_id = signer.fingerprint if signer is not None else ""
@@ -450,15 +450,13 @@ def build_release(plan, out_dir: str | os.PathLike, *, formats: Iterable[str] | 
             tasks = [_Task(spec, out_dir, dataclasses.replace(options, threads=n), fingerprint, signer)
                      for (spec, fingerprint), n in zip(stale, threads)]
 
-            specs_by_key = {(t.spec.format, t.spec.name): t.spec for t in tasks}
-
             def finish(task: _Task | None, answer) -> None:
                 nonlocal done_bytes
                 if isinstance(answer, list):
                     problems.extend(answer)
                     return
                 if isinstance(answer, _Written):
-                    _record(out_dir, specs_by_key[(answer.outcome.format, answer.outcome.name)], answer)
+                    _record(out_dir, answer)
                     answer = answer.outcome
                 outcomes.append(answer)
                 done_bytes += answer.payload

@@ -78,10 +78,10 @@ def keep_frame_buffers() -> None:
     mallopt(_M_TRIM_THRESHOLD, 128 << 20)
 
 
-def writer_threads(options) -> int:
-    """The cores one package's writer may use: its compressor's workers, and whether its
-    digests run beside it (streams.digester)."""
-    return min(options.threads or usable_cores(), ZSTD_MAX_THREADS)
+def writer_threads(threads: int) -> int:
+    """The cores one package's writer may use (BuildOptions.threads, 0 for all): its
+    compressor's workers, and whether its digests run beside it (streams.digester)."""
+    return min(threads or usable_cores(), ZSTD_MAX_THREADS)
 
 
 def _unknown(kind: str) -> RocpkgInputError:
@@ -102,8 +102,7 @@ class Compressor:
         if kind == "zstd":
             level = max(1, min(level, 19))
             if flavour.zstd_frames:
-                workers = min(threads or usable_cores(), ZSTD_MAX_THREADS)  # as writer_threads
-                self.stream = ZstdFrames(sink, level, workers, flavour.zstd_checksum)
+                self.stream = ZstdFrames(sink, level, writer_threads(threads), flavour.zstd_checksum)
             else:
                 self.stream = _context(level, flavour.zstd_checksum).stream_writer(
                     sink, closefd=False, write_return_read=True)

@@ -320,7 +320,7 @@ def _write_ar(out: BinaryIO, spec: PackageSpec, control_member, tree: list[_Data
     out.write(_ar_header(data_name, 0, sde))
     counted = HashingWriter(out, ())
     compressor = compression.compressor(options.compression, counted, options, compression.DEB)
-    digests = _write_data_tar(compressor, spec, tree, sde, compression.writer_threads(options))
+    digests = _write_data_tar(compressor, spec, tree, sde, compression.writer_threads(options.threads))
     compressor.close()
     control = control_member(digests)
     if len(control) != len(placeholder):

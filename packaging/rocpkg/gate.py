@@ -9,12 +9,12 @@ was allowed is returned, so that the manifest and the summary can say so.
 from __future__ import annotations
 
 import os
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from kpack.errors import KpackFormatError
 from rocpkg import model as m
 from rocpkg.errors import RocpkgInputError
+from rocpkg.workers import starmap_here
 
 # Checks of the archives themselves (verify's own checks are listed in verify.CHECKS)
 KPACK_ARCHIVE = "kpack-archive"           # header, TOC, frame bounds, declared sizes
@@ -52,8 +52,7 @@ def check_allow(allow) -> list[str]:
     return sorted(set(allow))
 
 
-def refusals(plan, formats, *, config=None, jobs: int = 0, whole_kernels: bool = False,
-             starmap_async=None) -> list[Refusal]:
+def refusals(plan, formats, *, config=None, whole_kernels: bool = False, starmap_async=None) -> list[Refusal]:
     """Every problem build refuses on, for the packages of `formats`: verify's plan-level
     checks and each packed kpack archive's structure. One problem, one refusal: a problem
     both formats share (same package, path, target and message) is listed once.
@@ -63,18 +62,15 @@ def refusals(plan, formats, *, config=None, jobs: int = 0, whole_kernels: bool =
     compressing the release (issue 15). whole_kernels=True (`build --deep-check`) decodes
     each one, as `kpack verify` does. starmap_async(function, arguments) -> a waiter: the
     build's worker processes, which check the archives on every core (the block walk is
-    Python, held by the GIL) while this process runs verify's checks."""
+    Python, held by the GIL) while this process runs verify's checks; by default they
+    are checked here."""
     from rocpkg.verify import verify_plan
 
     found: dict[tuple, Refusal] = {}
-    if starmap_async is not None:
-        sources = _packed_archives(plan, formats)
-        waiter = starmap_async(_check_one_archive, [(path, whole_kernels) for path in sources])
-        report = verify_plan(plan, config)
-        archives = [r for results in waiter() for r in results]
-    else:
-        archives = _archive_refusals(plan, formats, jobs, whole_kernels)
-        report = verify_plan(plan, config)
+    arguments = [(path, whole_kernels) for path in _packed_archives(plan, formats)]
+    waiter = (starmap_async or starmap_here)(_check_one_archive, arguments)
+    report = verify_plan(plan, config)
+    archives = [r for results in waiter() for r in results]
     for refusal in archives:
         found.setdefault((refusal.check, refusal.where, refusal.what), refusal)
     broken = {r.where for r in archives}
@@ -111,18 +107,6 @@ def _packed_archives(plan, formats) -> list[str]:
                 if fe.type == m.FILE and fe.path.endswith(".kpack"):
                     sources.add(fe.source)
     return sorted(sources)
-
-
-def _archive_refusals(plan, formats, jobs: int, whole_kernels: bool) -> list[Refusal]:
-    sources = _packed_archives(plan, formats)
-    if not sources:
-        return []
-    if not whole_kernels:  # headers only: a few small reads per archive, cheaper than a thread
-        return [r for path in sources for r in _check_one_archive(path, False)]
-    workers = max(1, min(jobs or os.cpu_count() or 1, 8, len(sources)))
-    with ThreadPoolExecutor(workers) as pool:  # zstd and file reads release the GIL
-        results = list(pool.map(_check_one_archive, sources, [True] * len(sources)))
-    return [r for found in results for r in found]
 
 
 def _check_one_archive(path: str, whole_kernels: bool) -> list[Refusal]:

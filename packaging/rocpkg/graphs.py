@@ -79,15 +79,15 @@ def dependency_edges(specs: dict[str, m.PackageSpec],
     return edges
 
 
-def closure(specs: dict[str, m.PackageSpec], root: str, provided: dict[str, str] | None = None,
+def closure(specs: dict[str, m.PackageSpec], root: str,
             edges: dict[str, tuple[list[str], list[str]]] | None = None) -> tuple[list[str], list[str]]:
     """Offline install closure of `root` inside one format's package set: the sorted names
     it pulls in, and the relations nothing in the set satisfies (external or missing).
-    Alternatives take the first name the set has, as apt and dnf would here. provided,
-    edges: provided_names(specs) and dependency_edges(...), for a caller that asks for
-    many closures of one set."""
+    Alternatives take the first name the set has, as apt and dnf would here. edges:
+    dependency_edges(specs, provided_names(specs)), for a caller that asks for many
+    closures of one set."""
     if edges is None:
-        edges = dependency_edges(specs, provided if provided is not None else provided_names(specs))
+        edges = dependency_edges(specs, provided_names(specs))
     seen: set[str] = set()
     unresolved: set[str] = set()
     todo = [root]

@@ -42,9 +42,14 @@ class Workers:
         """Start function(*args) for each args on the workers; returns the call that
         waits for the results (in order). Without workers the work is done here, now."""
         if self.pool is None or len(arguments) < 2:
-            results = [function(*args) for args in arguments]
-            return lambda: results
+            return starmap_here(function, arguments)
         return self.pool.starmap_async(function, arguments).get
+
+
+def starmap_here(function, arguments: list[tuple]):
+    """Workers.starmap_async's contract, done in this process, now."""
+    results = [function(*args) for args in arguments]
+    return lambda: results
 
 
 def _load_writers(specs: list[m.PackageSpec]) -> None:

@@ -250,7 +250,7 @@ def write_rpm(spec: PackageSpec, out_dir: str, options: BuildOptions) -> BuiltPa
     files = checked_files(spec.name, spec.files)
     check_sources(spec.name, files)
     large = any(_entry_size(e) >= LARGE_SIZE for e in files)
-    threads = compression.writer_threads(options)
+    threads = compression.writer_threads(options.threads)
     placeholder = "0" * 64
     placeholders = {e.path: placeholder for e in files if e.type == FILE}
     header_tags = build_header(spec, parsed, options, files, placeholders, placeholder)
