@@ -12,8 +12,10 @@ Why it is shaped this way:
   first; each writer also compresses with zstd worker threads, given where the work is
   (`zstd_threads`): at least cores / jobs, and a package holding a large share of the
   work left when it starts gets that share of the cores, so the last big package is not
-  left alone on one core while the others idle. zstd's multi-threaded output does not
-  depend on the thread count, so neither -j nor the machine changes a byte.
+  left alone on one core while the others idle. zstd's output never depends on the
+  thread count (rocpkg.compression), so neither -j nor the machine changes a byte.
+- the checks a release must pass (rocpkg.gate) run while the packages are written into
+  a staging area; they are moved into place once the checks have passed (rocpkg.outdir).
 - a package is rebuilt only when its fingerprint changes: the whole PackageSpec, the
   encoding options, the signing key, rocpkg's own writer code and templates, and every
   source file's (path, size, mtime_ns, inode). Its state file is written after the
@@ -29,8 +31,8 @@ Library code: no printing; progress goes to an optional callback.
 from __future__ import annotations
 
 import dataclasses
-import fcntl
 import hashlib
+import itertools
 import json
 import os
 import re
@@ -49,15 +51,13 @@ from rocpkg.schedule import assign_shards, parse_shard, shard_weight, zstd_threa
 from rocpkg.fingerprint import code_fingerprint as _code_fingerprint
 from rocpkg.fingerprint import package_fingerprint
 from rocpkg.streams import AtomicOutput, hash_file
+from rocpkg.outdir import LOCK_FILE, MANIFEST_PARTS, OutLock, Staging  # noqa: F401 (API)
 from rocpkg.workers import Workers
 
 MANIFEST_SCHEMA = "rocpkg-manifest/1"
 STATE_DIR = os.path.join(".rocpkg", "state")
-LOCK_FILE = os.path.join(".rocpkg", "lock")
-MANIFEST_PARTS = "manifest.d"
 # Default SOURCE_DATE_EPOCH: 2024-01-01T00:00:00Z plus one minute per version step.
 EPOCH_BASE = 1704067200
-_TMP_RE = re.compile(r"\.tmp-\d+$")
 # An APT suite is a directory name under dists/ and a Release field: no separators, no dots first
 _SUITE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
@@ -232,6 +232,7 @@ class _Task:
     options: m.BuildOptions
     fingerprint: str
     signer: object = None       # rocpkg.sign.Signer: RPM header signatures
+    staging: str = ""           # where the package waits for the build's checks (rocpkg.outdir)
 
 
 def _write_atomic(path: str, data: bytes) -> None:
@@ -241,44 +242,43 @@ def _write_atomic(path: str, data: bytes) -> None:
 
 @dataclass(frozen=True)
 class _Written:
-    """A package a worker wrote (renamed into place), with what the parent records of it."""
+    """A package a worker wrote into the staging area, with what the parent records of it."""
 
     outcome: PackageOutcome
     metadata: str       # the rendered control file / spec
     state: dict         # what _up_to_date compares on the next build
+    staged: str         # where it waits until the build's checks have passed
 
 
 def _build_one(task: _Task) -> _Written | list[tuple[str, str]]:
-    """Write one package; bad input comes back as a problem list (exceptions lose their
-    structure crossing processes). Its rendered metadata and its state are written by the
-    parent (_record): sixteen workers creating small files at once spent more CPU in the
-    kernel's file system locks than on those files."""
+    """Write one package into the staging area; bad input comes back as a problem list
+    (exceptions lose their structure crossing processes). The parent moves it into place
+    and writes its rendered metadata and its state (_record): sixteen workers creating
+    small files at once spent more CPU in the kernel's file system locks than on them."""
     spec, out_dir = task.spec, task.out_dir
     started = time.perf_counter()
     try:
-        target_dir = _package_dir(out_dir, spec)
-        os.makedirs(target_dir, exist_ok=True)
         if spec.format == "deb":
             from rocpkg.deb import write_deb
 
-            built = write_deb(spec, target_dir, task.options)
+            built = write_deb(spec, task.staging, task.options)
         else:
             from rocpkg.rpm import write_rpm
 
-            built = write_rpm(spec, target_dir, task.options)
+            built = write_rpm(spec, task.staging, task.options)
             if task.signer is not None:
                 from rocpkg.sign import sign_rpm_header
 
                 if sign_rpm_header(built.path, task.signer):
                     whole = hash_file(built.path)
                     built = dataclasses.replace(built, size=whole.count, sha256=whole.hexdigest())
-        st = os.stat(built.path)
+        st = os.stat(built.path)    # a rename keeps the inode and the mtime
     except RocpkgInputError as exc:
         return exc.problems
-    state = {"fingerprint": task.fingerprint, "file": os.path.relpath(built.path, out_dir),
-             "size": built.size, "sha256": built.sha256, "mtime_ns": st.st_mtime_ns, "ino": st.st_ino}
     outcome = _outcome(spec, out_dir, built.size, built.sha256, rebuilt=True, seconds=time.perf_counter() - started)
-    return _Written(outcome, built.metadata, state)
+    state = {"fingerprint": task.fingerprint, "file": outcome.file, "size": built.size, "sha256": built.sha256,
+             "mtime_ns": st.st_mtime_ns, "ino": st.st_ino}
+    return _Written(outcome, built.metadata, state, built.path)
 
 
 def _record(out_dir: str, written: _Written) -> None:
@@ -314,59 +314,6 @@ def manifest_part_path(out_dir: str, shard: tuple[int, int]) -> str:
     return os.path.join(out_dir, MANIFEST_PARTS, f"shard-{shard[0]}-of-{shard[1]}.json")
 
 
-def _remove_stale_temporaries(out_dir: str) -> None:
-    """Files `*.tmp-<pid>` left by a killed build (we hold the lock: nobody else writes)."""
-    for sub in ("deb", "rpm", "control", ".rocpkg", MANIFEST_PARTS):
-        for dirpath, _dirs, files in os.walk(os.path.join(out_dir, sub)):
-            for name in files:
-                if _TMP_RE.search(name):
-                    os.unlink(os.path.join(dirpath, name))
-    for name in os.listdir(out_dir):
-        if _TMP_RE.search(name):
-            os.unlink(os.path.join(out_dir, name))
-
-
-class OutLock:
-    """One writer per OUT at a time, build or publish (flock: released by the kernel even
-    after kill -9). Leaving on an exception (a full disk, Ctrl-C) removes the temporaries
-    the run left: the lock holder is the only writer. Re-entrant within a process: prune
-    and promote hold it across the re-index that publish_repositories does."""
-
-    held: dict[str, int] = {}
-
-    def __init__(self, out_dir: str):
-        self.path = os.path.realpath(os.path.join(out_dir, LOCK_FILE))
-
-    def __enter__(self):
-        if self.held.get(self.path):
-            self.held[self.path] += 1
-            self.fh = None
-            return self
-        os.makedirs(os.path.dirname(self.path), exist_ok=True)
-        self.fh = open(self.path, "w")
-        try:
-            fcntl.flock(self.fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            self.fh.close()
-            raise RocpkgInputError((os.path.dirname(os.path.dirname(self.path)),
-                                   "another rocpkg build or repo is writing into this directory")) from None
-        self.held[self.path] = 1
-        return self
-
-    def __exit__(self, exc_type, exc, tb):
-        self.held[self.path] -= 1
-        if self.fh is None:
-            return False        # an inner hold: the outer one cleans up
-        try:
-            if exc_type is not None:  # a failed or interrupted run leaves no temporary behind
-                _remove_stale_temporaries(os.path.dirname(os.path.dirname(self.path)))
-        except OSError:
-            pass  # the original error is the one to report
-        finally:
-            self.fh.close()
-        return False
-
-
 def build_release(plan, out_dir: str | os.PathLike, *, formats: Iterable[str] | None = None,
                   options: m.BuildOptions, jobs: int | None = None, shard: tuple[int, int] | None = None,
                   progress: Callable[[BuildProgress], None] | None = None, signer=None,
@@ -378,8 +325,9 @@ def build_release(plan, out_dir: str | os.PathLike, *, formats: Iterable[str] | 
     manifest.json; signer: a rocpkg.sign.Signer that signs every RPM's header; only: the
     (format, name) pairs to write (rocpkg.subset.select), None for all; deep_check:
     decode every kernel of every packed archive before writing (gate.refusals).
-    Before anything is written, the checks of rocpkg.gate run over the plan: a problem
-    whose check is not in `allow` raises RocpkgInputError (OUT untouched); allowed ones
+    The checks of rocpkg.gate run over the plan while the packages are written into a
+    staging area (rocpkg.outdir): a problem whose check is not in `allow` raises
+    RocpkgInputError and the staged packages go (OUT as it was); allowed ones
     are recorded with the release in the manifest (rocpkg.releases) and in
     result.allowed. `config` decides which relation names are external (as for verify).
     Raises RocpkgInputError with every package's problems after building the others.
@@ -402,83 +350,47 @@ def build_release(plan, out_dir: str | os.PathLike, *, formats: Iterable[str] | 
     if only is not None:
         chosen = [s for s in chosen if (s.format, s.name) in only]
     cores = usable_cores()
-    # one set of worker processes, forked before the checks: they check the archives,
-    # then write the packages
+    allow = gate.check_allow(allow)
+    # One set of worker processes: they check the archives, then write the packages
+    # into the staging area while this process runs verify's checks; the packages are
+    # moved into place only once every check has passed (rocpkg.outdir).
     with Workers(max(1, min(jobs or cores, len(chosen))), chosen) as workers:
-        allowed = gate.enforce(gate.refusals(plan, formats, config=config, whole_kernels=deep_check,
-                                             starmap_async=workers.starmap_async), gate.check_allow(allow))
+        archives = gate.archive_checks(plan, formats, whole_kernels=deep_check,
+                                       starmap_async=workers.starmap_async)
         code = _code_fingerprint()
         signer_id = signer.fingerprint if signer is not None else ""
-
-        os.makedirs(out_dir, exist_ok=True)
-        result = BuildResult(out_dir, "", shard=shard, allowed=allowed)
-        with OutLock(out_dir):
-            _remove_stale_temporaries(out_dir)
-            releases.read_manifest(out_dir)     # a damaged manifest is refused before a byte is written
-            # biggest first: the long packages start early and the pool drains evenly
-            order = sorted(chosen, key=lambda s: (-s.payload_size, s.format, s.name))
-            total_bytes = sum(s.payload_size for s in order)
-            done_bytes = 0
-            outcomes: list[PackageOutcome] = []
-            problems: list[tuple[str, str]] = []
-
-            def report(outcome: PackageOutcome | None) -> None:
-                if progress is not None:
-                    progress(BuildProgress(len(outcomes), len(order), done_bytes, total_bytes, outcome))
-
-            stale, recorded = [], []
-            for spec in order:
-                fingerprint = package_fingerprint(spec, options, code, signer_id)
-                outcome = _up_to_date(spec, out_dir, fingerprint)
-                if outcome is not None:
-                    recorded.append(outcome)
+        with Staging(out_dir, formats) as staging:
+            try:
+                releases.read_manifest(out_dir)     # a damaged manifest is refused before a byte is written
+                # biggest first: the long packages start early and the pool drains evenly
+                order = sorted(chosen, key=lambda s: (-s.payload_size, s.format, s.name))
+                stale, recorded = [], []
+                for spec in order:
+                    fingerprint = package_fingerprint(spec, options, code, signer_id)
+                    outcome = _up_to_date(spec, out_dir, fingerprint)
+                    if outcome is not None:
+                        recorded.append(outcome)
+                    else:
+                        stale.append((spec, fingerprint))
+                # published bytes never change under one name-version-release (rocpkg.releases)
+                planned = [releases.Planned(s.format, s.name, s.version, s.release, s.arch,
+                                            _outcome(s, out_dir, 0, "", True).file) for s, _ in stale]
+                conflicts = releases.conflicting_rebuilds(out_dir, planned)
+                if conflicts:
+                    stale = []
+                result = BuildResult(out_dir, "", shard=shard)
+                tasks = _tasks(stale, options, signer, staging, result, jobs or cores, cores)
+                if workers.pool is None or len(tasks) <= 1:
+                    answers = (_build_one(task) for task in tasks)     # after the checks
                 else:
-                    stale.append((spec, fingerprint))
-            # published bytes never change under one name-version-release (rocpkg.releases)
-            planned = [releases.Planned(s.format, s.name, s.version, s.release, s.arch,
-                                        _outcome(s, out_dir, 0, "", True).file) for s, _ in stale]
-            if conflicts := releases.conflicting_rebuilds(out_dir, planned):
-                raise RocpkgInputError(*conflicts)
-            # threads never change a byte (module doc), so they are chosen for what is left to do
-            jobs = result.jobs = max(1, min(jobs or cores, len(stale) or 1))
-            threads = ([options.threads] * len(stale) if options.threads else
-                       zstd_threads([s.payload_size for s, _ in stale], cores, jobs, ZSTD_MAX_THREADS))
-            # a .deb's one zstd frame has one thread, its md5s another (compression.DEB)
-            threads = [min(n, DEB_THREADS) if s.format == "deb" else n for (s, _), n in zip(stale, threads)]
-            result.thread_range = (min(threads, default=1), max(threads, default=1))
-            result.threads = result.thread_range[1]
-            tasks = [_Task(spec, out_dir, dataclasses.replace(options, threads=n), fingerprint, signer)
-                     for (spec, fingerprint), n in zip(stale, threads)]
-
-            def finish(task: _Task | None, answer) -> None:
-                nonlocal done_bytes
-                if isinstance(answer, list):
-                    problems.extend(answer)
-                    return
-                if isinstance(answer, _Written):
-                    _record(out_dir, answer)
-                    answer = answer.outcome
-                outcomes.append(answer)
-                done_bytes += answer.payload
-                report(answer)
-
-            if workers.pool is None or len(tasks) <= 1:
-                report(None)
-                for outcome in recorded:
-                    finish(None, outcome)
-                for task in tasks:
-                    finish(task, _build_one(task))
-            else:
-                try:
                     answers = workers.pool.imap_unordered(_build_one, tasks)
-                    report(None)
-                    for outcome in recorded:
-                        finish(None, outcome)
-                    for answer in answers:
-                        finish(None, answer)
-                except BaseException:
-                    workers.stop()  # before the OUT lock removes this run's temporaries
-                    raise
+                result.allowed = gate.enforce(gate.refusals(plan, formats, config=config, archives=archives), allow)
+                if conflicts:
+                    raise RocpkgInputError(*conflicts)
+                outcomes, problems = _collect(out_dir, order, recorded, answers, staging, progress)
+            except BaseException:
+                workers.stop()  # before the staging area and this run's temporaries are removed
+                raise
             if problems:
                 raise RocpkgInputError(*problems)
 
@@ -486,7 +398,7 @@ def build_release(plan, out_dir: str | os.PathLike, *, formats: Iterable[str] | 
             specs_version = plan.settings["version"], plan.settings["release"]
             entries = [o.manifest_entry() for o in outcomes]
             record = releases.ReleaseRecord(*specs_version, targets=tuple(plan.targets), formats=tuple(formats),
-                                            allowed=tuple(r.to_dict() for r in allowed), plan=_plan_digest(every),
+                                            allowed=tuple(r.to_dict() for r in result.allowed), plan=_plan_digest(every),
                                             date=options.source_date_epoch)
             if shard is None:
                 # the release joins the earlier ones in manifest.json (rocpkg.releases)
@@ -500,6 +412,50 @@ def build_release(plan, out_dir: str | os.PathLike, *, formats: Iterable[str] | 
     result.packages = sorted(outcomes, key=lambda o: (o.format, o.name))
     result.seconds = time.perf_counter() - started
     return result
+
+
+def _tasks(stale: list[tuple[m.PackageSpec, str]], options: m.BuildOptions, signer, staging: Staging,
+           result: BuildResult, jobs: int, cores: int) -> list[_Task]:
+    """One task per stale package, each with its zstd threads; the result learns the
+    jobs and threads (what the summary prints)."""
+    jobs = result.jobs = max(1, min(jobs, len(stale) or 1))
+    # threads never change a byte (rocpkg.compression), so they are chosen for what is left to do
+    threads = ([options.threads] * len(stale) if options.threads else
+               zstd_threads([s.payload_size for s, _ in stale], cores, jobs, ZSTD_MAX_THREADS))
+    # a .deb's one zstd frame has one thread, its md5s another (compression.DEB)
+    threads = [min(n, DEB_THREADS) if s.format == "deb" else n for (s, _), n in zip(stale, threads)]
+    result.thread_range = (min(threads, default=1), max(threads, default=1))
+    result.threads = result.thread_range[1]
+    return [_Task(spec, staging.out_dir, dataclasses.replace(options, threads=n), fingerprint, signer,
+                  staging.dir(spec.format)) for (spec, fingerprint), n in zip(stale, threads)]
+
+
+def _collect(out_dir: str, order: list[m.PackageSpec], recorded: list[PackageOutcome], answers,
+             staging: Staging, progress) -> tuple[list[PackageOutcome], list[tuple[str, str]]]:
+    """Once the checks have passed: move each written package into place and record it,
+    as the workers finish them, reporting progress; the outcomes and the problems."""
+    total_bytes = sum(s.payload_size for s in order)
+    outcomes: list[PackageOutcome] = []
+    problems: list[tuple[str, str]] = []
+    done_bytes = 0
+
+    def report(outcome: PackageOutcome | None) -> None:
+        if progress is not None:
+            progress(BuildProgress(len(outcomes), len(order), done_bytes, total_bytes, outcome))
+
+    report(None)
+    for answer in itertools.chain(recorded, answers):
+        if isinstance(answer, list):
+            problems.extend(answer)
+            continue
+        if isinstance(answer, _Written):
+            staging.commit(answer.staged, os.path.join(out_dir, answer.outcome.file))
+            _record(out_dir, answer)
+            answer = answer.outcome
+        outcomes.append(answer)
+        done_bytes += answer.payload
+        report(answer)
+    return outcomes, problems
 
 
 def _remember_digests(out_dir: str, outcomes: list[PackageOutcome]) -> None:

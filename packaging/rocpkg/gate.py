@@ -52,7 +52,19 @@ def check_allow(allow) -> list[str]:
     return sorted(set(allow))
 
 
-def refusals(plan, formats, *, config=None, whole_kernels: bool = False, starmap_async=None) -> list[Refusal]:
+def archive_checks(plan, formats, *, whole_kernels: bool = False, starmap_async=None):
+    """Start the structural check of every kpack archive the packages of `formats` pack;
+    returns the call that waits for their refusals. starmap_async(function, arguments) ->
+    a waiter: the build's worker processes, which check the archives on every core (the
+    block walk is Python, held by the GIL) ahead of the packages queued after them; by
+    default they are checked here, now."""
+    arguments = [(path, whole_kernels) for path in _packed_archives(plan, formats)]
+    waiter = (starmap_async or starmap_here)(_check_one_archive, arguments)
+    return lambda: [r for results in waiter() for r in results]
+
+
+def refusals(plan, formats, *, config=None, whole_kernels: bool = False, starmap_async=None,
+             archives=None) -> list[Refusal]:
     """Every problem build refuses on, for the packages of `formats`: verify's plan-level
     checks and each packed kpack archive's structure. One problem, one refusal: a problem
     both formats share (same package, path, target and message) is listed once.
@@ -60,17 +72,16 @@ def refusals(plan, formats, *, config=None, whole_kernels: bool = False, starmap
     Each kernel's frame is checked by its headers and its code object by its ELF header
     (kpack.check, whole_kernels=False): decoding every kernel would cost more CPU than
     compressing the release (issue 15). whole_kernels=True (`build --deep-check`) decodes
-    each one, as `kpack verify` does. starmap_async(function, arguments) -> a waiter: the
-    build's worker processes, which check the archives on every core (the block walk is
-    Python, held by the GIL) while this process runs verify's checks; by default they
-    are checked here."""
+    each one, as `kpack verify` does. archives: the waiter of archive_checks() started
+    earlier (the build starts them on its workers, then its packages, then runs verify's
+    checks here); by default they are started here (see archive_checks)."""
     from rocpkg.verify import verify_plan
 
     found: dict[tuple, Refusal] = {}
-    arguments = [(path, whole_kernels) for path in _packed_archives(plan, formats)]
-    waiter = (starmap_async or starmap_here)(_check_one_archive, arguments)
+    if archives is None:
+        archives = archive_checks(plan, formats, whole_kernels=whole_kernels, starmap_async=starmap_async)
     report = verify_plan(plan, config)
-    archives = [r for results in waiter() for r in results]
+    archives = archives()
     for refusal in archives:
         found.setdefault((refusal.check, refusal.where, refusal.what), refusal)
     broken = {r.where for r in archives}

@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 from rocpkg import releases
-from rocpkg.build import OutLock, STATE_DIR, publish_repositories, published_source_date_epoch
+from rocpkg.build import STATE_DIR, publish_repositories, published_source_date_epoch
+from rocpkg.outdir import OutLock
 from rocpkg.errors import RocpkgInputError
 from rocpkg.streams import AtomicOutput, copy_stream, hash_file
 

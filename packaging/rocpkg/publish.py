@@ -216,7 +216,7 @@ def publish(out_dir: str | os.PathLike, dest, *, keep_removed: bool = False, che
     in the module doc's order, sending only what changed, removing what OUT no longer
     has after the new indexes are live. check: refuse an OUT that fails the integrity
     check (signatures against OUT/rocm.gpg when OUT has one)."""
-    from rocpkg.build import OutLock
+    from rocpkg.outdir import OutLock
 
     out_dir = os.path.abspath(os.fspath(out_dir))
     if not os.path.isdir(out_dir):

@@ -1,0 +1,156 @@
+"""A build writes its packages into OUT/.rocpkg/staging while its checks run, and moves
+them into place only once the checks pass (rocpkg.outdir): a refused build leaves OUT as
+it found it, whether OUT did not exist, was empty, or held an earlier release."""
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import time
+from pathlib import Path
+
+import pytest
+from cli_run import rocpkg
+from rocpkg import gate
+from rocpkg.build import build_release
+from rocpkg.catalog import scan
+from rocpkg.config import load_config
+from rocpkg.errors import RocpkgInputError
+from rocpkg.model import BuildOptions
+from rocpkg.outdir import STAGING_DIR
+from rocpkg.plan import make_plan
+from rocpkg.sample import make_sample_artifacts
+
+from kpack.elf import build_amdgpu_code_object, build_host_elf, build_offload_bundle
+from kpack.marker import MARKER_SECTION, encode_marker, read_marker
+
+OPTIONS = BuildOptions(source_date_epoch=1700000000)
+
+
+@pytest.fixture(scope="module")
+def pristine(tmp_path_factory):
+    root = tmp_path_factory.mktemp("pristine")
+    make_sample_artifacts(root / "artifacts", load_config(None), targets=["gfx942", "gfx1100"], size_mb=2)
+    return root / "artifacts"
+
+
+@pytest.fixture
+def artifacts(pristine, tmp_path):
+    copy = tmp_path / "artifacts"
+    shutil.copytree(pristine, copy, symlinks=True)
+    return copy
+
+
+def carry_fat_binary(artifacts: Path) -> Path:
+    """Make one host library keep its fat binary: a [device-code-in-host] refusal."""
+    library = artifacts / "rand_lib_generic" / "rocRAND" / "stage" / "lib" / "librocrand.so.1.0"
+    bundle = build_offload_bundle([("hipv4-amdgcn-amd-amdhsa--gfx942", build_amdgpu_code_object("gfx942"))])
+    library.write_bytes(build_host_elf({MARKER_SECTION: encode_marker(read_marker(library)), ".hip_fatbin": bundle},
+                                       soname="librocrand.so.1"))
+    return library
+
+
+def snapshot(out: Path) -> dict[str, tuple]:
+    """Every path under OUT with its type, mode and bytes (None: OUT does not exist)."""
+    if not out.exists():
+        return None
+    found = {}
+    for dirpath, dirnames, filenames in os.walk(out):
+        for name in dirnames + filenames:
+            full = os.path.join(dirpath, name)
+            st = os.lstat(full)
+            rel = os.path.relpath(full, out)
+            found[rel] = ("file", st.st_mode, Path(full).read_bytes()) if stat.S_ISREG(st.st_mode) else \
+                ("other", st.st_mode)
+    return found
+
+
+def refused_build(artifacts: Path, out: Path) -> str:
+    done = rocpkg("build", "-a", artifacts, "-o", out, "--formats", "deb,rpm", "-j", "2")
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr
+    assert "[device-code-in-host]" in done.stderr
+    return done.stderr
+
+
+def test_a_refused_build_into_a_new_directory_leaves_no_directory(artifacts, tmp_path):
+    carry_fat_binary(artifacts)
+    out = tmp_path / "new" / "out"
+
+    refused_build(artifacts, out)
+
+    assert not (tmp_path / "new").exists()
+
+
+def test_a_refused_build_over_an_earlier_release_changes_nothing(artifacts, tmp_path):
+    out = tmp_path / "out"
+    done = rocpkg("build", "-a", artifacts, "-o", out, "--formats", "deb,rpm", "--release", "1")
+    assert done.returncode == 0, done.stderr
+    before = snapshot(out)
+    carry_fat_binary(artifacts)
+
+    refused_build(artifacts, out)   # the same release: its packages would be rebuilt (and then refused)
+
+    assert snapshot(out) == before
+    assert not (out / STAGING_DIR).exists()
+
+
+def test_the_packages_are_written_while_the_checks_run(artifacts, tmp_path, monkeypatch):
+    """With workers, verify's checks start only after the first package has been staged
+    (they wait for it here, so a build that checked first would never stage one); the
+    refusal then removes it and OUT is not created."""
+    carry_fat_binary(artifacts)
+    config = load_config(None)
+    plan = make_plan(config, scan(str(artifacts), config.settings["families"]), formats=["deb"])
+    out = tmp_path / "out"
+    seen = []
+    checks = gate.refusals
+
+    def refusals_after_a_staged_package(*args, **kwargs):
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not seen:
+            staged = out / STAGING_DIR / "deb"
+            seen.extend(p.name for p in staged.iterdir() if p.name.endswith(".deb")) if staged.exists() else None
+            time.sleep(0.01)
+        return checks(*args, **kwargs)
+
+    monkeypatch.setattr(gate, "refusals", refusals_after_a_staged_package)
+
+    with pytest.raises(RocpkgInputError) as refused:
+        build_release(plan, out, formats=["deb"], options=OPTIONS, jobs=2)
+
+    assert seen, "no package was staged while the checks ran"
+    assert "device-code-in-host" in str(refused.value)
+    assert not out.exists()
+
+
+def test_a_killed_builds_staging_area_is_cleared_by_the_next_build(artifacts, tmp_path):
+    out = tmp_path / "out"
+    left = out / STAGING_DIR / "deb" / "rocm-left-over_1.0_amd64.deb"
+    left.parent.mkdir(parents=True)
+    left.write_bytes(b"half a package")
+
+    done = rocpkg("build", "-a", artifacts, "-o", out, "--formats", "deb")
+
+    assert done.returncode == 0, done.stderr
+    assert not (out / STAGING_DIR).exists()
+    assert not list(out.rglob("rocm-left-over*"))
+    assert list((out / "deb" / "pool" / "main").glob("*.deb"))
+
+
+def test_a_build_with_one_job_checks_before_it_writes(artifacts, tmp_path, monkeypatch):
+    """Without workers nothing runs beside the checks: nothing is written before they pass."""
+    carry_fat_binary(artifacts)
+    config = load_config(None)
+    plan = make_plan(config, scan(str(artifacts), config.settings["families"]), formats=["deb"])
+    out = tmp_path / "out"
+    from rocpkg import build
+
+    def never(task):
+        raise AssertionError(f"{task.spec.name} written before the checks passed")
+
+    monkeypatch.setattr(build, "_build_one", never)
+
+    with pytest.raises(RocpkgInputError):
+        build_release(plan, out, formats=["deb"], options=OPTIONS, jobs=1)
+    assert not out.exists()
