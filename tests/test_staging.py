@@ -154,3 +154,44 @@ def test_a_build_with_one_job_checks_before_it_writes(artifacts, tmp_path, monke
     with pytest.raises(RocpkgInputError):
         build_release(plan, out, formats=["deb"], options=OPTIONS, jobs=1)
     assert not out.exists()
+
+
+# -- the catalog's search of host data sections, on the build's workers --------------------
+
+
+def test_the_host_search_on_workers_finds_what_the_threads_find(artifacts):
+    from rocpkg.workers import Workers
+
+    library = str(carry_fat_binary(artifacts))
+    families = load_config(None).settings["families"]
+    here = scan(str(artifacts), families, embedded_objects=False)
+    with Workers(2) as workers:
+        there = scan(str(artifacts), families, embedded_objects=False, starmap_async=workers.starmap_async)
+        assert there.pending is not None
+        there.settle()
+    assert there.pending is None
+    assert here.facts == there.facts
+    assert here.facts[library].host_code and here.facts[library].host_code[0][0] == "fat-binary"
+
+
+def test_a_host_library_replaced_while_the_workers_search_it_is_refused(artifacts):
+    from rocpkg.workers import Workers
+
+    library = carry_fat_binary(artifacts)
+    families = load_config(None).settings["families"]
+    with Workers(2) as workers:
+        release = make_plan(load_config(None), scan(str(artifacts), families, embedded_objects=False,
+                                                   starmap_async=_after_replacing(library, workers)))
+        with pytest.raises(RocpkgInputError) as refused:
+            release.settle_facts()
+    assert any(str(library) == where and "was replaced" in what for where, what in refused.value.problems)
+
+
+def _after_replacing(library: Path, workers):
+    """starmap_async that swaps `library` for a copy (a new inode) before the search starts."""
+    def start(function, arguments):
+        copy = library.with_name(library.name + ".new")
+        shutil.copy2(library, copy)
+        os.replace(copy, library)
+        return workers.starmap_async(function, arguments)
+    return start

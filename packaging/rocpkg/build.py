@@ -30,6 +30,7 @@ Library code: no printing; progress goes to an optional callback.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import itertools
@@ -317,14 +318,17 @@ def manifest_part_path(out_dir: str, shard: tuple[int, int]) -> str:
 def build_release(plan, out_dir: str | os.PathLike, *, formats: Iterable[str] | None = None,
                   options: m.BuildOptions, jobs: int | None = None, shard: tuple[int, int] | None = None,
                   progress: Callable[[BuildProgress], None] | None = None, signer=None,
-                  allow: Iterable[str] = (), config=None, only=None, deep_check: bool = False) -> BuildResult:
+                  allow: Iterable[str] = (), config=None, only=None, deep_check: bool = False,
+                  workers: Workers | None = None) -> BuildResult:
     """Build the plan's packages of `formats` (default: all planned) into out_dir.
 
     jobs: worker processes (default: the cores this process may run on); shard: (I, N), 1-based, builds only
     part I of N (see assign_shards) and writes manifest.d/shard-I-of-N.json instead of
     manifest.json; signer: a rocpkg.sign.Signer that signs every RPM's header; only: the
     (format, name) pairs to write (rocpkg.subset.select), None for all; deep_check:
-    decode every kernel of every packed archive before writing (gate.refusals).
+    decode every kernel of every packed archive before writing (gate.refusals); workers:
+    a rocpkg.workers.Workers already running (the caller's, which planned on it), else
+    the build forks its own.
     The checks of rocpkg.gate run over the plan while the packages are written into a
     staging area (rocpkg.outdir): a problem whose check is not in `allow` raises
     RocpkgInputError and the staged packages go (OUT as it was); allowed ones
@@ -354,7 +358,8 @@ def build_release(plan, out_dir: str | os.PathLike, *, formats: Iterable[str] | 
     # One set of worker processes: they check the archives, then write the packages
     # into the staging area while this process runs verify's checks; the packages are
     # moved into place only once every check has passed (rocpkg.outdir).
-    with Workers(max(1, min(jobs or cores, len(chosen))), chosen) as workers:
+    with contextlib.nullcontext(workers) if workers else Workers(max(1, min(jobs or cores, len(chosen))),
+                                                                 chosen) as workers:
         archives = gate.archive_checks(plan, formats, whole_kernels=deep_check,
                                        starmap_async=workers.starmap_async)
         code = _code_fingerprint()

@@ -32,6 +32,9 @@ from kpack.errors import KpackFormatError
 from kpack.detect import EMBEDDING_SUFFIXES
 from kpack.marker import MARKER_SECTION, Marker, decode_marker
 from rocpkg.errors import RocpkgInputError
+from rocpkg.host_code import FILE_FLAGS as _FILE_FLAGS
+from rocpkg.host_code import device_code, search
+from rocpkg.host_code import why as _why
 from rocpkg.preflight import printable
 
 MANIFEST = "artifact_manifest.txt"
@@ -41,7 +44,6 @@ _TARGET_IN_NAME = re.compile(r"(?<![0-9a-z])(gfx[0-9]{1,2}[0-9a-f]{1,2}(?:-gener
 # Opening a directory of the tree: never through a symlink, never a non-directory.
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
 # Opening a file of the tree: never through a symlink, never blocking on a FIFO swapped in.
-_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0)
 ELF_MAGIC = b"\x7fELF"
 EM_AMDGPU = 224
 # Leading bytes that say "device code whose targets kpack.detect can read".
@@ -147,6 +149,15 @@ class Catalog:
     families: dict[str, list[str]]
     dirs: dict[tuple[str, str], list[ArtifactDir]] = field(default_factory=dict)
     facts: dict[str, FileFacts] = field(default_factory=dict)   # source path -> its facts
+    pending: object = None      # the host ELFs' device code still being searched (settle)
+
+    def settle(self) -> None:
+        """Wait for the search of the host ELFs' data sections (rocpkg.host_code) and add
+        what it found to their facts; its problems raise RocpkgInputError."""
+        pending, self.pending = self.pending, None
+        problems = pending() if pending is not None else []
+        if problems:
+            raise RocpkgInputError(*problems)
 
     def facts_of(self, source: str) -> FileFacts:
         """The facts of one artifact file (empty facts for a path the catalog never saw)."""
@@ -239,9 +250,11 @@ def classify_suffix(suffix: str, families: dict[str, list[str]]) -> str | None:
 
 
 def scan(root: str | os.PathLike, families: dict[str, list[str]] | None = None, *,
-         embedded_objects: bool = True) -> Catalog:
+         embedded_objects: bool = True, starmap_async=None) -> Catalog:
     """Index every artifact dir under root; all problems are reported together. With
-    embedded_objects=False host data sections are searched for offload bundles only."""
+    embedded_objects=False host data sections are searched for offload bundles only.
+    starmap_async: worker processes that search the host ELFs' data sections while the
+    caller goes on (catalog.settle() waits for them; rocpkg.host_code)."""
     root = os.path.abspath(os.fspath(root))
     families = families or kt.FAMILIES
     try:  # the root the user named may itself be a symlink; nothing below it is followed
@@ -292,43 +305,12 @@ def scan(root: str | os.PathLike, families: dict[str, list[str]] | None = None, 
             catalog.dirs.setdefault((artifact, component), []).append(adir)
     finally:
         os.close(root_fd)
-    if not problems:
-        problems += _read_host_code(catalog, host_elfs, embedded_objects)
     if problems:
         raise RocpkgInputError(*problems)
+    catalog.pending = search(catalog.facts, host_elfs, embedded_objects, starmap_async)
+    if starmap_async is None:
+        catalog.settle()
     return catalog
-
-
-def _read_host_code(catalog: Catalog, sources: list[str], embedded_objects: bool) -> list[tuple[str, str]]:
-    """Add to each host ELF's facts the device code it still carries: after the walk, on
-    every core (its data sections are GiBs; kpack.memsearch lets the threads run). Each
-    file is opened again, no symlink followed, and must be the one the walk read."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from rocpkg.compression import usable_cores
-
-    def one(source: str) -> tuple[str, str] | None:
-        facts = catalog.facts[source]
-        try:
-            fd = os.open(source, _FILE_FLAGS)
-        except OSError as exc:
-            return printable(source), f"cannot be read: {exc.strerror}"
-        with os.fdopen(fd, "rb") as fh:
-            st = os.fstat(fd)
-            if (st.st_dev, st.st_ino) != facts.identity:
-                return printable(source), "was replaced while being read (not the file the walk read)"
-            try:
-                catalog.facts[source] = _with_host_code(facts, fh, embedded_objects)
-            except OSError as exc:
-                return printable(source), f"cannot be read: {exc.strerror or exc}"
-        return None
-
-    if len(sources) < 2:
-        found = [one(source) for source in sources]
-    else:
-        with ThreadPoolExecutor(min(usable_cores(), len(sources), 16)) as pool:
-            found = list(pool.map(one, sources))
-    return [problem for problem in found if problem is not None]
 
 
 _TYPE_NAMES = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
@@ -606,13 +588,7 @@ def _code_object_facts(fh) -> FileFacts:
 
 def _with_host_code(facts: FileFacts, fh, embedded_objects: bool = True) -> FileFacts:
     """Add the device code a host ELF still carries (read through this open file)."""
-    from kpack.placement import host_device_code
-
-    try:
-        found = host_device_code(f"/proc/self/fd/{fh.fileno()}", embedded_objects=embedded_objects)
-    except KpackFormatError as exc:
-        return dataclasses.replace(facts, device_error=_why(exc))
-    return dataclasses.replace(facts, host_code=tuple((f.kind, f.describe()) for f in found))
+    return dataclasses.replace(facts, **device_code(fh, embedded_objects))
 
 
 def _with_runpath(facts: FileFacts, fh) -> FileFacts:
@@ -693,8 +669,3 @@ def _device_facts(fh, scan_embedded: bool) -> FileFacts:
         return FileFacts(targets=tuple(detect(f"/proc/self/fd/{fh.fileno()}", scan_embedded=scan_embedded).targets))
     except KpackFormatError as exc:
         return FileFacts(device_error=_why(exc))
-
-
-def _why(exc: KpackFormatError) -> str:
-    """The error without its file name: the problem's `where` names the artifact file."""
-    return ": ".join(part for part in (exc.location, exc.what) if part)

@@ -135,16 +135,26 @@ def _signer(args, source_date_epoch: int):
 
 
 def _cmd_build(args) -> int:
-    from rocpkg import build as b
-    from rocpkg.model import BuildOptions
-    from rocpkg.releases import inputs_date
+    from rocpkg.compression import usable_cores
+    from rocpkg.schedule import parse_shard
+    from rocpkg.workers import Workers
 
-    shard = b.parse_shard(args.shard) if args.shard else None
+    shard = parse_shard(args.shard) if args.shard else None
     if shard and args.repo:
         raise RocpkgInputError(("--repo", "a shard is part of a release: merge the shards' OUT trees, "
                                          "then run `rocpkg repo OUT` (docs/sharding.md)"))
     _check_jobs(args)
-    plan = load_plan(args, embedded_objects=False)
+    # the workers first: they load the writers and search the host ELFs while the plan is made
+    with Workers(args.jobs or usable_cores()) as workers:
+        return _build(args, shard, workers)
+
+
+def _build(args, shard, workers) -> int:
+    from rocpkg import build as b
+    from rocpkg.model import BuildOptions
+    from rocpkg.releases import inputs_date
+
+    plan = load_plan(args, embedded_objects=False, starmap_async=workers.starmap_async)
     only = selected_packages(args, plan)
     settings = plan.settings
     sde = b.source_date_epoch(settings, default=inputs_date(args.config, args.artifacts))
@@ -158,7 +168,7 @@ def _cmd_build(args) -> int:
     try:
         result = b.build_release(plan, args.output, formats=formats(args), options=options, jobs=args.jobs,
                                  shard=shard, progress=display, signer=signer, allow=args.allow or (), only=only,
-                                 deep_check=args.deep_check)
+                                 deep_check=args.deep_check, workers=workers)
     finally:
         display.close()
     summary = build_summary(result)

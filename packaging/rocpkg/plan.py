@@ -48,6 +48,12 @@ class Plan:
     info: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     facts: dict = field(default_factory=dict)  # artifact source path -> catalog.FileFacts, read once
+    pending_facts: object = None    # Catalog.settle while workers still search host ELFs
+
+    def settle_facts(self) -> None:
+        """Wait for the facts the catalog's workers still read (rocpkg.host_code)."""
+        if self.pending_facts is not None:
+            self.pending_facts()
 
     def by_name(self, fmt: str) -> dict[str, m.PackageSpec]:
         return {p.name: p for p in self.packages.get(fmt, [])}
@@ -355,7 +361,7 @@ class _PlanBuilder:
             self.warnings.append("no target found in the artifacts: per-target meta-packages have no variants")
         top = self._top_metapackage()
         plan = Plan(self.settings, self.abi, self.targets, self.families, top, self.classes,
-                    facts=self.catalog.facts)
+                    facts=self.catalog.facts, pending_facts=self.catalog.settle if self.catalog.pending else None)
         if self.problems:
             raise RocpkgInputError(*self.problems)
         # files are shared by both formats: collect once

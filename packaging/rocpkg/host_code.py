@@ -1,0 +1,88 @@
+"""The device code a host ELF still carries (a fat binary the kpack split left, bundles in
+its data sections), searched after the catalog's walk.
+
+Why apart from the walk: a release's host data sections are GiBs, the largest search
+alone took longer than the rest of the catalog. A build hands the search to its worker
+processes, which are idle while the plan is made, and only verify's placement check,
+run while the packages are written, waits for it. Without workers it runs on threads
+(kpack.memsearch lets them run) before the catalog is returned.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+
+from kpack.errors import KpackFormatError
+
+# an artifact file is opened read-only, never through a symlink, never blocking on a FIFO
+FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0)
+
+
+def search(facts: dict, sources: list[str], embedded_objects: bool, starmap_async=None):
+    """Start the search of each host ELF in `sources`; returns the call that waits for it,
+    adds what it found to `facts` and returns the problems (a file replaced or unreadable
+    since the walk). Each file is opened again, no symlink followed, and must be the one
+    the walk read (its identity in facts)."""
+    arguments = [(source, facts[source].identity, embedded_objects) for source in sources]
+    if starmap_async is not None:
+        waiter = starmap_async(found_in, arguments)
+    else:
+        found = _on_threads(arguments)
+        waiter = lambda: found  # noqa: E731
+
+    def settle() -> list[tuple[str, str]]:
+        problems = []
+        for source, (changes, problem) in zip(sources, waiter()):
+            if problem is not None:
+                problems.append(problem)
+            else:
+                facts[source] = dataclasses.replace(facts[source], **changes)
+        return problems
+
+    return settle
+
+
+def found_in(source: str, identity: tuple[int, int], embedded_objects: bool):
+    """(the facts' new fields, None) or (None, the problem) for one host ELF."""
+    from rocpkg.preflight import printable
+
+    try:
+        fd = os.open(source, FILE_FLAGS)
+    except OSError as exc:
+        return None, (printable(source), f"cannot be read: {exc.strerror}")
+    with os.fdopen(fd, "rb") as fh:
+        st = os.fstat(fd)
+        if (st.st_dev, st.st_ino) != identity:
+            return None, (printable(source), "was replaced while being read (not the file the walk read)")
+        try:
+            return device_code(fh, embedded_objects), None
+        except OSError as exc:
+            return None, (printable(source), f"cannot be read: {exc.strerror or exc}")
+
+
+def device_code(fh, embedded_objects: bool = True) -> dict:
+    """The FileFacts fields of the device code a host ELF still carries (read through
+    this open file): host_code, or device_error for a malformed fat binary."""
+    from kpack.placement import host_device_code
+
+    try:
+        found = host_device_code(f"/proc/self/fd/{fh.fileno()}", embedded_objects=embedded_objects)
+    except KpackFormatError as exc:
+        return {"host_code": (), "device_error": why(exc)}
+    return {"host_code": tuple((f.kind, f.describe()) for f in found), "device_error": ""}
+
+
+def why(exc: KpackFormatError) -> str:
+    """The error without its file name: the problem's `where` names the artifact file."""
+    return ": ".join(part for part in (exc.location, exc.what) if part)
+
+
+def _on_threads(arguments: list[tuple]) -> list:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from rocpkg.compression import usable_cores
+
+    if len(arguments) < 2:
+        return [found_in(*args) for args in arguments]
+    with ThreadPoolExecutor(min(usable_cores(), len(arguments), 16)) as pool:
+        return list(pool.map(lambda args: found_in(*args), arguments))
