@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 from pathlib import Path
 
@@ -82,3 +83,22 @@ def stop_gpg_agents(tmp_path_factory):
                 os.kill(pid, signal.SIGTERM)
             except ProcessLookupError:
                 pass
+
+
+@pytest.fixture(scope="module")
+def small_release(tmp_path_factory) -> Path:
+    """A two-target sample release (gfx942, gfx1100) made once per module: read it only."""
+    from rocpkg.config import load_config
+    from rocpkg.sample import make_sample_artifacts
+
+    root = tmp_path_factory.mktemp("pristine")
+    make_sample_artifacts(root / "artifacts", load_config(None), targets=["gfx942", "gfx1100"], size_mb=0.3)
+    return root / "artifacts"
+
+
+@pytest.fixture
+def small_release_copy(small_release, tmp_path) -> Path:
+    """A copy of small_release this test may spoil."""
+    copy = tmp_path / "artifacts"
+    shutil.copytree(small_release, copy, symlinks=True)
+    return copy

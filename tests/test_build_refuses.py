@@ -1,6 +1,6 @@
-"""`rocpkg build` refuses what `rocpkg verify` rejects, before a byte is written, unless the
-maintainer names the check with --allow; what was allowed is in manifest.json. Small
-releases made by the sample generator, one mistake each."""
+"""`rocpkg build` refuses what `rocpkg verify` rejects, before a package is published (OUT
+as it was), unless the maintainer names the check with --allow; what was allowed is in
+manifest.json. Small releases made by the sample generator, one mistake each."""
 from __future__ import annotations
 
 import json
@@ -17,18 +17,9 @@ from kpack.elf import build_amdgpu_code_object, build_host_elf, build_offload_bu
 from kpack.marker import MARKER_SECTION, encode_marker, read_marker
 
 
-@pytest.fixture(scope="module")
-def pristine(tmp_path_factory):
-    root = tmp_path_factory.mktemp("pristine")
-    make_sample_artifacts(root / "artifacts", load_config(None), targets=["gfx942", "gfx1100"], size_mb=0.3)
-    return root / "artifacts"
-
-
 @pytest.fixture
-def artifacts(pristine, tmp_path):
-    copy = tmp_path / "artifacts"
-    shutil.copytree(pristine, copy, symlinks=True)
-    return copy
+def artifacts(small_release_copy):
+    return small_release_copy
 
 
 def refused(out: Path, *args) -> list[str]:

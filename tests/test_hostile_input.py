@@ -22,6 +22,7 @@ from pathlib import Path
 
 import msgpack
 import pytest
+from cli_run import snapshot
 
 from kpack.archive import KpackReader, KpackWriter
 from kpack.elf import build_amdgpu_code_object, build_host_elf
@@ -99,23 +100,6 @@ class Release:
             assert any(needle in line for line in errors), f"no error line names {needle!r}:\n{output}"
         assert snapshot(self.out) == before, "OUT changed"
         return errors
-
-
-def snapshot(out: Path) -> dict[str, tuple]:
-    """Every path under OUT with its type, mode and bytes or link target."""
-    found = {}
-    for dirpath, dirnames, filenames in os.walk(out):
-        for name in dirnames + filenames:
-            full = os.path.join(dirpath, name)
-            st = os.lstat(full)
-            rel = os.path.relpath(full, out)
-            if stat.S_ISREG(st.st_mode):
-                found[rel] = ("file", st.st_mode, Path(full).read_bytes())
-            elif stat.S_ISLNK(st.st_mode):
-                found[rel] = ("link", os.readlink(full))
-            else:
-                found[rel] = ("dir", st.st_mode)
-    return found
 
 
 @pytest.fixture

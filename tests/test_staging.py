@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import os
 import shutil
-import stat
 import time
 from pathlib import Path
 
 import pytest
-from cli_run import rocpkg
+from cli_run import rocpkg, snapshot
 from rocpkg import gate
 from rocpkg.build import build_release
 from rocpkg.catalog import scan
@@ -19,7 +18,6 @@ from rocpkg.errors import RocpkgInputError
 from rocpkg.model import BuildOptions
 from rocpkg.outdir import STAGING_DIR
 from rocpkg.plan import make_plan
-from rocpkg.sample import make_sample_artifacts
 
 from kpack.elf import build_amdgpu_code_object, build_host_elf, build_offload_bundle
 from kpack.marker import MARKER_SECTION, encode_marker, read_marker
@@ -27,18 +25,9 @@ from kpack.marker import MARKER_SECTION, encode_marker, read_marker
 OPTIONS = BuildOptions(source_date_epoch=1700000000)
 
 
-@pytest.fixture(scope="module")
-def pristine(tmp_path_factory):
-    root = tmp_path_factory.mktemp("pristine")
-    make_sample_artifacts(root / "artifacts", load_config(None), targets=["gfx942", "gfx1100"], size_mb=2)
-    return root / "artifacts"
-
-
 @pytest.fixture
-def artifacts(pristine, tmp_path):
-    copy = tmp_path / "artifacts"
-    shutil.copytree(pristine, copy, symlinks=True)
-    return copy
+def artifacts(small_release_copy):
+    return small_release_copy
 
 
 def carry_fat_binary(artifacts: Path) -> Path:
@@ -48,21 +37,6 @@ def carry_fat_binary(artifacts: Path) -> Path:
     library.write_bytes(build_host_elf({MARKER_SECTION: encode_marker(read_marker(library)), ".hip_fatbin": bundle},
                                        soname="librocrand.so.1"))
     return library
-
-
-def snapshot(out: Path) -> dict[str, tuple]:
-    """Every path under OUT with its type, mode and bytes (None: OUT does not exist)."""
-    if not out.exists():
-        return None
-    found = {}
-    for dirpath, dirnames, filenames in os.walk(out):
-        for name in dirnames + filenames:
-            full = os.path.join(dirpath, name)
-            st = os.lstat(full)
-            rel = os.path.relpath(full, out)
-            found[rel] = ("file", st.st_mode, Path(full).read_bytes()) if stat.S_ISREG(st.st_mode) else \
-                ("other", st.st_mode)
-    return found
 
 
 def refused_build(artifacts: Path, out: Path) -> str:
