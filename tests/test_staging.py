@@ -82,9 +82,10 @@ def test_the_packages_are_written_while_the_checks_run(artifacts, tmp_path, monk
 
     def refusals_after_a_staged_package(*args, **kwargs):
         deadline = time.monotonic() + 60
+        staged = out / STAGING_DIR / "deb"
         while time.monotonic() < deadline and not seen:
-            staged = out / STAGING_DIR / "deb"
-            seen.extend(p.name for p in staged.iterdir() if p.name.endswith(".deb")) if staged.exists() else None
+            if staged.exists():
+                seen.extend(p.name for p in staged.iterdir() if p.name.endswith(".deb"))
             time.sleep(0.01)
         return checks(*args, **kwargs)
 
