@@ -170,3 +170,18 @@ def _after_replacing(library: Path, workers):
         os.replace(copy, library)
         return workers.starmap_async(function, arguments)
     return start
+
+
+def test_a_staging_area_planted_as_a_symlink_is_not_written_through(artifacts, tmp_path):
+    out = tmp_path / "out"
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (out / STAGING_DIR).parent.mkdir(parents=True)
+    (out / STAGING_DIR).symlink_to(elsewhere)
+
+    done = rocpkg("build", "-a", artifacts, "-o", out, "--formats", "deb")
+
+    assert done.returncode == 0, done.stderr
+    assert list(elsewhere.iterdir()) == []
+    assert not (out / STAGING_DIR).exists()
+    assert list((out / "deb" / "pool" / "main").glob("*.deb"))

@@ -25,8 +25,12 @@ TMP_RE = re.compile(r"\.tmp-\d+$")
 
 def remove_stale_temporaries(out_dir: str) -> None:
     """Files `*.tmp-<pid>` and packages staged by a killed build (the caller holds the
-    lock: nobody else writes)."""
-    shutil.rmtree(os.path.join(out_dir, STAGING_DIR), ignore_errors=True)
+    lock: nobody else writes). A staging area that is a symlink is removed, not followed."""
+    staging = os.path.join(out_dir, STAGING_DIR)
+    if os.path.islink(staging):
+        os.unlink(staging)
+    else:
+        shutil.rmtree(staging, ignore_errors=True)
     for sub in ("deb", "rpm", "control", ".rocpkg", MANIFEST_PARTS):
         for dirpath, _dirs, files in os.walk(os.path.join(out_dir, sub)):
             for name in files:
