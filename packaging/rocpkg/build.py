@@ -231,7 +231,6 @@ class _Task:
     spec: m.PackageSpec
     out_dir: str
     options: m.BuildOptions
-    fingerprint: str
     signer: object = None       # rocpkg.sign.Signer: RPM header signatures
     staging: str = ""           # where the package waits for the build's checks (rocpkg.outdir)
 
@@ -247,7 +246,7 @@ class _Written:
 
     outcome: PackageOutcome
     metadata: str       # the rendered control file / spec
-    state: dict         # what _up_to_date compares on the next build
+    state: dict         # what _up_to_date compares on the next build (the parent adds the fingerprint)
     staged: str         # where it waits until the build's checks have passed
 
 
@@ -277,7 +276,7 @@ def _build_one(task: _Task) -> _Written | list[tuple[str, str]]:
     except RocpkgInputError as exc:
         return exc.problems
     outcome = _outcome(spec, out_dir, built.size, built.sha256, rebuilt=True, seconds=time.perf_counter() - started)
-    state = {"fingerprint": task.fingerprint, "file": outcome.file, "size": built.size, "sha256": built.sha256,
+    state = {"file": outcome.file, "size": built.size, "sha256": built.sha256,
              "mtime_ns": st.st_mtime_ns, "ino": st.st_ino}
     return _Written(outcome, built.metadata, state, built.path)
 
@@ -362,8 +361,18 @@ def build_release(plan, out_dir: str | os.PathLike, *, formats: Iterable[str] | 
                                                                  chosen) as workers:
         archives = gate.archive_checks(plan, formats, whole_kernels=deep_check,
                                        starmap_async=workers.starmap_async)
-        code = _code_fingerprint()
         signer_id = signer.fingerprint if signer is not None else ""
+        fingerprints: dict[tuple[str, str] | None, str] = {}
+
+        def fingerprint_of(spec: m.PackageSpec) -> str:
+            """Taken once, when first needed (the code's too: reading the writers' sources)."""
+            if None not in fingerprints:
+                fingerprints[None] = _code_fingerprint()
+            key = spec.format, spec.name
+            if key not in fingerprints:
+                fingerprints[key] = package_fingerprint(spec, options, fingerprints[None], signer_id)
+            return fingerprints[key]
+
         with Staging(out_dir, formats) as staging:
             try:
                 releases.read_manifest(out_dir)     # a damaged manifest is refused before a byte is written
@@ -371,15 +380,20 @@ def build_release(plan, out_dir: str | os.PathLike, *, formats: Iterable[str] | 
                 order = sorted(chosen, key=lambda s: (-s.payload_size, s.format, s.name))
                 stale, recorded = [], []
                 for spec in order:
-                    fingerprint = package_fingerprint(spec, options, code, signer_id)
-                    outcome = _up_to_date(spec, out_dir, fingerprint)
+                    # a package with no state is stale whatever its fingerprint: that is
+                    # taken while it is written (_collect), so a new release's first write
+                    # waits for no fingerprint
+                    if not os.path.exists(_state_path(out_dir, spec)):
+                        stale.append(spec)
+                        continue
+                    outcome = _up_to_date(spec, out_dir, fingerprint_of(spec))
                     if outcome is not None:
                         recorded.append(outcome)
                     else:
-                        stale.append((spec, fingerprint))
+                        stale.append(spec)
                 # published bytes never change under one name-version-release (rocpkg.releases)
                 planned = [releases.Planned(s.format, s.name, s.version, s.release, s.arch,
-                                            _outcome(s, out_dir, 0, "", True).file) for s, _ in stale]
+                                            _outcome(s, out_dir, 0, "", True).file) for s in stale]
                 conflicts = releases.conflicting_rebuilds(out_dir, planned)
                 if conflicts:
                     stale = []
@@ -392,7 +406,7 @@ def build_release(plan, out_dir: str | os.PathLike, *, formats: Iterable[str] | 
                 result.allowed = gate.enforce(gate.refusals(plan, formats, config=config, archives=archives), allow)
                 if conflicts:
                     raise RocpkgInputError(*conflicts)
-                outcomes, problems = _collect(out_dir, order, recorded, answers, staging, progress)
+                outcomes, problems = _collect(out_dir, order, recorded, answers, staging, progress, fingerprint_of)
             except BaseException:
                 workers.stop()  # before the staging area and this run's temporaries are removed
                 raise
@@ -419,26 +433,28 @@ def build_release(plan, out_dir: str | os.PathLike, *, formats: Iterable[str] | 
     return result
 
 
-def _tasks(stale: list[tuple[m.PackageSpec, str]], options: m.BuildOptions, signer, staging: Staging,
+def _tasks(stale: list[m.PackageSpec], options: m.BuildOptions, signer, staging: Staging,
            result: BuildResult, jobs: int, cores: int) -> list[_Task]:
     """One task per stale package, each with its zstd threads; the result learns the
     jobs and threads (what the summary prints)."""
     jobs = result.jobs = max(1, min(jobs, len(stale) or 1))
     # threads never change a byte (rocpkg.compression), so they are chosen for what is left to do
     threads = ([options.threads] * len(stale) if options.threads else
-               zstd_threads([s.payload_size for s, _ in stale], cores, jobs, ZSTD_MAX_THREADS))
+               zstd_threads([s.payload_size for s in stale], cores, jobs, ZSTD_MAX_THREADS))
     # a .deb's one zstd frame has one thread, its md5s another (compression.DEB)
-    threads = [min(n, DEB_THREADS) if s.format == "deb" else n for (s, _), n in zip(stale, threads)]
+    threads = [min(n, DEB_THREADS) if s.format == "deb" else n for s, n in zip(stale, threads)]
     result.thread_range = (min(threads, default=1), max(threads, default=1))
     result.threads = result.thread_range[1]
-    return [_Task(spec, staging.out_dir, dataclasses.replace(options, threads=n), fingerprint, signer,
-                  staging.dir(spec.format)) for (spec, fingerprint), n in zip(stale, threads)]
+    return [_Task(spec, staging.out_dir, dataclasses.replace(options, threads=n), signer, staging.dir(spec.format))
+            for spec, n in zip(stale, threads)]
 
 
 def _collect(out_dir: str, order: list[m.PackageSpec], recorded: list[PackageOutcome], answers,
-             staging: Staging, progress) -> tuple[list[PackageOutcome], list[tuple[str, str]]]:
-    """Once the checks have passed: move each written package into place and record it,
-    as the workers finish them, reporting progress; the outcomes and the problems."""
+             staging: Staging, progress, fingerprint_of) -> tuple[list[PackageOutcome], list[tuple[str, str]]]:
+    """Once the checks have passed: move each written package into place and record it
+    with its fingerprint, as the workers finish them, reporting progress; the outcomes
+    and the problems."""
+    by_key = {(s.format, s.name): s for s in order}
     total_bytes = sum(s.payload_size for s in order)
     outcomes: list[PackageOutcome] = []
     problems: list[tuple[str, str]] = []
@@ -454,8 +470,9 @@ def _collect(out_dir: str, order: list[m.PackageSpec], recorded: list[PackageOut
             problems.extend(answer)
             continue
         if isinstance(answer, _Written):
+            state = {"fingerprint": fingerprint_of(by_key[answer.outcome.format, answer.outcome.name]), **answer.state}
             staging.commit(answer.staged, os.path.join(out_dir, answer.outcome.file))
-            _record(out_dir, answer)
+            _record(out_dir, dataclasses.replace(answer, state=state))
             answer = answer.outcome
         outcomes.append(answer)
         done_bytes += answer.payload

@@ -32,6 +32,7 @@ KINDS = tuple(SUFFIXES)
 # zstd -3's window: a frame boundary costs a few hundred bytes of ratio. (.deb: Flavour.)
 ZSTD_FRAME_SIZE = 4 << 20
 ZSTD_MAX_THREADS = 16
+STREAM_WRITE_SIZE = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -104,8 +105,10 @@ class Compressor:
             if flavour.zstd_frames:
                 self.stream = ZstdFrames(sink, level, writer_threads(threads), flavour.zstd_checksum)
             else:
+                # output handed on in CHUNK pieces, not zstd's 128 KiB: a .deb's data member
+                # went out in 40,000 writes per 6 GiB (the bytes are the same)
                 self.stream = _context(level, flavour.zstd_checksum).stream_writer(
-                    sink, closefd=False, write_return_read=True)
+                    sink, closefd=False, write_return_read=True, write_size=STREAM_WRITE_SIZE)
         elif kind == "xz":
             self.obj = lzma.LZMACompressor(format=lzma.FORMAT_XZ, check=flavour.xz_check,
                                            preset=max(0, min(level, 9)))

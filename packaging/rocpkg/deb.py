@@ -29,7 +29,7 @@ from rocpkg.errors import RocpkgInputError
 from rocpkg.filelist import check_sources, checked_files, with_parents
 from rocpkg.model import DIR, FILE, SYMLINK, BuildOptions, BuiltPackage, FileEntry, PackageSpec
 from rocpkg.render import render_deb
-from rocpkg.streams import CHUNK, AtomicOutput, DigestThread, HashingWriter, SourceFile, digester, hash_open
+from rocpkg.streams import CHUNK, AtomicOutput, DigestThread, SourceFile, digester, hash_open
 
 AR_MAGIC = b"!<arch>\n"
 AR_HEADER_SIZE = 60
@@ -318,20 +318,21 @@ def _write_ar(out: BinaryIO, spec: PackageSpec, control_member, tree: list[_Data
     _ar_member(out, "control.tar.gz", placeholder, sde)
     data_header_at = out.tell()
     out.write(_ar_header(data_name, 0, sde))
-    counted = HashingWriter(out, ())
-    compressor = compression.compressor(options.compression, counted, options, compression.DEB)
+    data_at = data_header_at + AR_HEADER_SIZE
+    compressor = compression.compressor(options.compression, out, options, compression.DEB)
     digests = _write_data_tar(compressor, spec, tree, sde, compression.writer_threads(options.threads))
     compressor.close()
+    data_size = out.tell() - data_at
     control = control_member(digests)
     if len(control) != len(placeholder):
         raise AssertionError("control.tar.gz changed length when the md5sums were filled in")
     out.seek(control_at)
     _ar_member(out, "control.tar.gz", control, sde)
-    data_header = _ar_header(data_name, counted.count, sde)
+    data_header = _ar_header(data_name, data_size, sde)
     out.seek(data_header_at)
     out.write(data_header)
     out.seek(0, os.SEEK_END)
-    if counted.count % 2:
+    if data_size % 2:
         out.write(b"\n")
 
 
