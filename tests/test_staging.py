@@ -12,7 +12,6 @@ import pytest
 from cli_run import rocpkg, snapshot
 from rocpkg import gate
 from rocpkg.build import build_release
-from rocpkg import catalog
 from rocpkg.catalog import scan
 from rocpkg.config import load_config
 from rocpkg.errors import RocpkgInputError
@@ -132,10 +131,10 @@ def test_a_build_with_one_job_checks_before_it_writes(artifacts, tmp_path, monke
     assert not out.exists()
 
 
-# -- the catalog's walk and its search of host data sections, on the build's workers -------
+# -- the catalog's search of host data sections, on the build's workers --------------------
 
 
-def test_the_walk_and_host_search_on_workers_find_what_one_process_finds(artifacts):
+def test_the_host_search_on_workers_finds_what_the_threads_find(artifacts):
     from rocpkg.workers import Workers
 
     library = str(carry_fat_binary(artifacts))
@@ -146,9 +145,7 @@ def test_the_walk_and_host_search_on_workers_find_what_one_process_finds(artifac
         assert there.pending is not None
         there.settle()
     assert there.pending is None
-    assert list(here.facts.items()) == list(there.facts.items())     # the same, in the same order
-    assert list(here.dirs.items()) == list(there.dirs.items())
-    assert sum(len(s.entries) for dirs in there.dirs.values() for d in dirs for s in d.stages) > 20
+    assert here.facts == there.facts
     assert here.facts[library].host_code and here.facts[library].host_code[0][0] == "fat-binary"
 
 
@@ -163,25 +160,6 @@ def test_a_host_library_replaced_while_the_workers_search_it_is_refused(artifact
         with pytest.raises(RocpkgInputError) as refused:
             release.settle_facts()
     assert any(str(library) == where and "was replaced" in what for where, what in refused.value.problems)
-
-
-def test_an_artifact_dir_replaced_before_the_workers_walk_it_is_refused(artifacts):
-    from rocpkg.workers import Workers
-
-    victim = sorted(d for d in artifacts.iterdir() if d.is_dir())[0]
-    families = load_config(None).settings["families"]
-
-    def start(function, arguments):
-        if function is catalog._walk_dir_at:   # listed by this process, walked by the workers
-            stand_in = victim.with_name(victim.name + ".new")
-            shutil.copytree(victim, stand_in, symlinks=True)
-            os.rename(victim, victim.with_name("moved-away"))
-            os.rename(stand_in, victim)
-        return workers.starmap_async(function, arguments)
-
-    with Workers(2) as workers, pytest.raises(RocpkgInputError) as refused:
-        scan(str(artifacts), families, embedded_objects=False, starmap_async=start)
-    assert (str(victim), "replaced while the artifacts were read") in refused.value.problems
 
 
 def _after_replacing(library: Path, workers):

@@ -24,14 +24,17 @@ import os
 import posixpath
 import re
 import stat
+import struct
 from dataclasses import dataclass, field
 
 from kpack import targets as kt
+from kpack.errors import KpackFormatError
 from kpack.detect import EMBEDDING_SUFFIXES
+from kpack.marker import MARKER_SECTION, Marker, decode_marker
 from rocpkg.errors import RocpkgInputError
 from rocpkg.host_code import FILE_FLAGS as _FILE_FLAGS
-from rocpkg.file_facts import ArchiveToc, FileFacts, read_facts  # noqa: F401 (ArchiveToc: the catalog's API)
-from rocpkg.host_code import search
+from rocpkg.host_code import device_code, search
+from rocpkg.host_code import why as _why
 from rocpkg.preflight import printable
 
 MANIFEST = "artifact_manifest.txt"
@@ -40,6 +43,64 @@ GENERIC = "generic"
 _TARGET_IN_NAME = re.compile(r"(?<![0-9a-z])(gfx[0-9]{1,2}[0-9a-f]{1,2}(?:-generic)?(?::(?:xnack|sramecc)[+-])*)(?![0-9a-z])")
 # Opening a directory of the tree: never through a symlink, never a non-directory.
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+# Opening a file of the tree: never through a symlink, never blocking on a FIFO swapped in.
+ELF_MAGIC = b"\x7fELF"
+EM_AMDGPU = 224
+# Leading bytes that say "device code whose targets kpack.detect can read".
+_DEVICE_MAGICS = (b"__CLANG_OFFLOAD_BUNDLE__", b"CCOB")
+
+
+@dataclass(frozen=True)
+class ArchiveToc:
+    """What the stages need of a kpack archive: its target IDs, and per kernel key the
+    target IDs it holds."""
+
+    arches: tuple[str, ...]
+    kernels: dict[str, frozenset[str]]
+
+    @classmethod
+    def from_entries(cls, arches, entries) -> "ArchiveToc":
+        """From an archive's gfx_arches and its TOC entries (kpack.format.Entry)."""
+        kernels: dict[str, set[str]] = {}
+        for entry in entries:
+            kernels.setdefault(entry.key, set()).add(entry.arch)
+        return cls(tuple(arches), {key: frozenset(found) for key, found in kernels.items()})
+
+
+@dataclass(frozen=True)
+class FileFacts:
+    """Everything later stages need to know of one artifact file, read once by the catalog.
+
+    elf:      "" (not ELF), "host" (an ELF that is not an AMDGPU code object) or "amdgpu"
+    needed:   DT_NEEDED of an ELF
+    marker:   the `.rocm_kpack_ref` marker of a host ELF (None: it has none)
+    archive:  the TOC summary of a kpack archive
+    targets:  target IDs of device code (code object, offload bundle, .mxr, archive)
+    host_code: device code a host ELF still carries (kpack.placement.host_device_code: a
+              non-empty .hip_fatbin means the kpack split step did not run)
+    *_error:  what is wrong with the marker, the archive or the device code, "" if nothing
+    identity: (st_dev, st_ino) of the file the catalog read, so that a later reader can
+              tell whether the path still names the same file
+    runpath_tags: (file offset, DT_RPATH in this ELF's word size and byte order) of the
+              d_tag of each DT_RUNPATH entry of a host ELF's dynamic table: the patches that
+              turn RUNPATH into RPATH as TheRock's runpath_to_rpath does (rocpkg.rpath)
+    runpath_error: why the RUNPATH of this ELF can't be turned into RPATH ("" if it can)
+    """
+
+    elf: str = ""
+    needed: tuple[str, ...] = ()
+    marker: Marker | None = None
+    marker_error: str = ""
+    archive: ArchiveToc | None = None
+    archive_error: str = ""
+    targets: tuple[str, ...] = ()
+    device_error: str = ""
+    host_code: tuple[tuple[str, str], ...] = ()   # device code inside a host ELF: (kind, what)
+    identity: tuple[int, int] = (0, 0)
+    runpath_tags: tuple[tuple[int, bytes], ...] = ()
+    runpath_error: str = ""
+
+
 @dataclass(frozen=True)
 class StageEntry:
     """One path of a stage tree, with the target it belongs to ("" = host/generic)."""
@@ -192,16 +253,19 @@ def scan(root: str | os.PathLike, families: dict[str, list[str]] | None = None, 
          embedded_objects: bool = True, starmap_async=None) -> Catalog:
     """Index every artifact dir under root; all problems are reported together. With
     embedded_objects=False host data sections are searched for offload bundles only.
-    starmap_async: worker processes that walk the artifact dirs (this process waits) and
-    then search the host ELFs' data sections while the caller goes on (catalog.settle()
-    waits for them; rocpkg.host_code)."""
+    starmap_async: worker processes that search the host ELFs' data sections while the
+    caller goes on (catalog.settle() waits for them; rocpkg.host_code)."""
     root = os.path.abspath(os.fspath(root))
     families = families or kt.FAMILIES
-    root_fd = _open_root(root)
+    try:  # the root the user named may itself be a symlink; nothing below it is followed
+        root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
+    except (FileNotFoundError, NotADirectoryError):
+        raise RocpkgInputError((root, "artifacts directory not found")) from None
+    except OSError as exc:
+        raise RocpkgInputError((root, f"cannot open: {exc.strerror}")) from None
     catalog = Catalog(root=root, families=families)
     problems: list[tuple[str, str]] = []
     host_elfs: list[str] = []
-    walks = []   # (artifact dir, its identity) in name order
     try:
         for dirname in sorted(os.listdir(root_fd)):
             path = os.path.join(root, dirname)
@@ -222,75 +286,31 @@ def scan(root: str | os.PathLike, families: dict[str, list[str]] | None = None, 
             if parsed is None:
                 problems.append((printable(path), "directory name is not <name>_<component>_<suffix>"))
                 continue
-            kind = classify_suffix(parsed[2], families)
+            artifact, component, suffix = parsed
+            kind = classify_suffix(suffix, families)
             if kind is None:
-                problems.append((printable(path), f"suffix {printable(parsed[2])!r} is neither 'generic', a known "
+                problems.append((printable(path), f"suffix {printable(suffix)!r} is neither 'generic', a known "
                                                   "target nor a family"))
                 continue
-            walks.append((ArtifactDir(dirname, *parsed, kind, path), (st.st_dev, st.st_ino)))
-        if starmap_async is not None and len(walks) > 1:
-            root_st = os.fstat(root_fd)
-            walked = starmap_async(_walk_dir_at, [(root, (root_st.st_dev, root_st.st_ino), adir, identity, families)
-                                                  for adir, identity in walks])()
-        else:
-            walked = [_walk_dir(root_fd, adir, identity, families) for adir, identity in walks]
+            adir = ArtifactDir(dirname, artifact, component, suffix, kind, path)
+            try:
+                dir_fd = os.open(dirname, _DIR_FLAGS, dir_fd=root_fd)
+            except OSError as exc:
+                problems.append((printable(path), f"cannot open: {exc.strerror}"))
+                continue
+            try:
+                _Walker(catalog, adir, problems, host_elfs).read_stages(dir_fd)
+            finally:
+                os.close(dir_fd)
+            catalog.dirs.setdefault((artifact, component), []).append(adir)
     finally:
         os.close(root_fd)
-    for adir, facts, found, elfs in walked:   # in name order, as one walk would have found them
-        catalog.facts.update(facts)
-        problems += found
-        host_elfs += elfs
-        catalog.dirs.setdefault((adir.artifact, adir.component), []).append(adir)
     if problems:
         raise RocpkgInputError(*problems)
     catalog.pending = search(catalog.facts, host_elfs, embedded_objects, starmap_async)
     if starmap_async is None:
         catalog.settle()
     return catalog
-
-
-def _open_root(root: str) -> int:
-    try:  # the root the user named may itself be a symlink; nothing below it is followed
-        return os.open(root, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
-    except (FileNotFoundError, NotADirectoryError):
-        raise RocpkgInputError((root, "artifacts directory not found")) from None
-    except OSError as exc:
-        raise RocpkgInputError((root, f"cannot open: {exc.strerror}")) from None
-
-
-def _walk_dir_at(root: str, root_identity: tuple[int, int], adir: ArtifactDir, identity: tuple[int, int],
-                 families: dict[str, list[str]]):
-    """_walk_dir in a worker process: the root opened again, and it must be the one the
-    caller listed."""
-    try:
-        root_fd = _open_root(root)
-    except RocpkgInputError as exc:
-        return adir, {}, exc.problems, []
-    try:
-        root_st = os.fstat(root_fd)
-        if (root_st.st_dev, root_st.st_ino) != root_identity:
-            return adir, {}, [(printable(root), "the artifacts directory was replaced while it was read")], []
-        return _walk_dir(root_fd, adir, identity, families)
-    finally:
-        os.close(root_fd)
-
-
-def _walk_dir(root_fd: int, adir: ArtifactDir, identity: tuple[int, int], families: dict[str, list[str]]):
-    """One artifact dir read (_Walker): (adir with its stages, the facts of its files,
-    its problems, its host ELFs). It must be the directory scan() found there."""
-    catalog, problems, host_elfs = Catalog(root="", families=families), [], []
-    try:
-        dir_fd = os.open(adir.dirname, _DIR_FLAGS, dir_fd=root_fd)
-    except OSError as exc:
-        return adir, {}, [(printable(adir.path), f"cannot open: {exc.strerror}")], []
-    try:
-        st = os.fstat(dir_fd)
-        if (st.st_dev, st.st_ino) != identity:
-            return adir, {}, [(printable(adir.path), "replaced while the artifacts were read")], []
-        _Walker(catalog, adir, problems, host_elfs).read_stages(dir_fd)
-    finally:
-        os.close(dir_fd)
-    return adir, catalog.facts, problems, host_elfs
 
 
 _TYPE_NAMES = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
@@ -532,3 +552,120 @@ def _open_error(exc: OSError, dir_fd: int, name: str) -> str:
     if exc.errno == errno.EACCES:
         return "cannot be read: permission denied (rocpkg must read every file it packs)"
     return f"cannot be read: {exc.strerror}"
+
+
+# -- facts of one file ---------------------------------------------------------------------
+
+def read_facts(fh, name: str, scan_embedded: bool = False, host_code: bool = True) -> FileFacts:
+    """Every fact of one open artifact file (seekable binary handle) that a later stage
+    needs; format errors are recorded in the facts, OSError propagates. host_code=False
+    leaves a host ELF's device code (its data sections) for _with_host_code."""
+    head = fh.read(64)
+    if head.startswith(ELF_MAGIC) and len(head) >= 20:
+        machine = struct.unpack_from(">H" if head[5] == 2 else "<H", head, 18)[0]
+        if machine == EM_AMDGPU:
+            return _code_object_facts(fh)
+        facts = _with_runpath(_host_elf_facts(fh, name), fh)
+        return _with_host_code(facts, fh) if host_code else facts
+    if name.endswith(".kpack") or head.startswith(b"KPAK"):
+        return _archive_facts(fh)
+    if head.startswith(_DEVICE_MAGICS) or scan_embedded:
+        return _device_facts(fh, scan_embedded)
+    return FileFacts(elf="other" if head.startswith(ELF_MAGIC) else "")
+
+
+def _code_object_facts(fh) -> FileFacts:
+    """The target comgr would name (kpack.codeobject: a v2 object is named from its notes,
+    read from this open file with bounded reads)."""
+    from kpack.codeobject import code_object_target
+
+    fh.seek(0)
+    try:
+        return FileFacts(elf="amdgpu", targets=(code_object_target(fh),))
+    except KpackFormatError as exc:
+        return FileFacts(elf="amdgpu", device_error=_why(exc))
+
+
+def _with_host_code(facts: FileFacts, fh, embedded_objects: bool = True) -> FileFacts:
+    """Add the device code a host ELF still carries (read through this open file)."""
+    return dataclasses.replace(facts, **device_code(fh, embedded_objects))
+
+
+def _with_runpath(facts: FileFacts, fh) -> FileFacts:
+    """Add where the DT_RUNPATH tags of a host ELF lie (rocpkg.rpath reads them)."""
+    from rocpkg.rpath import runpath_tags
+
+    tags, error = runpath_tags(fh)
+    return dataclasses.replace(facts, runpath_tags=tags, runpath_error=error)
+
+
+def _host_elf_facts(fh, name: str) -> FileFacts:
+    """DT_NEEDED and the `.rocm_kpack_ref` marker, from one parse of the ELF headers."""
+    from elftools.common.exceptions import ELFError, ELFParseError
+    from elftools.elf.elffile import ELFFile
+
+    errors = (ELFError, ELFParseError, ValueError, KeyError, IndexError, OverflowError, AttributeError,
+              struct.error)
+    size = os.fstat(fh.fileno()).st_size
+    fh.seek(0)
+    try:
+        elf = ELFFile(fh)
+    except errors as exc:
+        return FileFacts(elf="host", marker_error=f"unreadable ELF ({exc})")
+    needed: tuple[str, ...] = ()
+    try:
+        dynamic = elf.get_section_by_name(".dynamic")
+        if dynamic is not None:
+            needed = tuple(t.needed for t in dynamic.iter_tags("DT_NEEDED"))
+    except errors:
+        needed = ()  # a .dynamic rocpkg cannot parse: no libc dependency is inferred
+    try:
+        section = elf.get_section_by_name(MARKER_SECTION)
+        if section is None:
+            return FileFacts(elf="host", needed=needed)
+        offset, length = section["sh_offset"], section["sh_size"]
+        if section["sh_type"] == "SHT_NOBITS" or offset + length > size:
+            raise KpackFormatError(f"{MARKER_SECTION} [{offset}, {offset + length}) is not inside the file "
+                                   f"({size} bytes)", where=MARKER_SECTION)
+        marker = decode_marker(section.data(), where=MARKER_SECTION)
+    except KpackFormatError as exc:
+        return FileFacts(elf="host", needed=needed, marker_error=_why(exc))
+    except errors as exc:
+        return FileFacts(elf="host", needed=needed, marker_error=f"unreadable ELF ({exc})")
+    return FileFacts(elf="host", needed=needed, marker=marker)
+
+
+def _archive_facts(fh) -> FileFacts:
+    """The TOC summary of a kpack archive (header and TOC only, never a kernel), with the
+    declared kernel sizes held against what the file can hold."""
+    from kpack.archive import SCHEME_ZSTD, ZSTD_MAX_RATIO, KpackReader
+
+    fh.seek(0)
+    try:
+        reader = KpackReader(fh)
+        stored = reader.zstd_size * ZSTD_MAX_RATIO if reader.scheme == SCHEME_ZSTD else reader.file_size
+        toc = ArchiveToc.from_entries(reader.gfx_arches, _held(reader.entries(), stored))
+    except KpackFormatError as exc:
+        return FileFacts(archive_error=_why(exc))
+    return FileFacts(archive=toc, targets=toc.arches)
+
+
+def _held(entries, stored: int):
+    """The TOC entries, each declared size held against what the archive can hold."""
+    for entry in entries:
+        if entry.original_size > stored:
+            raise KpackFormatError(f"original_size {entry.original_size} is more than the archive can hold "
+                                   f"({stored} bytes)", where=f"toc[{entry.key!r}][{entry.arch!r}].original_size")
+        yield entry
+
+
+def _device_facts(fh, scan_embedded: bool) -> FileFacts:
+    """Targets of an offload bundle, compressed bundle or code-object container, by
+    kpack.detect over this same open file (/proc/self/fd names the open file, not a path
+    that could have been swapped)."""
+    from kpack.detect import detect
+
+    try:
+        return FileFacts(targets=tuple(detect(f"/proc/self/fd/{fh.fileno()}", scan_embedded=scan_embedded).targets))
+    except KpackFormatError as exc:
+        return FileFacts(device_error=_why(exc))
