@@ -8,7 +8,6 @@ import os
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 
-from debian import deb822
 
 NS_COMMON = "{http://linux.duke.edu/metadata/common}"
 NS_REPO = "{http://linux.duke.edu/metadata/repo}"
@@ -49,6 +48,8 @@ def apt_suites(out_dir: str) -> list[str]:
 
 def release_files(suite_dir: str) -> dict[str, tuple[int, str]]:
     """name relative to the suite -> (size, sha256) as Release lists it."""
+    from debian import deb822   # here: a build's first write need not wait for it (~35 ms)
+
     with open(os.path.join(suite_dir, "Release"), encoding="utf-8") as fh:
         release = deb822.Release(fh)
     return {f["name"]: (int(f["size"]), f["sha256"]) for f in release.get("SHA256", [])}
@@ -56,6 +57,8 @@ def release_files(suite_dir: str) -> dict[str, tuple[int, str]]:
 
 def apt_index_entries(out_dir: str | os.PathLike) -> list[IndexEntry]:
     """Every package every APT suite's Packages lists."""
+    from debian import deb822
+
     out_dir = os.fspath(out_dir)
     entries = []
     for suite_dir in apt_suites(out_dir):

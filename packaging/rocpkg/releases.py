@@ -22,7 +22,6 @@ import os
 from dataclasses import asdict, dataclass, replace
 from typing import Iterable
 
-from debian.debian_support import Version
 
 from rocpkg.errors import RocpkgInputError
 from rocpkg.indexes import PackageRef, published_entries
@@ -93,8 +92,11 @@ def inputs_date(config_path: str | os.PathLike | None, artifacts_dir: str | os.P
     return max(times) if times else None
 
 
-def release_order(record: ReleaseRecord) -> Version:
-    """Debian version order of "version-release": what apt and dnf would call newer."""
+def release_order(record: ReleaseRecord):
+    """Debian version order of "version-release": what apt and dnf would call newer
+    (a debian_support.Version)."""
+    from debian.debian_support import Version
+
     return Version(record.id)
 
 
