@@ -102,17 +102,29 @@ def measure(cmd: list[str], env: dict | None = None) -> dict:
             "rss_mb": usage.ru_maxrss / 1024, "tree_rss_mb": peak[0] / MIB}
 
 
-def best_of(repeat: int, cmd: list[str], env: dict, out: Path) -> dict:
-    """The fastest of `repeat` runs, each into an empty `out` (nothing reused)."""
-    rows = []
+def run_into(cmd: list[str], env: dict, out: Path) -> dict:
+    """One run into an empty `out` (nothing reused), with the size of what it wrote;
+    `out` is removed after (a round holds one contender's output at a time)."""
+    if out.is_dir():
+        shutil.rmtree(out)
+    elif out.exists():
+        out.unlink()
+    os.sync()
+    row = measure(cmd, env)
+    row["out_mb"] = (out.stat().st_size if out.is_file() else tree_size(out)) / MIB
+    shutil.rmtree(out, ignore_errors=True) if out.is_dir() else out.unlink(missing_ok=True)
+    return row
+
+
+def best_of_rounds(repeat: int, runs: dict[str, tuple[list[str], Path]], env: dict) -> dict[str, dict]:
+    """The fastest of `repeat` runs of each contender, run in rounds (every contender
+    once, then again): a machine whose speed drifts over minutes slows every contender
+    alike, not the ones that happened to run last."""
+    rows: dict[str, list[dict]] = {label: [] for label in runs}
     for _ in range(max(1, repeat)):
-        if out.is_dir():
-            shutil.rmtree(out)
-        elif out.exists():
-            out.unlink()
-        os.sync()
-        rows.append(measure(cmd, env))
-    return min(rows, key=lambda row: row["wall"])
+        for label, (cmd, out) in runs.items():
+            rows[label].append(run_into(cmd, env, out))
+    return {label: min(found, key=lambda row: row["wall"]) for label, found in rows.items()}
 
 
 def tree_size(path: Path) -> int:
@@ -268,7 +280,8 @@ def main() -> int:
     parser.add_argument("--targets", default="gfx942,gfx1100,gfx1101,gfx1201,gfx90a,gfx1030")
     parser.add_argument("--cores", default=None, help="comma-separated core counts (default: 1 and all)")
     parser.add_argument("--formats", default="deb,rpm")
-    parser.add_argument("--repeat", type=int, default=1, help="runs per contender; the fastest is reported")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="rounds of runs (each contender once per round); the fastest is reported")
     parser.add_argument("--classical", action="store_true", help="also the staging + dpkg-deb/rpmbuild route")
     parser.add_argument("--no-nfpm", action="store_true")
     parser.add_argument("--artifacts", help="use this artifacts tree instead of generating one")
@@ -323,11 +336,9 @@ def main() -> int:
         os.sync()
         results: dict[int, dict] = {}
         for cores in core_counts:
-            rows = results[cores] = {}
-            for label, (cmd, out) in contenders(fmts, cores, args, rocpkg, me, artifacts, plan_json, work).items():
-                rows[label] = best_of(args.repeat, pinned(cores) + cmd, env, out)
-                rows[label]["out_mb"] = (out.stat().st_size if out.is_file() else tree_size(out)) / MIB
-                shutil.rmtree(out, ignore_errors=True) if out.is_dir() else out.unlink(missing_ok=True)
+            runs = {label: (pinned(cores) + cmd, out) for label, (cmd, out)
+                    in contenders(fmts, cores, args, rocpkg, me, artifacts, plan_json, work).items()}
+            rows = results[cores] = best_of_rounds(args.repeat, runs, env)
             if args.json:
                 Path(args.json).write_text(json.dumps({"payload": payload, "packages": len(sizes),
                                                        "results": results}, indent=1))
