@@ -215,6 +215,11 @@ def test_a_package_file_name_too_long_for_out_is_refused(release):
     release.refused("file name", "longer than 243")
 
 
+def test_two_packages_given_one_name_are_refused(release):
+    release.edit(setting("naming", {"versioned": "ns-same"}))   # every versioned package, one name
+    release.refused("two packages of the plan have this name")
+
+
 @pytest.mark.parametrize("option,value", [("--version", "1.0 evil"), ("--release", "1\nEssential: yes"),
                                           ("--version", "1.0-1")])
 def test_command_line_versions_are_refused(release, option, value):

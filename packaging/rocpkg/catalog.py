@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import errno
+import functools
 import os
 import posixpath
 import re
@@ -138,8 +139,9 @@ class ArtifactDir:
     path: str
     stages: list[Stage] = field(default_factory=list)
 
-    @property
+    @functools.cached_property
     def bare_target(self) -> str:
+        """Read for every stage lookup of the plan (20,000 times for TheRock's config)."""
         return kt.parse_target(self.suffix).processor.lower() if self.kind == "target" else ""
 
 

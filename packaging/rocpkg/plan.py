@@ -6,6 +6,7 @@ list. Writers pack what the plan says and nothing else.
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import itertools
 import posixpath
@@ -381,8 +382,8 @@ class _PlanBuilder:
             self._add_libc_dependency(plan.packages["deb"])
         for fmt in formats:
             plan.packages[fmt].sort(key=lambda p: p.name)
-            names = [p.name for p in plan.packages[fmt]]
-            for dup in sorted({n for n in names if names.count(n) > 1}):
+            names = collections.Counter(p.name for p in plan.packages[fmt])
+            for dup in sorted(n for n, count in names.items() if count > 1):
                 self.problems.append((f"{fmt} package {dup}", "two packages of the plan have this name; "
                                       "change settings.naming"))
         plan.info.extend(self._cycles())
