@@ -9,7 +9,6 @@ from __future__ import annotations
 import collections
 import dataclasses
 import itertools
-import posixpath
 import re
 from dataclasses import dataclass, field
 
@@ -229,14 +228,14 @@ class _PlanBuilder:
         for path in owned_ancestors(self.prefix) if by_path else ():
             by_path.setdefault(path, m.FileEntry(path, m.DIR, 0o755))
         for path in list(by_path):
-            parent = posixpath.dirname(path)
+            parent = path[:path.rfind("/")]   # normalised, absolute, below a prefix that is not /
             while len(parent) >= len(self.prefix) and parent.startswith(self.prefix):
                 if parent not in by_path:
                     by_path[parent] = m.FileEntry(parent, m.DIR, 0o755)
                 elif by_path[parent].type != m.DIR:
                     self.problems.append((pkg_label, f"{parent} is both a directory and a {by_path[parent].type}"))
                     break
-                parent = posixpath.dirname(parent)
+                parent = parent[:parent.rfind("/")]
         return [by_path[p] for p in sorted(by_path)]
 
     def _collect(self, d: Definition, target: str | None, pkg_label: str) -> list[m.FileEntry]:

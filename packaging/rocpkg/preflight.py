@@ -14,6 +14,7 @@ what the plan made of them.
 """
 from __future__ import annotations
 
+import functools
 import posixpath
 import re
 
@@ -93,6 +94,7 @@ def _without_epoch(evr: str) -> tuple[str, str]:
     return ("" if epoch.isdigit() else f"epoch {epoch!r} is not a number"), rest
 
 
+@functools.lru_cache(maxsize=8192)   # a release repeats its relations and versions
 def deb_version_problem(version: str) -> str:
     """Debian policy 5.6.12: [epoch:]upstream[-revision]."""
     problem, rest = _without_epoch(version)
@@ -108,6 +110,7 @@ def deb_version_problem(version: str) -> str:
     return ""
 
 
+@functools.lru_cache(maxsize=8192)   # a release repeats its relations and versions
 def rpm_version_problem(evr: str) -> str:
     """rpm's [epoch:]version[-release]: no '-' inside version or release."""
     problem, rest = _without_epoch(evr)
@@ -122,6 +125,7 @@ def rpm_version_problem(evr: str) -> str:
     return ""
 
 
+@functools.lru_cache(maxsize=8192)   # a release repeats its relations and versions
 def deb_relation_problem(relation: str) -> str:
     """One DEB relation: `name[:arch] [(op version)]` alternatives joined by `|`."""
     if _CONTROL.search(relation):
@@ -144,6 +148,7 @@ def deb_relation_problem(relation: str) -> str:
     return ""
 
 
+@functools.lru_cache(maxsize=8192)   # a release repeats its relations and versions
 def rpm_relation_problem(relation: str) -> str:
     """One RPM relation: `name [op evr]`, or a rich dependency `(a or (b >= 1 with c))`."""
     if _CONTROL.search(relation):
@@ -337,15 +342,15 @@ def _link_problems(fe: m.FileEntry, spec: m.PackageSpec, nodes) -> list[str]:
 def _through_symlinks(nodes) -> list[tuple[str, str]]:
     """Paths the release installs below a path it ships as a symlink: dpkg and rpm would
     write through the link."""
+    links = {path for path, (fe, _) in nodes.items() if fe.type == m.SYMLINK}
     below: dict[str, list[str]] = {}
-    for path in nodes:
-        parent = posixpath.dirname(path)
-        while parent not in ("/", ""):
-            node = nodes.get(parent)
-            if node is not None and node[0].type == m.SYMLINK:
-                below.setdefault(parent, []).append(path)
+    for path in nodes if links else ():
+        end = path.rfind("/")
+        while end > 0:   # each ancestor, nearest first (the paths are normalised and absolute)
+            if path[:end] in links:
+                below.setdefault(path[:end], []).append(path)
                 break
-            parent = posixpath.dirname(parent)
+            end = path.rfind("/", 0, end)
     return [(printable(link), f"is shipped as a symlink, but {printable(paths[0])}"
                               f"{f' and {len(paths) - 1} more paths are' if len(paths) > 1 else ' is'} "
                               f"installed through it")
