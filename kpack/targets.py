@@ -93,6 +93,14 @@ for _name in PROCESSORS:
     if _name not in _IN_THEROCK and _name not in GENERIC_TARGETS and not _name.startswith("gfx6"):
         FAMILIES[_name] = [_name]
 
+
+@functools.lru_cache(maxsize=1)
+def table_order() -> dict[str, int]:
+    """Each target's place in FAMILIES (its last listing): the order targets are listed
+    in, everywhere. FAMILIES is complete once this module is loaded, so it is made once."""
+    return {t: i for i, t in enumerate(t for members in FAMILIES.values() for t in members)}
+
+
 KNOWN_FEATURES = ("sramecc", "xnack")
 # The triple prefix of the ISA names ROCr reports (`hsa_isa_get_info_alt` ISA name).
 ISA_PREFIX = "amdgcn-amd-amdhsa--"

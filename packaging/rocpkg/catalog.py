@@ -44,7 +44,6 @@ GENERIC = "generic"
 _TARGET_IN_NAME = re.compile(r"(?<![0-9a-z])(gfx[0-9]{1,2}[0-9a-f]{1,2}(?:-generic)?(?::(?:xnack|sramecc)[+-])*)(?![0-9a-z])")
 # Opening a directory of the tree: never through a symlink, never a non-directory.
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
-# Opening a file of the tree: never through a symlink, never blocking on a FIFO swapped in.
 ELF_MAGIC = b"\x7fELF"
 EM_AMDGPU = 224
 # Leading bytes that say "device code whose targets kpack.detect can read".
@@ -225,7 +224,7 @@ def dropped_mode_bits(mode: int, entry_type: str) -> str:
 
 
 def sort_targets(names) -> list[str]:
-    order = {t: i for i, t in enumerate(t for ts in kt.FAMILIES.values() for t in ts)}
+    order = kt.table_order()
     return sorted(set(names), key=lambda t: (order.get(t, len(order)), t))
 
 

@@ -2,8 +2,6 @@
 from a built tree), and the report they fill."""
 from __future__ import annotations
 
-import functools
-
 import struct
 from dataclasses import asdict, dataclass, field
 from typing import Callable
@@ -115,15 +113,9 @@ def finish(report: VerifyReport) -> None:
 
 
 def target_order(target: str) -> tuple:
-    order = _family_order()
+    order = kt.table_order()
     bare = target.split(":", 1)[0]
     return (order.get(bare, len(order)), target)
-
-
-@functools.lru_cache(maxsize=1)
-def _family_order() -> dict[str, int]:
-    """Each target's place in the family table (its last listing), made once."""
-    return {t: i for i, t in enumerate(t for ts in kt.FAMILIES.values() for t in ts)}
 
 
 def key_order(key: str) -> tuple:
