@@ -23,14 +23,19 @@ MANIFEST_PARTS = "manifest.d"
 TMP_RE = re.compile(r"\.tmp-\d+$")
 
 
-def remove_stale_temporaries(out_dir: str) -> None:
-    """Files `*.tmp-<pid>` and packages staged by a killed build (the caller holds the
-    lock: nobody else writes). A staging area that is a symlink is removed, not followed."""
+def remove_staging(out_dir: str) -> None:
+    """The staging area and what it holds; one that is a symlink is removed, not followed."""
     staging = os.path.join(out_dir, STAGING_DIR)
     if os.path.islink(staging):
         os.unlink(staging)
     else:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def remove_stale_temporaries(out_dir: str) -> None:
+    """Files `*.tmp-<pid>` and packages staged by a killed build (the caller holds the
+    lock: nobody else writes)."""
+    remove_staging(out_dir)
     for sub in ("deb", "rpm", "control", ".rocpkg", MANIFEST_PARTS):
         for dirpath, _dirs, files in os.walk(os.path.join(out_dir, sub)):
             for name in files:
@@ -129,7 +134,7 @@ class Staging:
 
     def __exit__(self, exc_type, exc, tb):
         try:
-            shutil.rmtree(os.path.join(self.out_dir, STAGING_DIR), ignore_errors=True)
+            remove_staging(self.out_dir)
         finally:
             self.lock.__exit__(exc_type, exc, tb)
         if exc_type is not None and not self.committed:
