@@ -19,7 +19,6 @@ import time
 STARTED = time.perf_counter()
 
 import argparse  # noqa: E402
-import os  # noqa: E402
 import sys  # noqa: E402
 
 
@@ -55,7 +54,7 @@ def main() -> int:
 
         specs = [spec for found in plan.packages.values() for spec in found]
         with tempfile.TemporaryDirectory() as out:   # a new release's OUT: no package has a state
-            stale = [spec for spec in specs if not os.path.exists(build._state_path(out, spec))]
+            stale = [spec for spec in specs if build._up_to_date(spec, out, None) is None]
         t = step("state lookups", t)
         first_write = time.perf_counter() - STARTED
         gate.refusals(plan, list(plan.packages), config=None, starmap_async=workers.starmap_async)

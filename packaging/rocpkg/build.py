@@ -207,8 +207,10 @@ def _outcome(spec: m.PackageSpec, out_dir: str, size: int, sha256: str, rebuilt:
                           spec.family, rel, size, sha256, tuple(spec.depends), spec.payload_size, rebuilt, seconds)
 
 
-def _up_to_date(spec: m.PackageSpec, out_dir: str, fingerprint: str) -> PackageOutcome | None:
-    """The recorded outcome when state, output file and control file all still match."""
+def _up_to_date(spec: m.PackageSpec, out_dir: str, fingerprint_of) -> PackageOutcome | None:
+    """The recorded outcome when state, output file and control file all still match.
+    fingerprint_of(spec) is called only for a package that has all three: a new
+    release's packages have no state, and its first write waits for no fingerprint."""
     try:
         with open(_state_path(out_dir, spec)) as fh:
             state = json.load(fh)
@@ -217,7 +219,7 @@ def _up_to_date(spec: m.PackageSpec, out_dir: str, fingerprint: str) -> PackageO
             return None
     except (OSError, ValueError):
         return None
-    if (state.get("fingerprint") != fingerprint or state.get("size") != st.st_size
+    if (state.get("fingerprint") != fingerprint_of(spec) or state.get("size") != st.st_size
             or state.get("mtime_ns") != st.st_mtime_ns or state.get("ino") != st.st_ino):
         return None
     return _outcome(spec, out_dir, state["size"], state["sha256"], rebuilt=False)
@@ -380,13 +382,8 @@ def build_release(plan, out_dir: str | os.PathLike, *, formats: Iterable[str] | 
                 order = sorted(chosen, key=lambda s: (-s.payload_size, s.format, s.name))
                 stale, recorded = [], []
                 for spec in order:
-                    # a package with no state is stale whatever its fingerprint: that is
-                    # taken while it is written (_collect), so a new release's first write
-                    # waits for no fingerprint
-                    if not os.path.exists(_state_path(out_dir, spec)):
-                        stale.append(spec)
-                        continue
-                    outcome = _up_to_date(spec, out_dir, fingerprint_of(spec))
+                    # a stale package's fingerprint is taken while it is written (_collect)
+                    outcome = _up_to_date(spec, out_dir, fingerprint_of)
                     if outcome is not None:
                         recorded.append(outcome)
                     else:
