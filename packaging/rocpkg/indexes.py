@@ -8,7 +8,6 @@ import os
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 
-
 NS_COMMON = "{http://linux.duke.edu/metadata/common}"
 NS_REPO = "{http://linux.duke.edu/metadata/repo}"
 FORMAT_ROOTS = {"deb": "deb", "rpm": "rpm"}

@@ -22,7 +22,6 @@ import os
 from dataclasses import asdict, dataclass, replace
 from typing import Iterable
 
-
 from rocpkg.errors import RocpkgInputError
 from rocpkg.indexes import PackageRef, published_entries
 from rocpkg.streams import AtomicOutput
