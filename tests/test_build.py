@@ -246,8 +246,12 @@ def test_rpms_signed_later_by_rocpkg_repo_stay_recorded_and_are_not_rebuilt(arti
 def test_ctrl_c_stops_a_parallel_build_at_once_and_a_rerun_finishes_it(tmp_path):
     artifacts = make_artifacts(tmp_path / "artifacts", size_mb=16)
     out = tmp_path / "out"
+    # a terminal's foreground job takes Ctrl-C; one started by a shell as a background job
+    # (`cmd &`, as a CI runner may start the suite) inherits SIGINT ignored, and so would
+    # the build: give it the foreground job's default
     proc = subprocess.Popen(ROCPKG + ["build", "-a", str(artifacts), "-o", str(out), "-j", "2"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and proc.poll() is None:
         if any(p.suffix in (".deb", ".rpm") for p in out.glob("*/**/*")):
