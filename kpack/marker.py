@@ -9,12 +9,14 @@ import os
 from dataclasses import dataclass, field
 
 import msgpack
-from elftools.common.exceptions import ELFError, ELFParseError
-from elftools.elf.elffile import ELFFile
 
+from kpack import elfread
 from kpack.errors import KpackFormatError
 
 MARKER_SECTION = ".rocm_kpack_ref"
+# A marker is a few search paths and a name: hundreds of bytes. One that claims more is
+# refused before it is read.
+MARKER_LIMIT = 1 << 20
 GFXARCH = "@GFXARCH@"
 
 
@@ -60,22 +62,14 @@ def read_marker(path: str | os.PathLike) -> Marker | None:
     """The marker of a host ELF; None for a non-ELF file or an ELF without the section."""
     name = os.fspath(path)
     with open(name, "rb") as handle:
-        if handle.read(4) != b"\x7fELF":
+        if handle.read(4) != elfread.ELF_MAGIC:
             return None
         size = os.fstat(handle.fileno()).st_size
-        handle.seek(0)
         try:
-            section = ELFFile(handle).get_section_by_name(MARKER_SECTION)
+            section = elfread.section_named(elfread.sections(handle, size), MARKER_SECTION)
             if section is None:
                 return None
-            offset, length = section["sh_offset"], section["sh_size"]
-            if section["sh_type"] == "SHT_NOBITS" or offset + length > size:
-                raise KpackFormatError(f"{MARKER_SECTION} [{offset}, {offset + length}) is not inside "
-                                       f"the file ({size} bytes)", where=MARKER_SECTION, path=name)
-            data = section.data()
-        except (ELFError, ELFParseError, ValueError, KeyError, IndexError, OverflowError) as exc:
-            raise KpackFormatError(f"unreadable ELF ({exc})", path=name) from None
-    try:
-        return decode_marker(data, where=MARKER_SECTION)
-    except KpackFormatError as exc:
-        raise exc.with_path(name)
+            data = elfread.section_bytes(handle, section, size, limit=MARKER_LIMIT)
+            return decode_marker(data, where=MARKER_SECTION)
+        except KpackFormatError as exc:
+            raise exc.with_path(name)

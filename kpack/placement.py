@@ -20,14 +20,14 @@ import os
 import struct
 from typing import BinaryIO, NamedTuple
 
-from kpack import memsearch
+from kpack import elfread, memsearch
 from kpack.archive import KpackReader
 from kpack.bundle import BUNDLE_MAGIC, SCAN_CHUNK, BundleEntry, bundle_end, bundle_entries
 from kpack.bundle import compressed_bundle_entries
 from kpack.codeobject import ELF_MAGIC, EM_AMDGPU, _Source, decode_code_object
 from kpack.detect import KIND_BUNDLE, KIND_CODE_OBJECT, KIND_COMPRESSED_BUNDLE, KIND_EMBEDDED, KIND_KPACK
 from kpack.detect import detect, scan_code_objects
-from kpack.elf import _SHDR, SHF_ALLOC, SHF_EXECINSTR, SHT_PROGBITS
+from kpack.elf import SHF_ALLOC, SHF_EXECINSTR, SHT_PROGBITS
 from kpack.errors import KpackFormatError
 from kpack.targets import FAMILIES, GENERIC_TARGETS, parse_target
 
@@ -63,32 +63,14 @@ class Bundle(NamedTuple):
     entries: list[BundleEntry]
 
 
-def _sections(handle: BinaryIO, size: int) -> list[tuple[str, int, int, int, int]]:
-    """(name, sh_type, sh_flags, offset, size) of every section of an ELF64 LE file."""
-    handle.seek(0)
-    header = handle.read(64)
-    if len(header) < 64 or header[4] != 2 or header[5] != 1:
-        return []
-    shoff, = struct.unpack_from("<Q", header, 40)
-    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", header, 58)
-    if not shoff or shentsize != _SHDR.size or shoff + shnum * _SHDR.size > size or shstrndx >= shnum:
-        return []
-    handle.seek(shoff)
-    table = handle.read(shnum * _SHDR.size)
-    raw = [_SHDR.unpack_from(table, index * _SHDR.size) for index in range(shnum)]
-    names_at, names_size = raw[shstrndx][4], raw[shstrndx][5]
-    if names_at + names_size > size:
-        raise KpackFormatError("section name table runs past the end of the file", where=shoff)
-    handle.seek(names_at)
-    names = handle.read(names_size)
-    result = []
-    for name_at, sh_type, flags, _, offset, length, *_ in raw:
-        name = names[name_at:names.find(b"\0", name_at)].decode("ascii", "replace") if name_at < len(names) else ""
-        if sh_type == SHT_PROGBITS and offset + length > size:
-            raise KpackFormatError(f"section {name} [{offset}, {offset + length}) runs past the end of the file",
-                                   where=shoff)
-        result.append((name, sh_type, flags, offset, length))
-    return result
+def _sections(handle: BinaryIO, size: int) -> list[elfread.Section]:
+    """Every section of an ELF file, each PROGBITS one checked to lie inside the file."""
+    found = elfread.sections(handle, size)
+    for section in found:
+        if section.type == SHT_PROGBITS and section.offset + section.size > size:
+            raise KpackFormatError(f"section {section.name} [{section.offset}, {section.offset + section.size}) "
+                                   "runs past the end of the file", where=section.name)
+    return found
 
 
 def _find(handle: BinaryIO, magics: tuple[bytes, ...], start: int, end: int) -> int:
@@ -124,9 +106,10 @@ def fat_binary_bundles(path: str | os.PathLike, *, check_objects: bool = True) -
     with open(path, "rb") as handle:
         size = handle.seek(0, os.SEEK_END)
         try:
-            return [bundle for name, sh_type, _, offset, length in _sections(handle, size)
-                    if name in FAT_BINARY_SECTIONS and sh_type == SHT_PROGBITS
-                    for bundle in _bundles_in(handle, offset, offset + length, check_objects=check_objects)]
+            return [bundle for section in _sections(handle, size)
+                    if section.name in FAT_BINARY_SECTIONS and section.type == SHT_PROGBITS
+                    for bundle in _bundles_in(handle, section.offset, section.offset + section.size,
+                                              check_objects=check_objects)]
         except KpackFormatError as exc:
             raise exc.with_path(path)
 
@@ -179,7 +162,7 @@ def host_device_code(path: str | os.PathLike, *, embedded_objects: bool = True) 
                 target = decode_code_object(_Source(handle))
                 return [Finding(CODE_OBJECT, "", 0, size, [target])]
             findings = []
-            for name, sh_type, flags, offset, length in _sections(handle, size):
+            for name, sh_type, flags, offset, length, _ in _sections(handle, size):
                 if sh_type != SHT_PROGBITS or not length:
                     continue
                 if name in FAT_BINARY_SECTIONS:

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from kpack import targets as kt
 from kpack.errors import KpackFormatError
 from kpack.detect import EMBEDDING_SUFFIXES
-from kpack.marker import MARKER_SECTION, Marker, decode_marker
+from kpack.marker import MARKER_LIMIT, MARKER_SECTION, Marker, decode_marker
 from rocpkg.errors import RocpkgInputError
 from rocpkg.host_code import FILE_FLAGS as _FILE_FLAGS
 from rocpkg.host_code import device_code, search
@@ -601,38 +601,26 @@ def _with_runpath(facts: FileFacts, fh) -> FileFacts:
 
 
 def _host_elf_facts(fh, name: str) -> FileFacts:
-    """DT_NEEDED and the `.rocm_kpack_ref` marker, from one parse of the ELF headers."""
-    from elftools.common.exceptions import ELFError, ELFParseError
-    from elftools.elf.elffile import ELFFile
+    """DT_NEEDED and the `.rocm_kpack_ref` marker, from one read of the section table."""
+    from kpack import elfread
 
-    errors = (ELFError, ELFParseError, ValueError, KeyError, IndexError, OverflowError, AttributeError,
-              struct.error)
     size = os.fstat(fh.fileno()).st_size
-    fh.seek(0)
     try:
-        elf = ELFFile(fh)
-    except errors as exc:
-        return FileFacts(elf="host", marker_error=f"unreadable ELF ({exc})")
-    needed: tuple[str, ...] = ()
+        found = elfread.sections(fh, size)
+    except (KpackFormatError, struct.error) as exc:
+        why = _why(exc) if isinstance(exc, KpackFormatError) else exc
+        return FileFacts(elf="host", marker_error=f"unreadable ELF ({why})")
     try:
-        dynamic = elf.get_section_by_name(".dynamic")
-        if dynamic is not None:
-            needed = tuple(t.needed for t in dynamic.iter_tags("DT_NEEDED"))
-    except errors:
+        needed = elfread.needed(fh, found, size)
+    except (KpackFormatError, struct.error):
         needed = ()  # a .dynamic rocpkg cannot parse: no libc dependency is inferred
+    section = elfread.section_named(found, MARKER_SECTION)
+    if section is None:
+        return FileFacts(elf="host", needed=needed)
     try:
-        section = elf.get_section_by_name(MARKER_SECTION)
-        if section is None:
-            return FileFacts(elf="host", needed=needed)
-        offset, length = section["sh_offset"], section["sh_size"]
-        if section["sh_type"] == "SHT_NOBITS" or offset + length > size:
-            raise KpackFormatError(f"{MARKER_SECTION} [{offset}, {offset + length}) is not inside the file "
-                                   f"({size} bytes)", where=MARKER_SECTION)
-        marker = decode_marker(section.data(), where=MARKER_SECTION)
+        marker = decode_marker(elfread.section_bytes(fh, section, size, limit=MARKER_LIMIT), where=MARKER_SECTION)
     except KpackFormatError as exc:
         return FileFacts(elf="host", needed=needed, marker_error=_why(exc))
-    except errors as exc:
-        return FileFacts(elf="host", needed=needed, marker_error=f"unreadable ELF ({exc})")
     return FileFacts(elf="host", needed=needed, marker=marker)
 
 

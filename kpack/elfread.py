@@ -1,0 +1,176 @@
+"""A host ELF's section table, one section's bytes and its DT_NEEDED names: the one reader
+of ELF sections for the catalog, the marker and the device-code search.
+
+Every read is positioned and bounded: each table, string and section is checked against
+the file's size before it is read, and a name is read a block at a time, never a length
+the file declares. ELF32 and ELF64, either byte order; a section count or name-table index
+too large for the header (SHN_XINDEX) is taken from section 0, as readelf does.
+
+It replaces pyelftools on the path to a build's first write. pyelftools builds its
+construct parsers anew for every file it opens: 0.9 ms a file, 64 ms for the 70 host ELFs
+of TheRock's config, and 40 ms of imports, where this reads the same facts in 0.02 ms a
+file. pyelftools remains the tests' independent judge of what this returns.
+"""
+from __future__ import annotations
+
+import struct
+from typing import BinaryIO, NamedTuple
+
+from kpack.errors import KpackFormatError
+
+ELF_MAGIC = b"\x7fELF"
+SHT_NOBITS, SHT_STRTAB, SHT_DYNAMIC = 8, 3, 6
+SHN_XINDEX = 0xFFFF
+DT_NULL, DT_NEEDED = 0, 1
+NAME_LIMIT = 4096       # longest section or library name read; a longer one is malformed
+_BLOCK = 4096           # dynamic entries are read this many bytes at a time
+
+
+class Section(NamedTuple):
+    name: str
+    type: int
+    flags: int
+    offset: int
+    size: int
+    link: int
+
+
+class _Layout(NamedTuple):
+    """Where the header's fields are, for one ELF class and byte order."""
+    shoff: struct.Struct        # e_shoff
+    shoff_at: int
+    counts: struct.Struct       # e_shentsize, e_shnum, e_shstrndx
+    counts_at: int
+    header: struct.Struct       # one section header
+    dynamic: struct.Struct      # one dynamic entry (d_tag, d_val)
+
+
+def _layout(ident: bytes) -> _Layout | None:
+    if len(ident) < 52 or not ident.startswith(ELF_MAGIC) or ident[4] not in (1, 2) or ident[5] not in (1, 2):
+        return None
+    order = "<" if ident[5] == 1 else ">"
+    if ident[4] == 2:
+        if len(ident) < 64:
+            return None
+        return _Layout(struct.Struct(order + "Q"), 40, struct.Struct(order + "HHH"), 58,
+                       struct.Struct(order + "IIQQQQIIQQ"), struct.Struct(order + "qQ"))
+    return _Layout(struct.Struct(order + "I"), 32, struct.Struct(order + "HHH"), 46,
+                   struct.Struct(order + "IIIIIIIIII"), struct.Struct(order + "iI"))
+
+
+def sections(handle: BinaryIO, size: int) -> list[Section]:
+    """Every section of an ELF file, in table order; [] for a file that is not an ELF or
+    has no section table. Raises KpackFormatError (where: e_shoff) for a table or a name
+    that is not inside the file."""
+    handle.seek(0)
+    ident = handle.read(64)
+    layout = _layout(ident)
+    if layout is None:
+        return []
+    shoff, = layout.shoff.unpack_from(ident, layout.shoff_at)
+    entsize, count, names_index = layout.counts.unpack_from(ident, layout.counts_at)
+    if not shoff:
+        return []
+    if entsize != layout.header.size:
+        raise KpackFormatError(f"e_shentsize is {entsize}, not {layout.header.size}", where="e_shentsize")
+    if shoff + entsize > size:
+        raise KpackFormatError(f"section table at {shoff} is not inside the file ({size} bytes)", where="e_shoff")
+    handle.seek(shoff)
+    first = layout.header.unpack(handle.read(entsize))
+    count = count or first[5]                               # SHN_XINDEX: sh_size of section 0
+    names_index = first[6] if names_index == SHN_XINDEX else names_index   # sh_link of section 0
+    if shoff + count * entsize > size:
+        raise KpackFormatError(f"section table [{shoff}, {shoff + count * entsize}) is not inside the file "
+                               f"({size} bytes)", where="e_shoff")
+    handle.seek(shoff)
+    table = handle.read(count * entsize)
+    raw = [layout.header.unpack_from(table, index * entsize) for index in range(count)]
+    if not raw:
+        return []
+    if names_index >= count:
+        raise KpackFormatError(f"e_shstrndx {names_index} is not a section (there are {count})", where="e_shstrndx")
+    names_at, names_size = raw[names_index][4], raw[names_index][5]
+    if names_at + names_size > size:
+        raise KpackFormatError(f"section name table [{names_at}, {names_at + names_size}) is not inside the "
+                               f"file ({size} bytes)", where="e_shstrndx")
+    wanted = min(names_size, max(fields[0] for fields in raw) + NAME_LIMIT)
+    handle.seek(names_at)
+    names = handle.read(wanted)
+    result = []
+    for name_at, sh_type, flags, _, offset, length, link, *_ in raw:
+        _inside(name_at, names_size, "section name")
+        result.append(Section(_terminated(names[name_at:name_at + NAME_LIMIT], name_at, "section name"), sh_type,
+                              flags, offset, length, link))
+    return result
+
+
+def _inside(at: int, table_size: int, what: str) -> None:
+    if at >= table_size:
+        raise KpackFormatError(f"{what} at {at} is past the end of its string table ({table_size} bytes)")
+
+
+def _terminated(window: bytes, at: int, what: str) -> str:
+    """The name a string table holds at `at`, from the bytes read there (at most NAME_LIMIT)."""
+    end = window.find(b"\0")
+    if end < 0:
+        raise KpackFormatError(f"{what} at {at} is not NUL-terminated within {NAME_LIMIT} bytes or its table")
+    return window[:end].decode("utf-8", "replace")
+
+
+def section_named(found: list[Section], name: str) -> Section | None:
+    """The first section of that name (as the runtime and pyelftools look one up)."""
+    return next((section for section in found if section.name == name), None)
+
+
+def section_bytes(handle: BinaryIO, section: Section, size: int, *, limit: int) -> bytes:
+    """The bytes of one section, which must lie inside the file and be at most `limit`."""
+    end = section.offset + section.size
+    if section.type == SHT_NOBITS or end > size:
+        raise KpackFormatError(f"{section.name} [{section.offset}, {end}) is not inside the file ({size} bytes)",
+                               where=section.name)
+    if section.size > limit:
+        raise KpackFormatError(f"{section.name} is {section.size} bytes, more than the {limit} it may hold",
+                               where=section.name)
+    handle.seek(section.offset)
+    return handle.read(section.size)
+
+
+def needed(handle: BinaryIO, found: list[Section], size: int) -> tuple[str, ...]:
+    """The DT_NEEDED names of the `.dynamic` section, in order, up to its DT_NULL; () when
+    there is none. Raises KpackFormatError for a dynamic table or a name outside the file."""
+    dynamic = section_named(found, ".dynamic")
+    if dynamic is None or dynamic.type != SHT_DYNAMIC:
+        return ()
+    handle.seek(0)
+    layout = _layout(handle.read(64))
+    if dynamic.link >= len(found) or found[dynamic.link].type != SHT_STRTAB:
+        raise KpackFormatError(f"sh_link {dynamic.link} is not a string table", where=".dynamic")
+    strings = found[dynamic.link]
+    if dynamic.offset + dynamic.size > size or strings.offset + strings.size > size:
+        raise KpackFormatError(f"the dynamic table or its strings are not inside the file ({size} bytes)",
+                               where=".dynamic")
+    names = []
+    for tag, value in _entries(handle, dynamic, layout.dynamic):
+        if tag == DT_NEEDED:
+            names.append(_string_at(handle, strings, value))
+    return tuple(names)
+
+
+def _entries(handle: BinaryIO, dynamic: Section, entry: struct.Struct):
+    position, end = dynamic.offset, dynamic.offset + dynamic.size - dynamic.size % entry.size
+    while position < end:
+        handle.seek(position)
+        block = handle.read(min(_BLOCK - _BLOCK % entry.size, end - position))
+        if not block:
+            return
+        for tag, value in entry.iter_unpack(block[:len(block) - len(block) % entry.size]):
+            if tag == DT_NULL:
+                return
+            yield tag, value
+        position += len(block)
+
+
+def _string_at(handle: BinaryIO, strings: Section, at: int) -> str:
+    _inside(at, strings.size, "DT_NEEDED name")
+    handle.seek(strings.offset + at)
+    return _terminated(handle.read(min(NAME_LIMIT, strings.size - at)), at, "DT_NEEDED name")
