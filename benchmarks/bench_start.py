@@ -54,7 +54,8 @@ def main() -> int:
 
         specs = [spec for found in plan.packages.values() for spec in found]
         with tempfile.TemporaryDirectory() as out:   # a new release's OUT: no package has a state
-            stale = [spec for spec in specs if build._up_to_date(spec, out, None) is None]
+            states = build._recorded_states(out, plan.packages)
+            stale = [spec for spec in specs if build._up_to_date(spec, out, None, states) is None]
         t = step("state lookups", t)
         first_write = time.perf_counter() - STARTED
         gate.refusals(plan, list(plan.packages), config=None, starmap_async=workers.starmap_async)

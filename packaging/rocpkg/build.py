@@ -200,17 +200,33 @@ def _state_path(out_dir: str, spec: m.PackageSpec | PackageOutcome) -> str:
     return os.path.join(out_dir, STATE_DIR, spec.format, f"{spec.name}.json")
 
 
+def _recorded_states(out_dir: str, formats) -> dict[str, frozenset[str]]:
+    """Per format, the names of the state files OUT holds: one listing each, where a new
+    release's OUT would otherwise be asked once per package for a file it does not have."""
+    found = {}
+    for fmt in formats:
+        try:
+            found[fmt] = frozenset(entry.name for entry in os.scandir(os.path.join(out_dir, STATE_DIR, fmt)))
+        except OSError:
+            found[fmt] = frozenset()
+    return found
+
+
 def _outcome(spec: m.PackageSpec, out_dir: str, size: int, sha256: str, rebuilt: bool,
              seconds: float = 0.0) -> PackageOutcome:
-    rel = os.path.relpath(os.path.join(_package_dir(out_dir, spec), spec.filename), out_dir)
+    rel = os.path.join(_package_dir("", spec), spec.filename)
     return PackageOutcome(spec.format, spec.name, spec.version, spec.release, spec.arch, spec.kind, spec.target,
                           spec.family, rel, size, sha256, tuple(spec.depends), spec.payload_size, rebuilt, seconds)
 
 
-def _up_to_date(spec: m.PackageSpec, out_dir: str, fingerprint_of) -> PackageOutcome | None:
+def _up_to_date(spec: m.PackageSpec, out_dir: str, fingerprint_of,
+                states: dict[str, frozenset[str]] | None = None) -> PackageOutcome | None:
     """The recorded outcome when state, output file and control file all still match.
     fingerprint_of(spec) is called only for a package that has all three: a new
-    release's packages have no state, and its first write waits for no fingerprint."""
+    release's packages have no state, and its first write waits for no fingerprint.
+    states (_recorded_states) answers "no state" without opening the file."""
+    if states is not None and f"{spec.name}.json" not in states[spec.format]:
+        return None
     try:
         with open(_state_path(out_dir, spec)) as fh:
             state = json.load(fh)
@@ -380,10 +396,10 @@ def build_release(plan, out_dir: str | os.PathLike, *, formats: Iterable[str] | 
                 releases.read_manifest(out_dir)     # a damaged manifest is refused before a byte is written
                 # biggest first: the long packages start early and the pool drains evenly
                 order = sorted(chosen, key=lambda s: (-s.payload_size, s.format, s.name))
-                stale, recorded = [], []
+                stale, recorded, states = [], [], _recorded_states(out_dir, formats)
                 for spec in order:
                     # a stale package's fingerprint is taken while it is written (_collect)
-                    outcome = _up_to_date(spec, out_dir, fingerprint_of)
+                    outcome = _up_to_date(spec, out_dir, fingerprint_of, states)
                     if outcome is not None:
                         recorded.append(outcome)
                     else:
