@@ -41,7 +41,7 @@ def main() -> int:
     from rocpkg.workers import Workers
 
     t = step("imports", t)
-    with Workers(args.jobs or usable_cores()) as workers:
+    with Workers(args.jobs or usable_cores(), hold=True) as workers:  # as `rocpkg build`
         t = step("fork the workers", t)
         plan = load_plan(argparse.Namespace(config=args.config, artifacts=args.artifacts, pkg_version=None,
                                             release=None, targets=None, formats="deb,rpm"),

@@ -172,6 +172,59 @@ def _after_replacing(library: Path, workers):
     return start
 
 
+def _started(kind: str, number: int, log: str, seconds: float = 0.0):
+    """Note in `log` that a call began (one O_APPEND write: whole lines from any process)."""
+    fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    try:
+        os.write(fd, f"{kind} {number}\n".encode())
+    finally:
+        os.close(fd)
+    time.sleep(seconds)
+    if kind == "broken":
+        raise ValueError(f"task {number} failed")
+    return kind, number
+
+
+def _package(task):
+    return _started(*task)
+
+
+def test_held_checks_start_behind_each_workers_first_package_and_all_finish(tmp_path):
+    from rocpkg.workers import Workers
+
+    log = str(tmp_path / "log")
+    with Workers(2, hold=True) as workers:
+        checks = workers.starmap_async(_started, [("check", n, log) for n in range(6)])
+        time.sleep(0.3)                                     # held: nothing starts while the plan is made
+        assert not os.path.exists(log)
+        tasks = [("package", n, log, 0.4 if n < 2 else 0.0) for n in range(8)]
+        finished = list(workers.unordered_with_checks(_package, tasks))
+        assert checks() == [("check", n) for n in range(6)]
+    assert sorted(finished) == [("package", n) for n in range(8)]
+    started = Path(log).read_text().split("\n")
+    first_check = started.index("check 0")
+    assert {"package 0", "package 1"} <= set(started[:first_check])
+
+
+def test_a_held_check_waited_for_before_any_package_runs_at_once(tmp_path):
+    from rocpkg.workers import Workers
+
+    log = str(tmp_path / "log")
+    with Workers(2, hold=True) as workers:
+        assert workers.starmap_async(_started, [("check", n, log) for n in range(3)])() == [
+            ("check", 0), ("check", 1), ("check", 2)]
+
+
+def test_a_package_task_that_raises_is_raised_where_its_result_would_be(tmp_path):
+    from rocpkg.workers import Workers
+
+    log = str(tmp_path / "log")
+    with Workers(2, hold=True) as workers:
+        results = workers.unordered_with_checks(_package, [("package", 0, log), ("broken", 1, log)])
+        with pytest.raises(ValueError, match="task 1 failed"):
+            list(results)
+
+
 def test_a_staging_area_planted_as_a_symlink_is_not_written_through(artifacts, tmp_path):
     out = tmp_path / "out"
     elsewhere = tmp_path / "elsewhere"

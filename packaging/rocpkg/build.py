@@ -372,9 +372,10 @@ def build_release(plan, out_dir: str | os.PathLike, *, formats: Iterable[str] | 
         chosen = [s for s in chosen if (s.format, s.name) in only]
     cores = usable_cores()
     allow = gate.check_allow(allow)
-    # One set of worker processes: they check the archives, then write the packages
-    # into the staging area while this process runs verify's checks; the packages are
-    # moved into place only once every check has passed (rocpkg.outdir).
+    # One set of worker processes: they write the packages into the staging area and,
+    # behind each one's first package, check the archives and search the host ELFs
+    # (Workers.unordered_with_checks), while this process runs verify's checks; the
+    # packages are moved into place only once every check has passed (rocpkg.outdir).
     with contextlib.nullcontext(workers) if workers else Workers(max(1, min(jobs or cores, len(chosen))),
                                                                  chosen) as workers:
         archives = gate.archive_checks(plan, formats, whole_kernels=deep_check,
@@ -415,7 +416,7 @@ def build_release(plan, out_dir: str | os.PathLike, *, formats: Iterable[str] | 
                 if workers.pool is None or len(tasks) <= 1:
                     answers = (_build_one(task) for task in tasks)     # after the checks
                 else:
-                    answers = workers.pool.imap_unordered(_build_one, tasks)
+                    answers = workers.unordered_with_checks(_build_one, tasks)
                 result.allowed = gate.enforce(gate.refusals(plan, formats, config=config, archives=archives), allow)
                 if conflicts:
                     raise RocpkgInputError(*conflicts)

@@ -144,8 +144,9 @@ def _cmd_build(args) -> int:
         raise RocpkgInputError(("--repo", "a shard is part of a release: merge the shards' OUT trees, "
                                          "then run `rocpkg repo OUT` (docs/sharding.md)"))
     _check_jobs(args)
-    # the workers first: they load the writers and search the host ELFs while the plan is made
-    with Workers(args.jobs or usable_cores()) as workers:
+    # the workers first: they load the writers while the plan is made; the checks the plan
+    # starts (the host ELFs' search) wait behind each worker's first package (rocpkg.workers)
+    with Workers(args.jobs or usable_cores(), hold=True) as workers:
         return _build(args, shard, workers)
 
 

@@ -56,26 +56,25 @@ def release_files(suite_dir: str) -> dict[str, tuple[int, str]]:
 
 def apt_index_entries(out_dir: str | os.PathLike) -> list[IndexEntry]:
     """Every package every APT suite's Packages lists."""
+    out_dir = os.fspath(out_dir)
+    paths = [os.path.join(suite_dir, name) for suite_dir in apt_suites(out_dir)
+             for name in sorted(release_files(suite_dir)) if name.endswith("/Packages")]
+    paths = [path for path in paths if os.path.isfile(path)]
+    if not paths:
+        return []   # a new OUT: no deb822 to import on the way to the first write
     from debian import deb822
 
-    out_dir = os.fspath(out_dir)
     entries = []
-    for suite_dir in apt_suites(out_dir):
-        for name in sorted(release_files(suite_dir)):
-            if not name.endswith("/Packages"):
-                continue
-            path = os.path.join(suite_dir, name)
-            if not os.path.isfile(path):
-                continue
-            index = os.path.relpath(path, out_dir)
-            with open(path, encoding="utf-8") as fh:
-                for stanza in deb822.Packages.iter_paragraphs(fh, use_apt_pkg=False):
-                    version, _, release = stanza.get("Version", "").rpartition("-")
-                    if not version:
-                        version, release = stanza.get("Version", ""), ""
-                    entries.append(IndexEntry("deb", stanza.get("Package", ""), version, release,
-                                              stanza.get("Architecture", ""), "deb/" + stanza.get("Filename", ""),
-                                              index, int(stanza.get("Size", -1)), stanza.get("SHA256", "")))
+    for path in paths:
+        index = os.path.relpath(path, out_dir)
+        with open(path, encoding="utf-8") as fh:
+            for stanza in deb822.Packages.iter_paragraphs(fh, use_apt_pkg=False):
+                version, _, release = stanza.get("Version", "").rpartition("-")
+                if not version:
+                    version, release = stanza.get("Version", ""), ""
+                entries.append(IndexEntry("deb", stanza.get("Package", ""), version, release,
+                                          stanza.get("Architecture", ""), "deb/" + stanza.get("Filename", ""),
+                                          index, int(stanza.get("Size", -1)), stanza.get("SHA256", "")))
     return entries
 
 
