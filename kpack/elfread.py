@@ -23,6 +23,12 @@ SHT_NOBITS, SHT_STRTAB, SHT_DYNAMIC = 8, 3, 6
 SHN_XINDEX = 0xFFFF
 DT_NULL, DT_NEEDED = 0, 1
 NAME_LIMIT = 4096       # longest section or library name read; a longer one is malformed
+# What a linked host ELF has at most, many times over (a few dozen sections, a few hundred
+# bytes of section names, a few dozen dynamic entries). A file that declares more, inside
+# its own size, would still cost memory and minutes of Python: it is refused.
+SECTION_LIMIT = 1 << 16
+NAMES_LIMIT = 1 << 20
+DYNAMIC_LIMIT = 1 << 16
 _BLOCK = 4096           # dynamic entries are read this many bytes at a time
 
 
@@ -75,15 +81,15 @@ def sections(handle: BinaryIO, size: int) -> list[Section]:
         raise KpackFormatError(f"e_shentsize is {entsize}, not {layout.header.size}", where="e_shentsize")
     if shoff + entsize > size:
         raise KpackFormatError(f"section table at {shoff} is not inside the file ({size} bytes)", where="e_shoff")
-    handle.seek(shoff)
-    first = layout.header.unpack(handle.read(entsize))
+    first = layout.header.unpack(_read_exact(handle, shoff, entsize))
     count = count or first[5]                               # SHN_XINDEX: sh_size of section 0
     names_index = first[6] if names_index == SHN_XINDEX else names_index   # sh_link of section 0
     if shoff + count * entsize > size:
         raise KpackFormatError(f"section table [{shoff}, {shoff + count * entsize}) is not inside the file "
                                f"({size} bytes)", where="e_shoff")
-    handle.seek(shoff)
-    table = handle.read(count * entsize)
+    if count > SECTION_LIMIT:
+        raise KpackFormatError(f"{count} sections, more than the {SECTION_LIMIT} read", where="e_shnum")
+    table = _read_exact(handle, shoff, count * entsize)
     raw = [layout.header.unpack_from(table, index * entsize) for index in range(count)]
     if not raw:
         return []
@@ -94,14 +100,27 @@ def sections(handle: BinaryIO, size: int) -> list[Section]:
         raise KpackFormatError(f"section name table [{names_at}, {names_at + names_size}) is not inside the "
                                f"file ({size} bytes)", where="e_shstrndx")
     wanted = min(names_size, max(fields[0] for fields in raw) + NAME_LIMIT)
-    handle.seek(names_at)
-    names = handle.read(wanted)
+    if wanted > NAMES_LIMIT:
+        raise KpackFormatError(f"section names reach {wanted} bytes into their table, more than the {NAMES_LIMIT} "
+                               "read", where="e_shstrndx")
+    names = _read_exact(handle, names_at, wanted)
     result = []
     for name_at, sh_type, flags, _, offset, length, link, *_ in raw:
         _inside(name_at, names_size, "section name")
         result.append(Section(_terminated(names[name_at:name_at + NAME_LIMIT], name_at, "section name"), sh_type,
                               flags, offset, length, link))
     return result
+
+
+def _read_exact(handle: BinaryIO, offset: int, length: int) -> bytes:
+    """length bytes at offset, already checked to lie inside the file: a short read is a
+    file that shrank while it was read."""
+    handle.seek(offset)
+    data = handle.read(length)
+    if len(data) != length:
+        raise KpackFormatError(f"the file ended at {offset + len(data)} while {length} bytes at {offset} were read "
+                               "(it changed while it was read)", where=offset)
+    return data
 
 
 def _inside(at: int, table_size: int, what: str) -> None:
@@ -131,8 +150,7 @@ def section_bytes(handle: BinaryIO, section: Section, size: int, *, limit: int) 
     if section.size > limit:
         raise KpackFormatError(f"{section.name} is {section.size} bytes, more than the {limit} it may hold",
                                where=section.name)
-    handle.seek(section.offset)
-    return handle.read(section.size)
+    return _read_exact(handle, section.offset, section.size)
 
 
 def needed(handle: BinaryIO, found: list[Section], size: int) -> tuple[str, ...]:
@@ -143,6 +161,8 @@ def needed(handle: BinaryIO, found: list[Section], size: int) -> tuple[str, ...]
         return ()
     handle.seek(0)
     layout = _layout(handle.read(64))
+    if layout is None:
+        raise KpackFormatError("the ELF header changed while the file was read", where=0)
     if dynamic.link >= len(found) or found[dynamic.link].type != SHT_STRTAB:
         raise KpackFormatError(f"sh_link {dynamic.link} is not a string table", where=".dynamic")
     strings = found[dynamic.link]
@@ -158,6 +178,7 @@ def needed(handle: BinaryIO, found: list[Section], size: int) -> tuple[str, ...]
 
 def _entries(handle: BinaryIO, dynamic: Section, entry: struct.Struct):
     position, end = dynamic.offset, dynamic.offset + dynamic.size - dynamic.size % entry.size
+    end = min(end, position + DYNAMIC_LIMIT * entry.size)
     while position < end:
         handle.seek(position)
         block = handle.read(min(_BLOCK - _BLOCK % entry.size, end - position))
@@ -168,6 +189,8 @@ def _entries(handle: BinaryIO, dynamic: Section, entry: struct.Struct):
                 return
             yield tag, value
         position += len(block)
+    if dynamic.size // entry.size > DYNAMIC_LIMIT:
+        raise KpackFormatError(f"no DT_NULL in the first {DYNAMIC_LIMIT} dynamic entries", where=".dynamic")
 
 
 def _string_at(handle: BinaryIO, strings: Section, at: int) -> str:

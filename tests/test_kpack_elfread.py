@@ -193,3 +193,40 @@ def test_a_damaged_host_elf_raises_only_kpack_format_error(tmp_path, changes, cu
                 elfread.section_bytes(handle, section, cut, limit=MARKER_LIMIT)
         except KpackFormatError:
             pass
+
+
+def test_a_section_count_past_what_is_read_is_refused_though_the_file_holds_it(tmp_path):
+    image = build_host_elf({".text": b"\xc3"}, soname="libx.so")
+    shoff = _EHDR.unpack_from(image)[6]
+    count = elfread.SECTION_LIMIT + 1
+    damaged = bytearray(image + bytes(count * _SHDR.size))     # the file is big enough for the table it declares
+    struct.pack_into("<H", damaged, 60, 0)                      # e_shnum 0: the count is section 0's sh_size
+    struct.pack_into("<Q", damaged, shoff + 32, count)
+    with open(tmp_path / "libx.so", "wb") as fh:
+        fh.write(damaged)
+    with open(tmp_path / "libx.so", "rb") as handle, pytest.raises(KpackFormatError, match=f"{count} sections"):
+        elfread.sections(handle, len(damaged))
+
+
+def test_a_dynamic_table_without_its_end_is_read_no_further_than_a_real_one_goes(tmp_path):
+    from rocpkg.rpath import runpath_tags
+
+    image = build_host_elf({".text": b"\xc3"}, soname="libx.so", runpath="$ORIGIN")
+    entries = elfread.DYNAMIC_LIMIT + 8
+    table_at = len(image)
+    padded = image + struct.pack("<qQ", 21, 0) * entries        # DT_DEBUG, never DT_NULL
+    damaged = bytearray(_rewrite_section(padded, ".dynamic", offset=table_at, size=entries * 16))
+    header = _EHDR.unpack_from(damaged)
+    for index in range(header[10]):                             # PT_DYNAMIC: the table the loader reads
+        at = header[5] + index * _PHDR.size
+        fields = list(_PHDR.unpack_from(damaged, at))
+        if fields[0] == 2:
+            fields[2], fields[5] = table_at, entries * 16
+            _PHDR.pack_into(damaged, at, *fields)
+    path = tmp_path / "libx.so"
+    path.write_bytes(bytes(damaged))
+    with open(path, "rb") as handle:
+        found = elfread.sections(handle, len(damaged))
+        with pytest.raises(KpackFormatError, match="no DT_NULL"):
+            elfread.needed(handle, found, len(damaged))
+        assert runpath_tags(handle) == ((), f"no DT_NULL in the first {elfread.DYNAMIC_LIMIT} entries of PT_DYNAMIC")

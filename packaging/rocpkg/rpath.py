@@ -18,6 +18,8 @@ import os
 import struct
 from typing import Iterable, Iterator
 
+from kpack.elfread import DYNAMIC_LIMIT
+
 DT_NULL, DT_RPATH, DT_RUNPATH = 0, 15, 29
 PT_DYNAMIC = 2
 _READ = 4096            # dynamic entries are read this many bytes at a time, never more
@@ -59,6 +61,9 @@ def _dynamic_patches(fh, offset: int, length: int, word: str) -> tuple[tuple[tup
     entry = 2 * struct.calcsize(word)
     found, rpath = [], False
     position, end = offset, offset + length - length % entry
+    capped = (end - position) // entry > DYNAMIC_LIMIT  # a hostile table: read no further than a real one goes
+    if capped:
+        end = position + DYNAMIC_LIMIT * entry
     while position < end:
         fh.seek(position)
         block = fh.read(min(_READ - _READ % entry, end - position))
@@ -73,6 +78,8 @@ def _dynamic_patches(fh, offset: int, length: int, word: str) -> tuple[tuple[tup
         if not block:
             break
         position += len(block)
+    if capped:
+        return (), f"no DT_NULL in the first {DYNAMIC_LIMIT} entries of PT_DYNAMIC"
     return _result(found, rpath, word)
 
 
