@@ -66,8 +66,8 @@ def _layout(ident: bytes) -> _Layout | None:
 
 def sections(handle: BinaryIO, size: int) -> list[Section]:
     """Every section of an ELF file, in table order; [] for a file that is not an ELF or
-    has no section table. Raises KpackFormatError (where: e_shoff) for a table or a name
-    that is not inside the file."""
+    has no section table. Raises KpackFormatError (where: the header field at fault) for a
+    table or a name that is not inside the file, or more of them than is read."""
     handle.seek(0)
     ident = handle.read(64)
     layout = _layout(ident)
@@ -160,8 +160,8 @@ def needed(handle: BinaryIO, found: list[Section], size: int) -> tuple[str, ...]
     if dynamic is None or dynamic.type != SHT_DYNAMIC:
         return ()
     handle.seek(0)
-    layout = _layout(handle.read(64))
-    if layout is None:
+    entry = dynamic_entry(handle.read(64))
+    if entry is None:
         raise KpackFormatError("the ELF header changed while the file was read", where=0)
     if dynamic.link >= len(found) or found[dynamic.link].type != SHT_STRTAB:
         raise KpackFormatError(f"sh_link {dynamic.link} is not a string table", where=".dynamic")
@@ -169,28 +169,34 @@ def needed(handle: BinaryIO, found: list[Section], size: int) -> tuple[str, ...]
     if dynamic.offset + dynamic.size > size or strings.offset + strings.size > size:
         raise KpackFormatError(f"the dynamic table or its strings are not inside the file ({size} bytes)",
                                where=".dynamic")
-    names = []
-    for tag, value in _entries(handle, dynamic, layout.dynamic):
-        if tag == DT_NEEDED:
-            names.append(_string_at(handle, strings, value))
-    return tuple(names)
+    return tuple(_string_at(handle, strings, value)
+                 for _, tag, value in dynamic_entries(handle, dynamic.offset, dynamic.size, entry) if tag == DT_NEEDED)
 
 
-def _entries(handle: BinaryIO, dynamic: Section, entry: struct.Struct):
-    position, end = dynamic.offset, dynamic.offset + dynamic.size - dynamic.size % entry.size
+def dynamic_entry(ident: bytes) -> struct.Struct | None:
+    """One dynamic entry (d_tag, d_val) of the ELF whose header this is; None for no ELF."""
+    layout = _layout(ident)
+    return layout.dynamic if layout is not None else None
+
+
+def dynamic_entries(handle: BinaryIO, offset: int, length: int, entry: struct.Struct):
+    """(file offset, d_tag, d_val) of each entry of the dynamic table at [offset, offset +
+    length), already checked to lie inside the file, up to its DT_NULL; read _BLOCK bytes at
+    a time. A table without DT_NULL in its first DYNAMIC_LIMIT entries is refused there."""
+    position, end = offset, offset + length - length % entry.size
     end = min(end, position + DYNAMIC_LIMIT * entry.size)
     while position < end:
         handle.seek(position)
         block = handle.read(min(_BLOCK - _BLOCK % entry.size, end - position))
         if not block:
             return
-        for tag, value in entry.iter_unpack(block[:len(block) - len(block) % entry.size]):
+        for index, (tag, value) in enumerate(entry.iter_unpack(block[:len(block) - len(block) % entry.size])):
             if tag == DT_NULL:
                 return
-            yield tag, value
+            yield position + index * entry.size, tag, value
         position += len(block)
-    if dynamic.size // entry.size > DYNAMIC_LIMIT:
-        raise KpackFormatError(f"no DT_NULL in the first {DYNAMIC_LIMIT} dynamic entries", where=".dynamic")
+    if length // entry.size > DYNAMIC_LIMIT:
+        raise KpackFormatError(f"no DT_NULL in the first {DYNAMIC_LIMIT} dynamic entries", where=offset)
 
 
 def _string_at(handle: BinaryIO, strings: Section, at: int) -> str:

@@ -220,12 +220,12 @@ def _outcome(spec: m.PackageSpec, out_dir: str, size: int, sha256: str, rebuilt:
 
 
 def _up_to_date(spec: m.PackageSpec, out_dir: str, fingerprint_of,
-                states: dict[str, frozenset[str]] | None = None) -> PackageOutcome | None:
+                states: dict[str, frozenset[str]]) -> PackageOutcome | None:
     """The recorded outcome when state, output file and control file all still match.
     fingerprint_of(spec) is called only for a package that has all three: a new
     release's packages have no state, and its first write waits for no fingerprint.
     states (_recorded_states) answers "no state" without opening the file."""
-    if states is not None and f"{spec.name}.json" not in states[spec.format]:
+    if f"{spec.name}.json" not in states[spec.format]:
         return None
     try:
         with open(_state_path(out_dir, spec)) as fh:

@@ -607,12 +607,11 @@ def _host_elf_facts(fh, name: str) -> FileFacts:
     size = os.fstat(fh.fileno()).st_size
     try:
         found = elfread.sections(fh, size)
-    except (KpackFormatError, struct.error) as exc:
-        why = _why(exc) if isinstance(exc, KpackFormatError) else exc
-        return FileFacts(elf="host", marker_error=f"unreadable ELF ({why})")
+    except KpackFormatError as exc:
+        return FileFacts(elf="host", marker_error=f"unreadable ELF ({_why(exc)})")
     try:
         needed = elfread.needed(fh, found, size)
-    except (KpackFormatError, struct.error):
+    except KpackFormatError:
         needed = ()  # a .dynamic rocpkg cannot parse: no libc dependency is inferred
     section = elfread.section_named(found, MARKER_SECTION)
     if section is None:

@@ -18,11 +18,11 @@ import os
 import struct
 from typing import Iterable, Iterator
 
-from kpack.elfread import DYNAMIC_LIMIT
+from kpack.elfread import DYNAMIC_LIMIT, dynamic_entries, dynamic_entry
+from kpack.errors import KpackFormatError
 
-DT_NULL, DT_RPATH, DT_RUNPATH = 0, 15, 29
+DT_RPATH, DT_RUNPATH = 15, 29
 PT_DYNAMIC = 2
-_READ = 4096            # dynamic entries are read this many bytes at a time, never more
 
 
 def runpath_tags(fh) -> tuple[tuple[tuple[int, bytes], ...], str]:
@@ -53,32 +53,21 @@ def runpath_tags(fh) -> tuple[tuple[tuple[int, bytes], ...], str]:
         if p_type == PT_DYNAMIC:
             if p_offset + p_filesz > size:
                 return (), f"PT_DYNAMIC [{p_offset}, {p_offset + p_filesz}) is not inside the file ({size} bytes)"
-            return _dynamic_patches(fh, p_offset, p_filesz, word)
+            return _dynamic_patches(fh, p_offset, p_filesz, word, dynamic_entry(ident))
     return (), ""
 
 
-def _dynamic_patches(fh, offset: int, length: int, word: str) -> tuple[tuple[tuple[int, bytes], ...], str]:
-    entry = 2 * struct.calcsize(word)
+def _dynamic_patches(fh, offset: int, length: int, word: str, entry) -> tuple[tuple[tuple[int, bytes], ...], str]:
+    if entry is None:
+        return (), ""   # not an ELF this reads: nothing to rewrite
     found, rpath = [], False
-    position, end = offset, offset + length - length % entry
-    capped = (end - position) // entry > DYNAMIC_LIMIT  # a hostile table: read no further than a real one goes
-    if capped:
-        end = position + DYNAMIC_LIMIT * entry
-    while position < end:
-        fh.seek(position)
-        block = fh.read(min(_READ - _READ % entry, end - position))
-        for at in range(0, len(block) - entry + 1, entry):
-            tag, = struct.unpack_from(word, block, at)
-            if tag == DT_NULL:
-                return _result(found, rpath, word)
+    try:
+        for at, tag, _ in dynamic_entries(fh, offset, length, entry):
             if tag == DT_RUNPATH:
-                found.append(position + at)
+                found.append(at)
             elif tag == DT_RPATH:
                 rpath = True
-        if not block:
-            break
-        position += len(block)
-    if capped:
+    except KpackFormatError:        # a hostile table: read no further than a real one goes
         return (), f"no DT_NULL in the first {DYNAMIC_LIMIT} entries of PT_DYNAMIC"
     return _result(found, rpath, word)
 
