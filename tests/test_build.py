@@ -141,6 +141,39 @@ def test_a_changed_source_file_rebuilds_exactly_the_packages_that_ship_it(tmp_pa
         assert entry["sha256"] == sha256(out / entry["file"])
 
 
+def test_a_source_changed_while_its_package_is_written_is_rebuilt_next_time(tmp_path, monkeypatch):
+    """A package's record holds its sources as they were before the writer read them: a
+    file that changes while its package is written no longer matches, and the next build
+    writes the package again. (Taken after the write, the record would match the changed
+    file, and the package would keep bytes of the old one.)"""
+    import rocpkg.deb
+    from rocpkg.build import build_release
+    from rocpkg.model import BuildOptions
+
+    artifacts = make_artifacts(tmp_path / "artifacts")
+    out = tmp_path / "out"
+    options = BuildOptions(source_date_epoch=1700000000)
+    plan = load_plan(artifacts)
+    spec = next(s for s in plan.packages["deb"] if s.kind == "device")
+    source = next(f.source for f in spec.files if f.type == "file")
+    write_deb = rocpkg.deb.write_deb
+
+    def write_then_change_a_source(written, out_dir, opts):
+        built = write_deb(written, out_dir, opts)
+        if written.name == spec.name:
+            st = os.stat(source)
+            os.utime(source, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+        return built
+
+    monkeypatch.setattr(rocpkg.deb, "write_deb", write_then_change_a_source)
+    build_release(plan, out, formats=["deb"], options=options, jobs=1)
+    monkeypatch.undo()
+    again = build_release(load_plan(artifacts), out, formats=["deb"], options=options, jobs=1)
+    assert {o.name for o in again.packages if o.rebuilt} == {spec.name}
+    third = build_release(load_plan(artifacts), out, formats=["deb"], options=options, jobs=1)
+    assert not any(o.rebuilt for o in third.packages)
+
+
 def test_a_killed_build_run_again_gives_the_bytes_of_an_uninterrupted_one(tmp_path):
     artifacts = make_artifacts(tmp_path / "artifacts", size_mb=16)
     interrupted, reference = tmp_path / "interrupted", tmp_path / "reference"
@@ -261,7 +294,9 @@ def test_ctrl_c_stops_a_parallel_build_at_once_and_a_rerun_finishes_it(tmp_path)
     started = time.monotonic()
     _, err = proc.communicate(timeout=60)
     print(f"stopped {time.monotonic() - started:.2f} s after Ctrl-C")
-    assert proc.returncode == 130 and err.rstrip().endswith("error: interrupted")
+    # everything it said, if it did not exit 130: one failure in about 20 runs once ended
+    # killed by SIGINT after "error: interrupted" (not reproduced in 159 runs since)
+    assert proc.returncode == 130 and err.rstrip().endswith("error: interrupted"), (proc.returncode, err[-4000:])
     assert "Traceback" not in err
     rocpkg("build", "-a", artifacts, "-o", out, "-j", "2")
     manifest = json.loads((out / "manifest.json").read_text())

@@ -50,7 +50,7 @@ from rocpkg import releases
 from rocpkg.errors import RocpkgInputError
 from rocpkg.schedule import assign_shards, parse_shard, shard_weight, zstd_threads  # noqa: F401 (API)
 from rocpkg.fingerprint import code_fingerprint as _code_fingerprint
-from rocpkg.fingerprint import package_fingerprint
+from rocpkg.fingerprint import package_fingerprint, source_identities
 from rocpkg.streams import AtomicOutput, hash_file
 from rocpkg.outdir import LOCK_FILE, MANIFEST_PARTS, OutLock, Staging  # noqa: F401 (API)
 from rocpkg.workers import Workers
@@ -251,6 +251,19 @@ class _Task:
     options: m.BuildOptions
     signer: object = None       # rocpkg.sign.Signer: RPM header signatures
     staging: str = ""           # where the package waits for the build's checks (rocpkg.outdir)
+    build: str = ""             # this build's id: each writing process takes the code's fingerprint once per build
+
+
+_CODE_FINGERPRINT: dict[str, str] = {}
+
+
+def _code_fingerprint_of(build: str) -> str:
+    """rocpkg's code fingerprint, taken once per build in each process that writes, after
+    its first package (reading the writers' sources takes 10-15 ms: never before a write)."""
+    if build not in _CODE_FINGERPRINT:
+        _CODE_FINGERPRINT.clear()
+        _CODE_FINGERPRINT[build] = _code_fingerprint()
+    return _CODE_FINGERPRINT[build]
 
 
 def _write_atomic(path: str, data: bytes) -> None:
@@ -264,17 +277,20 @@ class _Written:
 
     outcome: PackageOutcome
     metadata: str       # the rendered control file / spec
-    state: dict         # what _up_to_date compares on the next build (the parent adds the fingerprint)
+    state: dict         # what _up_to_date compares on the next build
     staged: str         # where it waits until the build's checks have passed
 
 
 def _build_one(task: _Task) -> _Written | list[tuple[str, str]]:
-    """Write one package into the staging area; bad input comes back as a problem list
-    (exceptions lose their structure crossing processes). The parent moves it into place
-    and writes its rendered metadata and its state (_record): sixteen workers creating
-    small files at once spent more CPU in the kernel's file system locks than on them."""
+    """Write one package into the staging area, with the state its next build compares
+    (its fingerprint is taken here, before the write and in parallel: the parent spent
+    5% of its time on them, and took them after the write). Bad input comes back as a problem list (exceptions lose
+    their structure crossing processes). The parent moves it into place and writes its
+    rendered metadata and its state (_record): sixteen workers creating small files at
+    once spent more CPU in the kernel's file system locks than on them."""
     spec, out_dir = task.spec, task.out_dir
     started = time.perf_counter()
+    sources = source_identities(spec)
     try:
         if spec.format == "deb":
             from rocpkg.deb import write_deb
@@ -294,7 +310,9 @@ def _build_one(task: _Task) -> _Written | list[tuple[str, str]]:
     except RocpkgInputError as exc:
         return exc.problems
     outcome = _outcome(spec, out_dir, built.size, built.sha256, rebuilt=True, seconds=time.perf_counter() - started)
-    state = {"file": outcome.file, "size": built.size, "sha256": built.sha256,
+    signer_id = task.signer.fingerprint if task.signer is not None else ""
+    fingerprint = package_fingerprint(spec, task.options, _code_fingerprint_of(task.build), signer_id, sources)
+    state = {"fingerprint": fingerprint, "file": outcome.file, "size": built.size, "sha256": built.sha256,
              "mtime_ns": st.st_mtime_ns, "ino": st.st_ino}
     return _Written(outcome, built.metadata, state, built.path)
 
@@ -303,7 +321,7 @@ def _record(out_dir: str, written: _Written) -> None:
     """The rendered metadata and the state of a package now in place (the state last: a
     package counts as finished once its state is recorded)."""
     _write_atomic(_control_path(out_dir, written.outcome), written.metadata.encode("utf-8"))
-    _write_atomic(_state_path(out_dir, written.outcome), json.dumps(written.state, indent=1).encode() + b"\n")
+    _write_atomic(_state_path(out_dir, written.outcome), json.dumps(written.state).encode() + b"\n")
 
 
 # ---- the release -------------------------------------------------------------------
@@ -384,7 +402,8 @@ def build_release(plan, out_dir: str | os.PathLike, *, formats: Iterable[str] | 
         fingerprints: dict[tuple[str, str] | None, str] = {}
 
         def fingerprint_of(spec: m.PackageSpec) -> str:
-            """Taken once, when first needed (the code's too: reading the writers' sources)."""
+            """A package with state: taken once, when first needed (the code's too: reading
+            the writers' sources). A written package's is the worker's (_build_one)."""
             if None not in fingerprints:
                 fingerprints[None] = _code_fingerprint()
             key = spec.format, spec.name
@@ -399,7 +418,7 @@ def build_release(plan, out_dir: str | os.PathLike, *, formats: Iterable[str] | 
                 order = sorted(chosen, key=lambda s: (-s.payload_size, s.format, s.name))
                 stale, recorded, states = [], [], _recorded_states(out_dir, formats)
                 for spec in order:
-                    # a stale package's fingerprint is taken while it is written (_collect)
+                    # a stale package's fingerprint is taken while it is written (_build_one)
                     outcome = _up_to_date(spec, out_dir, fingerprint_of, states)
                     if outcome is not None:
                         recorded.append(outcome)
@@ -420,7 +439,7 @@ def build_release(plan, out_dir: str | os.PathLike, *, formats: Iterable[str] | 
                 result.allowed = gate.enforce(gate.refusals(plan, formats, config=config, archives=archives), allow)
                 if conflicts:
                     raise RocpkgInputError(*conflicts)
-                outcomes, problems = _collect(out_dir, order, recorded, answers, staging, progress, fingerprint_of)
+                outcomes, problems = _collect(out_dir, order, recorded, answers, staging, progress)
             except BaseException:
                 workers.stop()  # before the staging area and this run's temporaries are removed
                 raise
@@ -459,16 +478,15 @@ def _tasks(stale: list[m.PackageSpec], options: m.BuildOptions, signer, staging:
     threads = [min(n, DEB_THREADS) if s.format == "deb" else n for s, n in zip(stale, threads)]
     result.thread_range = (min(threads, default=1), max(threads, default=1))
     result.threads = result.thread_range[1]
-    return [_Task(spec, staging.out_dir, dataclasses.replace(options, threads=n), signer, staging.dir(spec.format))
-            for spec, n in zip(stale, threads)]
+    build = f"{os.getpid()}-{time.time_ns()}"
+    return [_Task(spec, staging.out_dir, dataclasses.replace(options, threads=n), signer, staging.dir(spec.format),
+                  build) for spec, n in zip(stale, threads)]
 
 
 def _collect(out_dir: str, order: list[m.PackageSpec], recorded: list[PackageOutcome], answers,
-             staging: Staging, progress, fingerprint_of) -> tuple[list[PackageOutcome], list[tuple[str, str]]]:
-    """Once the checks have passed: move each written package into place and record it
-    with its fingerprint, as the workers finish them, reporting progress; the outcomes
-    and the problems."""
-    by_key = {(s.format, s.name): s for s in order}
+             staging: Staging, progress) -> tuple[list[PackageOutcome], list[tuple[str, str]]]:
+    """Once the checks have passed: move each written package into place and record it,
+    as the workers finish them, reporting progress; the outcomes and the problems."""
     total_bytes = sum(s.payload_size for s in order)
     outcomes: list[PackageOutcome] = []
     problems: list[tuple[str, str]] = []
@@ -484,9 +502,8 @@ def _collect(out_dir: str, order: list[m.PackageSpec], recorded: list[PackageOut
             problems.extend(answer)
             continue
         if isinstance(answer, _Written):
-            state = {"fingerprint": fingerprint_of(by_key[answer.outcome.format, answer.outcome.name]), **answer.state}
             staging.commit(answer.staged, os.path.join(out_dir, answer.outcome.file))
-            _record(out_dir, dataclasses.replace(answer, state=state))
+            _record(out_dir, answer)
             answer = answer.outcome
         outcomes.append(answer)
         done_bytes += answer.payload

@@ -91,9 +91,10 @@ def _spec_fields(spec: m.PackageSpec) -> dict:
     return fields
 
 
-def package_fingerprint(spec: m.PackageSpec, options: m.BuildOptions, code: str, signer_id: str = "") -> str:
-    """What a package's bytes depend on, hashed. Source files count by (path, size,
-    mtime_ns, inode): a touched or replaced file rebuilds its packages."""
+def source_identities(spec: m.PackageSpec) -> list[list]:
+    """Each source file's (path, size, mtime_ns, inode), or (path, None) when it cannot be
+    stat'ed. Taken before the package is written: a file changed while it is read then
+    differs from its record, and the next build rebuilds the package."""
     sources = []
     for entry in spec.files:
         if entry.type != m.FILE:
@@ -103,6 +104,16 @@ def package_fingerprint(spec: m.PackageSpec, options: m.BuildOptions, code: str,
             sources.append([entry.source, st.st_size, st.st_mtime_ns, st.st_ino])
         except OSError:
             sources.append([entry.source, None])
+    return sources
+
+
+def package_fingerprint(spec: m.PackageSpec, options: m.BuildOptions, code: str, signer_id: str = "",
+                        sources: list[list] | None = None) -> str:
+    """What a package's bytes depend on, hashed. Source files count by (path, size,
+    mtime_ns, inode): a touched or replaced file rebuilds its packages. sources: their
+    identities as source_identities took them (default: now)."""
+    if sources is None:
+        sources = source_identities(spec)
     blob = json.dumps({"code": code, "spec": _spec_fields(spec), "options": _options_key(options),
                        "signer": signer_id, "sources": sources}, sort_keys=True, separators=(",", ":"),
                       default=bytes.hex)  # FileEntry.patches hold bytes
