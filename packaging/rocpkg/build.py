@@ -282,10 +282,11 @@ class _Written:
 
 
 def _build_one(task: _Task) -> _Written | list[tuple[str, str]]:
-    """Write one package into the staging area, with the state its next build compares
-    (its fingerprint is taken here, before the write and in parallel: the parent spent
-    5% of its time on them, and took them after the write). Bad input comes back as a problem list (exceptions lose
-    their structure crossing processes). The parent moves it into place and writes its
+    """Write one package into the staging area, with the state its next build compares.
+    Its fingerprint is taken here, in parallel (the parent spent 5% of its time on them),
+    from its sources' identities stat'ed before the write: a source changed while it was
+    read no longer matches, so the next build writes the package again. Bad input comes
+    back as a problem list (exceptions lose their structure crossing processes). The parent moves it into place and writes its
     rendered metadata and its state (_record): sixteen workers creating small files at
     once spent more CPU in the kernel's file system locks than on them."""
     spec, out_dir = task.spec, task.out_dir
