@@ -4,8 +4,8 @@ load the writers and search the host ELFs' data sections while the plan is made)
 plan (config + catalog walk) and the look for each package's state (a package without one
 is stale whatever its fingerprint: OUT of a new release has none). The checks a build
 must pass (rocpkg.gate: verify's plan checks, every packed kpack archive, the host
-search's results) and the fingerprints it records run while the packages are written;
-they are timed after, apart.
+search's results) and the fingerprints it records (each worker takes those of the
+packages it writes) run while the packages are written; they are timed after, apart.
 Run it in a fresh interpreter (imports are part of the figure):
 
     PYTHONPATH=packaging:. python3 benchmarks/bench_start.py ARTIFACTS [--config package.json] [-j N]
@@ -71,7 +71,7 @@ def main() -> int:
         print(f"{name:32}{seconds:8.3f} s")
     print(f"{'before the first write':32}{first_write:8.3f} s  ({packages} packages)")
     print(f"{'checks, beside the writes':32}{checks:8.3f} s  (host search, kpack archives, verify)")
-    print(f"{'fingerprints, beside the writes':32}{fingerprints:8.3f} s  (recorded as each package is moved in)")
+    print(f"{'fingerprints, beside the writes':32}{fingerprints:8.3f} s  (taken by the workers, each after its package; summed here)")
     return 0
 
 
