@@ -18,7 +18,6 @@ import posixpath
 import re
 import string
 from dataclasses import dataclass, field
-from importlib import resources
 
 from rocpkg import preflight as pf
 from rocpkg.compression import KINDS as COMPRESSIONS, level_problem
@@ -190,6 +189,8 @@ class Config:
 def default_config_path() -> str:
     """The bundled package.json: installed as `rocpkg.defaults`, or the repository's own
     when rocpkg runs from a source checkout."""
+    from importlib import resources   # 11 ms of imports a build given --config never needs
+
     try:
         return str(resources.files("rocpkg.defaults").joinpath("package.json"))
     except ModuleNotFoundError:

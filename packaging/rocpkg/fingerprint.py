@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import importlib.resources
 import json
 import os
 import re
-from pathlib import Path
 
 from rocpkg import model as m
 
@@ -38,6 +36,9 @@ def _rocpkg_imports(source: bytes) -> list[str]:
 def code_fingerprint() -> str:
     """sha256 over the code and templates that decide a package's bytes: upgrading
     rocpkg or editing a template rebuilds what it changes."""
+    import importlib.resources   # here, not at the top: the build's parent imports this
+    from pathlib import Path     # module before its first write and needs neither (11 ms)
+
     digest = hashlib.sha256()
     here = Path(__file__).resolve().parent
     # Every module the writers import, found by reading imports (never a list of file

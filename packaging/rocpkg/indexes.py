@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import gzip
 import os
-import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 
 NS_COMMON = "{http://linux.duke.edu/metadata/common}"
@@ -82,7 +81,9 @@ def repomd_records(out_dir: str) -> dict[str, dict]:
     """kind -> {href, checksum, size, open-checksum} from OUT/rpm/repodata/repomd.xml."""
     path = os.path.join(out_dir, "rpm", "repodata", "repomd.xml")
     if not os.path.isfile(path):
-        return {}
+        return {}   # a new OUT: no XML parser to import on the way to the first write
+    import xml.etree.ElementTree as ET
+
     records = {}
     for data in ET.parse(path).getroot().iter(f"{NS_REPO}data"):
         location = data.find(f"{NS_REPO}location")
@@ -103,6 +104,8 @@ def dnf_index_entries(out_dir: str | os.PathLike) -> list[IndexEntry]:
     path = os.path.join(out_dir, "rpm", primary["href"])
     if not os.path.isfile(path):
         return []
+    import xml.etree.ElementTree as ET
+
     index = os.path.relpath(path, out_dir)
     entries = []
     with gzip.open(path, "rb") as fh:
