@@ -30,6 +30,7 @@ the process-wide archive cache (it changes nothing for archives that do not chan
 """
 from __future__ import annotations
 
+import functools
 import os
 import posixpath
 from dataclasses import dataclass, field
@@ -111,9 +112,16 @@ def compatible_targets(isa: str) -> list[str]:
     """The targets whose code runs on a device reporting `isa`, most specific first, in
     the runtime's order and spelling (see the module docstring, step 1). Raises
     InvalidTargetError when `isa` is not a target ID."""
+    return list(_compatible_targets(isa))
+
+
+@functools.lru_cache(maxsize=1024)
+def _compatible_targets(isa: str) -> tuple[str, ...]:
+    """compatible_targets, once per ISA: a release's checks ask it about 6,000 times for a
+    few dozen ISAs (an exception, a non-target, is not cached: it is raised each time)."""
     parse_target(isa)  # validate: the runtime would expand any text, we refuse non-targets
     processor, features = split_target(isa)
-    return feature_subsets(processor, features)
+    return tuple(feature_subsets(processor, features))
 
 
 def lexical_resolve(path: str) -> str:
