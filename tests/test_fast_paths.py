@@ -2,7 +2,9 @@
 tarfile's, libc's memmem finds what bytes.find finds, a package written on one core (inline
 digests) is byte for byte the one written with threads, a zstd context reused across
 packages changes no byte, zstd frames are the same for any thread count, and the kernel check by headers
-refuses what it claims to (the whole decode stays with `--deep-check`).
+refuses what it claims to (the whole decode stays with `--deep-check`), every closure
+taken at once is the one walked apart, and a target list made once per ISA is the one
+made each time.
 dpkg, rpm, apt and dnf reading the multi-frame payloads is what every other test that
 installs or unpacks a built package checks."""
 from __future__ import annotations
@@ -201,3 +203,45 @@ def test_build_deep_check_decodes_every_kernel_and_refuses_a_damaged_one(tmp_pat
 
     errors = refused(tmp_path / "deep", "-a", tmp_path / "artifacts", "--deep-check")
     assert any(str(archive) in e and "[kpack-archive]" in e and "zstd" in e for e in errors), errors
+
+
+# ---- the parent's checks: closures all at once, target lists once per ISA -------------------
+
+NODE_NAMES = st.sampled_from([f"p{i}" for i in range(12)])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(NODE_NAMES, st.tuples(st.lists(NODE_NAMES, max_size=4),
+                                             st.lists(st.sampled_from(["ext-a", "ext-b (>= 1)", "gone"]),
+                                                      max_size=2)), min_size=1))
+def test_all_closures_at_once_are_each_closure_walked_apart(raw_edges):
+    """graphs.closures (one pass over the dependency graph's components) against
+    graphs.closure (one walk per root), cycles, self-loops and shared subgraphs included."""
+    from rocpkg.graphs import closure, closures
+
+    edges = {name: ([d for d in inside if d in raw_edges], outside) for name, (inside, outside) in raw_edges.items()}
+    table = closures(edges)
+    assert set(table) == set(edges)
+    for root in edges:
+        names, unresolved = table[root]
+        assert (sorted(names), sorted(unresolved)) == closure({}, root, edges)
+
+
+def test_target_lists_made_once_per_isa_are_the_ones_made_each_time():
+    """kpack.loader.compatible_targets is cached per ISA: the same lists as the uncached
+    expansion for every known processor with each feature setting, a fresh list each call
+    (a caller may change it), and a non-target still refused on every call."""
+    from kpack import targets as kt
+    from kpack.loader import compatible_targets
+
+    isas = sorted(kt.PROCESSORS)
+    isas += [f"{p}:{f}{s}" for p in isas for f in sorted(kt.supported_features(p)) for s in "+-"]
+    for isa in isas:
+        processor, features = kt.split_target(isa)
+        expected = kt.feature_subsets(processor, features)
+        first = compatible_targets(isa)
+        first.append("changed by a caller")
+        assert compatible_targets(isa) == expected
+    for _ in range(2):
+        with pytest.raises(kt.InvalidTargetError):
+            compatible_targets("not-a-target")

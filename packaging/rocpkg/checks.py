@@ -12,7 +12,7 @@ from kpack.marker import GFXARCH, Marker
 from rocpkg import model as m
 from rocpkg.catalog import ArchiveToc
 from rocpkg.config import relation_names
-from rocpkg.graphs import closure, dependency_edges, provided_names
+from rocpkg.graphs import closures, dependency_edges, provided_names
 from rocpkg.plan import device_isas
 from rocpkg.verify_view import RELATION_FIELDS, Closure, ReleaseView, VerifyReport, key_order, payload, target_order
 
@@ -41,15 +41,17 @@ class Checker:
         self.counts = {"packages": len(self.specs), "host_binaries": 0, "archives": len(release.archives),
                        "lookups": 0, "kernels_checked": 0, "closures": 0}
         self.empty: set[str] = set()
-        self._edges: dict | None = None   # plan.dependency_edges, once
+        self._reach: dict | None = None   # graphs.closures of the package set, once
         self._payload_paths: dict[str, list[str]] = {}   # package -> the paths it ships
 
     # helpers
     def closure(self, root: str) -> tuple[list[str], list[str]]:
+        """graphs.closure of root, from every package's closure taken at once."""
         if root not in self._closures:
-            if self._edges is None:
-                self._edges = dependency_edges(self.specs, provided_names(self.specs))
-            self._closures[root] = closure(self.specs, root, edges=self._edges)
+            if self._reach is None:
+                self._reach = closures(dependency_edges(self.specs, provided_names(self.specs)))
+            names, unresolved = self._reach[root]
+            self._closures[root] = sorted(names), sorted(unresolved)
         return self._closures[root]
 
     def shipped(self, root: str) -> dict[str, str]:

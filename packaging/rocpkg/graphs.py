@@ -8,6 +8,12 @@ from rocpkg.config import relation_names
 
 def strongly_connected(graph: dict[str, list[str]]) -> list[list[str]]:
     """Tarjan's algorithm, iterative; components in deterministic order."""
+    return sorted(sorted(component) for component in _components(graph))
+
+
+def _components(graph: dict[str, list[str]]) -> list[list[str]]:
+    """The strongly connected components in the order Tarjan's algorithm completes them:
+    each after every component it reaches (a reverse topological order)."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     on_stack: set[str] = set()
@@ -49,8 +55,8 @@ def strongly_connected(graph: dict[str, list[str]]) -> list[list[str]]:
                     comp.append(w)
                     if w == node:
                         break
-                result.append(sorted(comp))
-    return sorted(result)
+                result.append(comp)
+    return result
 
 
 def provided_names(specs: dict[str, m.PackageSpec]) -> dict[str, str]:
@@ -100,3 +106,26 @@ def closure(specs: dict[str, m.PackageSpec], root: str,
         todo.extend(inside)
         unresolved.update(outside)
     return sorted(seen), sorted(unresolved)
+
+
+def closures(edges: dict[str, tuple[list[str], list[str]]]) -> dict[str, tuple[frozenset, frozenset]]:
+    """Every package's closure at once (as `closure` finds each: the names it pulls in and
+    the relations nothing in the set satisfies), unsorted: one pass over the components
+    of the dependency graph, each taking the sets of those it depends on, which are
+    complete by then. A release's checks ask for some 600 closures per format; walking
+    each apart visited 100,000 nodes in Python."""
+    graph = {name: inside for name, (inside, _) in edges.items()}
+    reach: dict[str, tuple[frozenset, frozenset]] = {}
+    for component in _components(graph):
+        names, unresolved = set(component), set()
+        for name in component:
+            inside, outside = edges[name]
+            unresolved.update(outside)
+            for dep in inside:
+                if dep not in names:
+                    names.update(reach[dep][0])
+                    unresolved.update(reach[dep][1])
+        done = frozenset(names), frozenset(unresolved)
+        for name in component:
+            reach[name] = done
+    return reach
