@@ -36,8 +36,13 @@ def main() -> int:
         return now
 
     t = time.perf_counter()
+    import tempfile
+
+    import rocpkg.cli_build  # noqa: F401 (what `rocpkg build` imports before its workers fork)
+    from rocpkg import build, gate
     from rocpkg.cli_common import load_plan
     from rocpkg.compression import usable_cores
+    from rocpkg.model import BuildOptions
     from rocpkg.workers import Workers
 
     t = step("imports", t)
@@ -47,16 +52,12 @@ def main() -> int:
                                             release=None, targets=None, formats="deb,rpm"),
                          embedded_objects=False, starmap_async=workers.starmap_async)  # as `rocpkg build` scans
         t = step("plan (config + catalog walk)", t)
-        import tempfile
-
-        from rocpkg import build, gate
-        from rocpkg.model import BuildOptions
-
         specs = [spec for found in plan.packages.values() for spec in found]
         with tempfile.TemporaryDirectory() as out:   # a new release's OUT: no package has a state
+            t = time.perf_counter()
             states = build._recorded_states(out, plan.packages)
             stale = [spec for spec in specs if build._up_to_date(spec, out, None, states) is None]
-        t = step("state lookups", t)
+            t = step("state lookups", t)
         first_write = time.perf_counter() - STARTED
         gate.refusals(plan, list(plan.packages), config=None, starmap_async=workers.starmap_async)
         checks = time.perf_counter() - t
