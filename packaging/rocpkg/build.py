@@ -286,9 +286,10 @@ def _build_one(task: _Task) -> _Written | list[tuple[str, str]]:
     Its fingerprint is taken here, in parallel (the parent spent 5% of its time on them),
     from its sources' identities stat'ed before the write: a source changed while it was
     read no longer matches, so the next build writes the package again. Bad input comes
-    back as a problem list (exceptions lose their structure crossing processes). The parent moves it into place and writes its
-    rendered metadata and its state (_record): sixteen workers creating small files at
-    once spent more CPU in the kernel's file system locks than on them."""
+    back as a problem list (exceptions lose their structure crossing processes). The
+    parent moves it into place and writes its rendered metadata and its state (_record):
+    sixteen workers creating small files at once spent more CPU in the kernel's file
+    system locks than on them."""
     spec, out_dir = task.spec, task.out_dir
     started = time.perf_counter()
     sources = source_identities(spec)
@@ -400,17 +401,12 @@ def build_release(plan, out_dir: str | os.PathLike, *, formats: Iterable[str] | 
         archives = gate.archive_checks(plan, formats, whole_kernels=deep_check,
                                        starmap_async=workers.starmap_async)
         signer_id = signer.fingerprint if signer is not None else ""
-        fingerprints: dict[tuple[str, str] | None, str] = {}
+        build = f"{os.getpid()}-{time.time_ns()}"   # this build, for _code_fingerprint_of
 
         def fingerprint_of(spec: m.PackageSpec) -> str:
-            """A package with state: taken once, when first needed (the code's too: reading
-            the writers' sources). A written package's is the worker's (_build_one)."""
-            if None not in fingerprints:
-                fingerprints[None] = _code_fingerprint()
-            key = spec.format, spec.name
-            if key not in fingerprints:
-                fingerprints[key] = package_fingerprint(spec, options, fingerprints[None], signer_id)
-            return fingerprints[key]
+            """A package with state (asked once each; the code's fingerprint only when the
+            first is). A written package's is the worker's (_build_one)."""
+            return package_fingerprint(spec, options, _code_fingerprint_of(build), signer_id)
 
         with Staging(out_dir, formats) as staging:
             try:
@@ -432,7 +428,7 @@ def build_release(plan, out_dir: str | os.PathLike, *, formats: Iterable[str] | 
                 if conflicts:
                     stale = []
                 result = BuildResult(out_dir, "", shard=shard)
-                tasks = _tasks(stale, options, signer, staging, result, jobs or cores, cores)
+                tasks = _tasks(stale, options, signer, staging, result, jobs or cores, cores, build)
                 if workers.pool is None or len(tasks) <= 1:
                     answers = (_build_one(task) for task in tasks)     # after the checks
                 else:
@@ -468,9 +464,9 @@ def build_release(plan, out_dir: str | os.PathLike, *, formats: Iterable[str] | 
 
 
 def _tasks(stale: list[m.PackageSpec], options: m.BuildOptions, signer, staging: Staging,
-           result: BuildResult, jobs: int, cores: int) -> list[_Task]:
-    """One task per stale package, each with its zstd threads; the result learns the
-    jobs and threads (what the summary prints)."""
+           result: BuildResult, jobs: int, cores: int, build: str) -> list[_Task]:
+    """One task per stale package, each with its zstd threads and the build's id; the
+    result learns the jobs and threads (what the summary prints)."""
     jobs = result.jobs = max(1, min(jobs, len(stale) or 1))
     # threads never change a byte (rocpkg.compression), so they are chosen for what is left to do
     threads = ([options.threads] * len(stale) if options.threads else
@@ -479,7 +475,6 @@ def _tasks(stale: list[m.PackageSpec], options: m.BuildOptions, signer, staging:
     threads = [min(n, DEB_THREADS) if s.format == "deb" else n for s, n in zip(stale, threads)]
     result.thread_range = (min(threads, default=1), max(threads, default=1))
     result.threads = result.thread_range[1]
-    build = f"{os.getpid()}-{time.time_ns()}"
     return [_Task(spec, staging.out_dir, dataclasses.replace(options, threads=n), signer, staging.dir(spec.format),
                   build) for spec, n in zip(stale, threads)]
 
