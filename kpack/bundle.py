@@ -30,6 +30,9 @@ from kpack.targets import is_target, parse_target
 BUNDLE_MAGIC = b"__CLANG_OFFLOAD_BUNDLE__"
 CCOB_MAGIC = b"CCOB"
 SCAN_CHUNK = 1 << 20
+# An entry id is a target triple with its features ("hipv4-amdgcn-amd-amdhsa--gfx942:xnack+",
+# under 100 bytes); a longer declared length is refused before anything is read for it.
+MAX_ENTRY_ID = 4096
 _CCOB_HEADER_SIZE = {1: 20, 2: 24, 3: 32}
 _CCOB_ZLIB, _CCOB_ZSTD = 0, 1
 
@@ -80,6 +83,9 @@ def _parse_entries(read: Callable[[int], bytes], size: int, describe: Callable[[
         if offset + length > size:
             raise KpackFormatError(f"bundle entry {index} [{offset}, {offset + length}) runs past the "
                                    f"end ({size} bytes)", where=describe(entry_at))
+        if id_length > MAX_ENTRY_ID:
+            raise KpackFormatError(f"bundle entry {index} id is {id_length} bytes long (at most {MAX_ENTRY_ID})",
+                                   where=describe(entry_at + 16))
         raw_id = take(id_length)
         try:
             entry_id = raw_id.decode("ascii")
@@ -189,10 +195,12 @@ def compressed_bundle_entries(handle: BinaryIO) -> list[BundleEntry]:
         raise KpackFormatError(f"unknown compression method {method}", where=6)
 
     def read(count: int) -> bytes:
+        """count bytes or fewer (the stream ended), asked for SCAN_CHUNK at a time: a
+        decompressor allocates what it is asked for, and count comes from the bundle."""
         out = b""
         try:
             while len(out) < count:
-                chunk = raw_read(count - len(out))
+                chunk = raw_read(min(count - len(out), SCAN_CHUNK))
                 if not chunk:
                     break
                 out += chunk
