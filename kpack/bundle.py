@@ -83,7 +83,7 @@ def _parse_entries(read: Callable[[int], bytes], size: int, describe: Callable[[
         if offset + length > size:
             raise KpackFormatError(f"bundle entry {index} [{offset}, {offset + length}) runs past the "
                                    f"end ({size} bytes)", where=describe(entry_at))
-        if id_length > MAX_ENTRY_ID:
+        if id_length > MAX_ENTRY_ID and position + id_length <= size:   # (past the end: truncated)
             raise KpackFormatError(f"bundle entry {index} id is {id_length} bytes long (at most {MAX_ENTRY_ID})",
                                    where=describe(entry_at + 16))
         raw_id = take(id_length)
