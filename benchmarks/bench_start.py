@@ -1,11 +1,14 @@
 """What `rocpkg build` does before its first write, step by step, on one artifacts tree,
 in the order the build does it: the imports, the worker processes (forked first: they
 load the writers and search the host ELFs' data sections while the plan is made), the
-plan (config + catalog walk) and the look for each package's state (a package without one
-is stale whatever its fingerprint: OUT of a new release has none). The checks a build
-must pass (rocpkg.gate: verify's plan checks, every packed kpack archive, the host
-search's results) and the fingerprints it records (each worker takes those of the
-packages it writes) run while the packages are written; they are timed after, apart.
+config, the walk of the target and family dirs and the device packages planned from them
+(rocpkg.plan.early_device_specs: the build writes those while it makes the rest of the
+plan), and the look for their state (a package without one is stale whatever its
+fingerprint: OUT of a new release has none). Without such packages the first write
+waits for the whole plan. What runs beside the writes is timed after, apart: the rest of
+the plan (the generic dirs' walk, which takes the device dirs as walked, and make_plan),
+the checks a build must pass (rocpkg.gate: verify's plan checks, every packed kpack
+archive, the host search's results) and the fingerprints the workers record.
 Run it in a fresh interpreter (imports are part of the figure):
 
     PYTHONPATH=packaging:. python3 benchmarks/bench_start.py ARTIFACTS [--config package.json] [-j N]
@@ -40,25 +43,37 @@ def main() -> int:
 
     import rocpkg.cli_build  # noqa: F401 (what `rocpkg build` imports before its workers fork)
     from rocpkg import build, gate
-    from rocpkg.cli_common import load_plan
+    from rocpkg.cli_common import early_specs, load_config_of, load_plan
     from rocpkg.compression import usable_cores
     from rocpkg.model import BuildOptions
     from rocpkg.workers import Workers
 
     t = step("imports", t)
+    options = argparse.Namespace(config=args.config, artifacts=args.artifacts, pkg_version=None, release=None,
+                                 targets=None, formats="deb,rpm")
     with Workers(args.jobs or usable_cores(), hold=True) as workers:  # as `rocpkg build`
         t = step("fork the workers", t)
-        plan = load_plan(argparse.Namespace(config=args.config, artifacts=args.artifacts, pkg_version=None,
-                                            release=None, targets=None, formats="deb,rpm"),
-                         embedded_objects=False, starmap_async=workers.starmap_async)  # as `rocpkg build` scans
-        t = step("plan (config + catalog walk)", t)
-        specs = [spec for found in plan.packages.values() for spec in found]
+        config = load_config_of(options)
+        t = step("config", t)
+        early, catalog = early_specs(options, config)
+        t = step(f"device dirs, {len(early)} packages", t)
         with tempfile.TemporaryDirectory() as out:   # a new release's OUT: no package has a state
+            states = build._recorded_states(out, ("deb", "rpm"))
+            first = [spec for spec in early if build._up_to_date(spec, out, None, states) is None]
+            t = step("their state lookups", t)
+            first_write = time.perf_counter() - STARTED
+            plan = load_plan(options, config, embedded_objects=False, starmap_async=workers.starmap_async,
+                             prior=catalog)     # as `rocpkg build` scans
+            rest = time.perf_counter() - t
+            specs = [spec for found in plan.packages.values() for spec in found]
             t = time.perf_counter()
-            states = build._recorded_states(out, plan.packages)
             stale = [spec for spec in specs if build._up_to_date(spec, out, None, states) is None]
-            t = step("state lookups", t)
-        first_write = time.perf_counter() - STARTED
+            lookups = time.perf_counter() - t
+        if not first:   # nothing to write ahead: the first write waits for the whole plan
+            marks.append(("plan (no device package ahead)", rest))
+            marks.append(("state lookups", lookups))
+            first_write += rest + lookups
+        t = time.perf_counter()
         gate.refusals(plan, list(plan.packages), config=None, starmap_async=workers.starmap_async)
         checks = time.perf_counter() - t
         t = time.perf_counter()
@@ -70,7 +85,9 @@ def main() -> int:
     packages = sum(len(s) for s in plan.packages.values())
     for name, seconds in marks:
         print(f"{name:32}{seconds:8.3f} s")
-    print(f"{'before the first write':32}{first_write:8.3f} s  ({packages} packages)")
+    print(f"{'before the first write':32}{first_write:8.3f} s  ({packages} packages, {len(first)} written ahead)")
+    if first:
+        print(f"{'rest of the plan, beside writes':32}{rest + lookups:8.3f} s  (generic dirs, make_plan, state lookups)")
     print(f"{'checks, beside the writes':32}{checks:8.3f} s  (host search, kpack archives, verify)")
     print(f"{'fingerprints, beside the writes':32}{fingerprints:8.3f} s  (taken by the workers, each after its package; summed here)")
     return 0

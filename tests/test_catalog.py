@@ -176,3 +176,32 @@ def test_risky_mode_bits_are_named():
     assert dropped_mode_bits(0o4755, "file") == "setuid bit"
     assert dropped_mode_bits(0o2777, "dir") == "setgid/world-writable bits"
     assert dropped_mode_bits(0o755, "file") == dropped_mode_bits(0o777, "symlink") == ""
+
+
+def test_a_scan_that_takes_the_device_dirs_as_walked_is_the_whole_scan(recombined, tmp_path):
+    """scan(prior=scan_device_dirs(...)) walks only the generic dirs and gives the catalog a
+    whole scan gives: the same dirs in the same order, the same facts in the same order."""
+    from rocpkg.catalog import scan_device_dirs
+
+    split = tmp_path / "split"
+    make_sample_artifacts(split, load_config(None), targets=["gfx942", "gfx1100"])
+    for root in (recombined, split):
+        device_dirs = scan_device_dirs(root)
+        assert device_dirs is not None
+        assert device_dirs.dirs and all(d.kind != "generic" for ds in device_dirs.dirs.values() for d in ds)
+        whole, reused = scan(root), scan(root, prior=device_dirs)
+        assert list(reused.dirs) == list(whole.dirs) and reused.dirs == whole.dirs
+        assert list(reused.facts.items()) == list(whole.facts.items())
+        walked = {d.dirname: d for ds in device_dirs.dirs.values() for d in ds}
+        taken = [d for ds in reused.dirs.values() for d in ds if d.dirname in walked]
+        assert taken and all(d is walked[d.dirname] for d in taken)     # not walked again
+
+
+def test_a_device_dir_scan_of_another_root_is_not_taken(recombined, tmp_path):
+    from rocpkg.catalog import scan_device_dirs
+
+    other = tmp_path / "other"
+    shutil.copytree(recombined, other, symlinks=True)
+    device_dirs = scan_device_dirs(recombined)
+    reused = scan(other, prior=device_dirs)
+    assert all(d.path.startswith(str(other)) for ds in reused.dirs.values() for d in ds)

@@ -207,3 +207,57 @@ def test_plan_bad_input_exits_2_without_traceback(tmp_path):
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
     assert "Gfxarch" in proc.stderr and "Bogus: unknown key" in proc.stderr
+
+
+# -- the device packages a build writes before its plan is whole (early_device_specs) -------
+
+
+def _early_against_plan(config, artifacts, **options):
+    from rocpkg.catalog import scan_device_dirs
+    from rocpkg.plan import early_device_specs
+
+    device_dirs = scan_device_dirs(artifacts, config.settings["families"])
+    early = early_device_specs(config, device_dirs, **options)
+    plan = make_plan(config, scan(artifacts, prior=device_dirs), **options)
+    return early, plan
+
+
+@pytest.mark.parametrize("layout", ["split", "recombined"])
+def test_early_device_specs_are_the_plans_own(bundled, tmp_path, layout):
+    """Every package planned from the device dirs alone is the whole plan's spec, field for
+    field (files, relations, the libc6 dependency): a build keeps each one it wrote ahead."""
+    config, artifacts, _ = bundled
+    if layout == "recombined":
+        artifacts = tmp_path / "recombined"
+        make_sample_artifacts(artifacts, config, targets=TARGETS, layout="recombined")
+    early, plan = _early_against_plan(config, artifacts)
+    assert early
+    for spec in early:
+        assert spec == plan.by_name(spec.format)[spec.name]
+    # the ones planned early are the device packages that ship a kpack archive, every one of them
+    archive_owners = {(p.format, p.name) for fmt in plan.packages for p in plan.packages[fmt]
+                      if p.kind == "device" and any(f.path.endswith(".kpack") for f in p.files)}
+    assert {(s.format, s.name) for s in early} == archive_owners
+
+
+def test_early_device_specs_of_therock_match_its_plan(therock):
+    cfg, artifacts, _ = therock
+    config = load_config(cfg)
+    early, plan = _early_against_plan(config, artifacts, version="7.1.0", targets=["gfx942", "gfx1100"])
+    assert {s.target for s in early} == {"gfx942", "gfx1100"}
+    for spec in early:
+        assert spec == plan.by_name(spec.format)[spec.name]
+
+
+def test_early_device_specs_of_a_broken_tree_are_none(bundled, tmp_path):
+    """A problem in the device dirs: nothing is planned early (the whole plan reports it)."""
+    from rocpkg.catalog import scan_device_dirs
+    from rocpkg.plan import early_device_specs
+
+    config, artifacts, _ = bundled
+    copy = tmp_path / "artifacts"
+    shutil.copytree(artifacts, copy, symlinks=True)
+    (copy / "blas_lib_gfx942" / "artifact_manifest.txt").unlink()
+    assert scan_device_dirs(copy, config.settings["families"]) is None
+    device_dirs = scan_device_dirs(artifacts, config.settings["families"])
+    assert early_device_specs(config, device_dirs, targets=["gfx9999"]) == []

@@ -238,3 +238,100 @@ def test_a_staging_area_planted_as_a_symlink_is_not_written_through(artifacts, t
     assert list(elsewhere.iterdir()) == []
     assert not (out / STAGING_DIR).exists()
     assert list((out / "deb" / "pool" / "main").glob("*.deb"))
+
+
+# -- device packages written while the plan is made (build._Ahead) --------------------------
+
+
+def _device_dirs_and_early(artifacts: Path, formats: list[str]):
+    from rocpkg.catalog import scan_device_dirs
+    from rocpkg.plan import early_device_specs
+
+    config = load_config(None)
+    device_dirs = scan_device_dirs(str(artifacts), config.settings["families"])
+    return config, device_dirs, early_device_specs(config, device_dirs, formats=formats)
+
+
+def _wait_for_files_ahead(out: Path, names: set[str] | None = None, seconds: float = 60) -> list[str]:
+    """The packages finished in the staging area's ahead dirs, once there is one (or all of names)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        found = [p.name for fmt in ("deb", "rpm") if (out / STAGING_DIR / f"{fmt}-ahead").is_dir()
+                 for p in (out / STAGING_DIR / f"{fmt}-ahead").iterdir() if p.name.endswith((".deb", ".rpm"))]
+        if found and (names is None or names <= set(found)):
+            return found
+        time.sleep(0.01)
+    return []
+
+
+def _published(out: Path) -> dict:
+    """The packages, control files and manifest of OUT (state files hold inodes and times)."""
+    return {rel: what for rel, what in snapshot(out).items()
+            if rel.split(os.sep)[0] in ("deb", "rpm", "control") or rel == "manifest.json"}
+
+
+def _lazy_build(artifacts: Path, out: Path, config, device_dirs, early, formats, wait_for=None, refuse=False):
+    """build_release with the plan made while the early specs are written: the plan waits
+    until packages are finished ahead (wait_for: these names), so they were written first."""
+    from rocpkg.workers import Workers
+
+    seen: list[str] = []
+    with Workers(2, hold=True) as workers:
+        def plan():
+            seen.extend(_wait_for_files_ahead(out, wait_for))
+            if refuse:
+                raise RocpkgInputError(("package.json", "refused while packages were written ahead"))
+            return make_plan(config, scan(str(artifacts), config.settings["families"], embedded_objects=False,
+                                          starmap_async=workers.starmap_async, prior=device_dirs), formats=formats)
+
+        result = build_release(plan, out, formats=formats, options=OPTIONS, workers=workers, early=early)
+    return result, seen
+
+
+def test_device_packages_are_written_while_the_plan_is_made_and_kept(artifacts, tmp_path):
+    formats = ["deb", "rpm"]
+    config, device_dirs, early = _device_dirs_and_early(artifacts, formats)
+    assert early
+    out, reference = tmp_path / "out", tmp_path / "reference"
+
+    result, seen = _lazy_build(artifacts, out, config, device_dirs, early, formats)
+
+    assert seen, "no package was finished before the plan was made"
+    build_release(make_plan(config, scan(str(artifacts)), formats=formats), reference, formats=formats,
+                  options=OPTIONS, jobs=2)
+    assert _published(out) == _published(reference)
+    assert all(os.path.isfile(out / o.file) for o in result.packages) and result.packages
+    assert not (out / STAGING_DIR).exists()
+
+
+def test_a_package_written_ahead_that_the_plan_does_not_hold_is_not_published(artifacts, tmp_path):
+    """Written from a spec the whole plan changed (or does not have): left in the staging
+    area, which goes; the plan's own spec is written and published."""
+    import dataclasses
+
+    formats = ["deb", "rpm"]
+    config, device_dirs, early = _device_dirs_and_early(artifacts, formats)
+    changed = dataclasses.replace(early[0], description=early[0].description + "\n\nNot the plan's.")
+    stranger = dataclasses.replace(early[1], name=early[1].name + "-stranger")
+    out, reference = tmp_path / "out", tmp_path / "reference"
+
+    _, seen = _lazy_build(artifacts, out, config, device_dirs, [changed, stranger], formats,
+                          wait_for={changed.filename, stranger.filename})
+
+    assert {changed.filename, stranger.filename} <= set(seen)
+    build_release(make_plan(config, scan(str(artifacts)), formats=formats), reference, formats=formats,
+                  options=OPTIONS, jobs=2)
+    assert _published(out) == _published(reference)
+    assert not list(out.rglob("*-stranger*"))
+    assert not (out / STAGING_DIR).exists()
+
+
+def test_a_plan_refused_after_packages_were_written_ahead_leaves_no_directory(artifacts, tmp_path):
+    formats = ["deb"]
+    config, device_dirs, early = _device_dirs_and_early(artifacts, formats)
+    out = tmp_path / "new" / "out"
+
+    with pytest.raises(RocpkgInputError, match="refused while packages were written ahead"):
+        _lazy_build(artifacts, out, config, device_dirs, early, formats, refuse=True)
+
+    assert not (tmp_path / "new").exists()

@@ -151,6 +151,8 @@ class Catalog:
     dirs: dict[tuple[str, str], list[ArtifactDir]] = field(default_factory=dict)
     facts: dict[str, FileFacts] = field(default_factory=dict)   # source path -> its facts
     pending: object = None      # the host ELFs' device code still being searched (settle)
+    # scan_device_dirs: dirname -> (ArtifactDir, its files' facts, its host ELFs), for scan(prior=)
+    walked: dict = field(default_factory=dict, repr=False)
 
     def settle(self) -> None:
         """Wait for the search of the host ELFs' data sections (rocpkg.host_code) and add
@@ -251,13 +253,38 @@ def classify_suffix(suffix: str, families: dict[str, list[str]]) -> str | None:
 
 
 def scan(root: str | os.PathLike, families: dict[str, list[str]] | None = None, *,
-         embedded_objects: bool = True, starmap_async=None) -> Catalog:
+         embedded_objects: bool = True, starmap_async=None, prior: Catalog | None = None) -> Catalog:
     """Index every artifact dir under root; all problems are reported together. With
     embedded_objects=False host data sections are searched for offload bundles only.
     starmap_async: worker processes that search the host ELFs' data sections while the
-    caller goes on (catalog.settle() waits for them; rocpkg.host_code)."""
+    caller goes on (catalog.settle() waits for them; rocpkg.host_code). prior: a
+    scan_device_dirs() of the same root, whose dirs are taken as it walked them."""
+    catalog, problems, host_elfs = _index(root, families or kt.FAMILIES, prior=prior)
+    if problems:
+        raise RocpkgInputError(*problems)
+    catalog.pending = search(catalog.facts, host_elfs, embedded_objects, starmap_async)
+    if starmap_async is None:
+        catalog.settle()
+    return catalog
+
+
+def scan_device_dirs(root: str | os.PathLike, families: dict[str, list[str]] | None = None) -> Catalog | None:
+    """The target and family dirs alone: all that a device package's files, and the
+    classes and targets of the plan, come from (rocpkg.plan.early_device_specs), so that
+    a build starts its biggest packages before the generic dirs are walked. Each dir is
+    kept as walked for scan(prior=), which walks the others. None when anything is
+    wrong: the whole scan says what."""
+    try:
+        catalog, problems, _ = _index(root, families or kt.FAMILIES, select=lambda kind: kind != "generic")
+    except RocpkgInputError:
+        return None
+    return None if problems else catalog
+
+
+def _index(root, families: dict[str, list[str]], *, select=None, prior: Catalog | None = None):
+    """The catalog of root's artifact dirs whose kind select() takes (all without one),
+    those in prior.walked taken from there; with the problems and the host ELFs found."""
     root = os.path.abspath(os.fspath(root))
-    families = families or kt.FAMILIES
     try:  # the root the user named may itself be a symlink; nothing below it is followed
         root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
     except (FileNotFoundError, NotADirectoryError):
@@ -265,12 +292,19 @@ def scan(root: str | os.PathLike, families: dict[str, list[str]] | None = None, 
     except OSError as exc:
         raise RocpkgInputError((root, f"cannot open: {exc.strerror}")) from None
     catalog = Catalog(root=root, families=families)
+    walked = prior.walked if prior is not None and prior.root == root and prior.families == families else {}
     problems: list[tuple[str, str]] = []
     host_elfs: list[str] = []
     try:
         for dirname in sorted(os.listdir(root_fd)):
             path = os.path.join(root, dirname)
             if dirname.startswith("."):
+                continue
+            if dirname in walked:
+                adir, dir_facts, dir_elfs = walked[dirname]
+                catalog.facts.update(dir_facts)
+                host_elfs.extend(dir_elfs)
+                catalog.dirs.setdefault((adir.artifact, adir.component), []).append(adir)
                 continue
             try:
                 st = os.stat(dirname, dir_fd=root_fd, follow_symlinks=False)
@@ -293,25 +327,28 @@ def scan(root: str | os.PathLike, families: dict[str, list[str]] | None = None, 
                 problems.append((printable(path), f"suffix {printable(suffix)!r} is neither 'generic', a known "
                                                   "target nor a family"))
                 continue
+            if select is not None and not select(kind):
+                continue
             adir = ArtifactDir(dirname, artifact, component, suffix, kind, path)
             try:
                 dir_fd = os.open(dirname, _DIR_FLAGS, dir_fd=root_fd)
             except OSError as exc:
                 problems.append((printable(path), f"cannot open: {exc.strerror}"))
                 continue
+            dir_facts: dict[str, FileFacts] = {}
+            dir_elfs: list[str] = []
             try:
-                _Walker(catalog, adir, problems, host_elfs).read_stages(dir_fd)
+                _Walker(families, adir, problems, dir_facts, dir_elfs).read_stages(dir_fd)
             finally:
                 os.close(dir_fd)
+            catalog.facts.update(dir_facts)
+            host_elfs.extend(dir_elfs)
             catalog.dirs.setdefault((artifact, component), []).append(adir)
+            if select is not None:
+                catalog.walked[dirname] = (adir, dir_facts, dir_elfs)
     finally:
         os.close(root_fd)
-    if problems:
-        raise RocpkgInputError(*problems)
-    catalog.pending = search(catalog.facts, host_elfs, embedded_objects, starmap_async)
-    if starmap_async is None:
-        catalog.settle()
-    return catalog
+    return catalog, problems, host_elfs
 
 
 _TYPE_NAMES = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
@@ -323,9 +360,10 @@ class _Walker:
     """Reads one artifact dir: its manifest, its stage trees and the facts of their files,
     through directory descriptors, never through a symlink."""
 
-    def __init__(self, catalog: Catalog, adir: ArtifactDir, problems: list[tuple[str, str]],
-                 host_elfs: list[str]):
-        self.catalog = catalog
+    def __init__(self, families: dict[str, list[str]], adir: ArtifactDir, problems: list[tuple[str, str]],
+                 facts: dict[str, FileFacts], host_elfs: list[str]):
+        self.families = families
+        self.facts = facts           # this dir's files' facts, kept apart (scan_device_dirs)
         self.host_elfs = host_elfs   # whose device code scan() reads afterwards
         self.adir = adir
         self.problems = problems
@@ -494,7 +532,7 @@ class _Walker:
             except OSError as exc:
                 self.problem(full, f"cannot be read: {exc.strerror or exc}")
                 return None
-        self.catalog.facts[full] = facts
+        self.facts[full] = facts
         if facts.elf == "host":
             self.host_elfs.append(full)
         return StageEntry(rel, "file", stat.S_IMODE(st.st_mode), st.st_size, full, "", self.default_target,
@@ -531,7 +569,7 @@ class _Walker:
             self.problem(entry.source, f"cannot be routed to one target of {adir.suffix}: {what}")
             return None
         (target,) = candidates
-        if target not in self.catalog.families[adir.suffix]:
+        if target not in self.families[adir.suffix]:
             self.problem(entry.source, f"routed to {target}, which is not in family {adir.suffix}")
             return None
         variant = variants[0] if len(set(variants)) == 1 else target

@@ -12,7 +12,8 @@ import time
 from kpack import targets as kt
 
 from rocpkg import compression
-from rocpkg.cli_common import (add_plan_options, add_subset_options, formats, human_bytes, interactive, load_config_of,
+from rocpkg.cli_common import (add_plan_options, add_subset_options, check_artifacts_dir, early_specs, formats,
+                               human_bytes, interactive, load_config_of,
                                load_plan, print_snippets,
                                selected_packages, verbosity, warn_if_unsigned)
 from rocpkg.errors import RocpkgInputError
@@ -153,23 +154,33 @@ def _cmd_build(args) -> int:
 def _build(args, shard, workers) -> int:
     from rocpkg import build as b
     from rocpkg.model import BuildOptions
+    from rocpkg.plan import release_settings
     from rocpkg.releases import inputs_date
 
-    plan = load_plan(args, embedded_objects=False, starmap_async=workers.starmap_async)
-    only = selected_packages(args, plan)
-    settings = plan.settings
+    config = load_config_of(args)
+    if shard or args.pkg_names:     # the packages to write are known once the plan is whole
+        plan = load_plan(args, config, embedded_objects=False, starmap_async=workers.starmap_async)
+        only, early, settings = selected_packages(args, plan), [], plan.settings
+        _print_plan_notes(args, plan)
+    else:                           # the biggest start while the plan is made (build_release)
+        check_artifacts_dir(args.artifacts)
+        early, catalog = early_specs(args, config)
+        settings = release_settings(config, args.pkg_version, args.release)
+
+        def plan() -> object:
+            made = load_plan(args, config, embedded_objects=False, starmap_async=workers.starmap_async,
+                             prior=catalog)
+            _print_plan_notes(args, made)
+            return made
+        only = selected_packages(args, None)    # None; refuses --with-deps alone
     sde = b.source_date_epoch(settings, default=inputs_date(args.config, args.artifacts))
     options = BuildOptions(source_date_epoch=sde, **_compression(args, settings))
     signer = _signer(args, sde)
-    for line in plan.warnings:
-        print(f"warning: {line}", file=sys.stderr)
-    for line in plan.info if verbosity(args) > 0 else ():
-        print(f"info: {line}", file=sys.stderr)
     display = ProgressDisplay(verbosity=verbosity(args))
     try:
         result = b.build_release(plan, args.output, formats=formats(args), options=options, jobs=args.jobs,
                                  shard=shard, progress=display, signer=signer, allow=args.allow or (), only=only,
-                                 deep_check=args.deep_check, workers=workers)
+                                 deep_check=args.deep_check, workers=workers, early=early)
     finally:
         display.close()
     summary = build_summary(result)
@@ -197,6 +208,13 @@ def _build(args, shard, workers) -> int:
         json.dump(summary, sys.stdout, indent=1)
         sys.stdout.write("\n")
     return 0
+
+
+def _print_plan_notes(args, plan) -> None:
+    for line in plan.warnings:
+        print(f"warning: {line}", file=sys.stderr)
+    for line in plan.info if verbosity(args) > 0 else ():
+        print(f"info: {line}", file=sys.stderr)
 
 
 def _compression(args, settings) -> dict:

@@ -98,21 +98,37 @@ def load_config_of(args):
     return config
 
 
-def load_plan(args, config=None, *, embedded_objects: bool = True, starmap_async=None):
+def load_plan(args, config=None, *, embedded_objects: bool = True, starmap_async=None, prior=None):
     """The plan of the plan options (config: load_config_of(args) when already loaded);
-    embedded_objects, starmap_async: catalog.scan's (False for build: those findings only
-    warn; the build's workers)."""
+    embedded_objects, starmap_async, prior: catalog.scan's (False for build: those findings
+    only warn; the build's workers; early_specs' catalog)."""
     from rocpkg.catalog import scan
     from rocpkg.plan import make_plan
 
     check_artifacts_dir(args.artifacts)
     config = config or load_config_of(args)
     catalog = scan(args.artifacts, config.settings["families"], embedded_objects=embedded_objects,
-                   starmap_async=starmap_async)
+                   starmap_async=starmap_async, prior=prior)
     if not catalog.dirs:
         raise RocpkgInputError((args.artifacts, "no artifact directories (<name>_<component>_<suffix>) in it"))
     return make_plan(config, catalog, version=args.pkg_version, release=args.release,
                      targets=split_list(args.targets), formats=formats(args))
+
+
+def early_specs(args, config):
+    """The device packages a build can write before its plan is whole, and the catalog
+    of the dirs they were planned from (load_plan's prior): rocpkg.plan.early_device_specs."""
+    from rocpkg.catalog import scan_device_dirs
+    from rocpkg.plan import early_device_specs
+
+    if not os.path.isdir(args.artifacts):
+        return [], None
+    catalog = scan_device_dirs(args.artifacts, config.settings["families"])
+    if catalog is None:
+        return [], None
+    specs = early_device_specs(config, catalog, version=args.pkg_version, release=args.release,
+                               targets=split_list(args.targets), formats=formats(args))
+    return specs, catalog
 
 
 def check_artifacts_dir(path: str) -> None:

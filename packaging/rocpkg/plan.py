@@ -109,6 +109,13 @@ class _Namer:
 def make_plan(config: Config, catalog: Catalog, *, version: str | None = None, release: str | None = None,
               targets: list[str] | None = None, formats=FORMATS) -> Plan:
     """Compute the whole package set or raise RocpkgInputError with every problem."""
+    settings = release_settings(config, version, release)
+    builder = _PlanBuilder(config, catalog, settings, targets or settings.get("targets"))
+    return builder.build(formats)
+
+
+def release_settings(config: Config, version: str | None = None, release: str | None = None) -> dict:
+    """The config's settings with --pkg-version and --release over them (a plan's settings)."""
     settings = dict(config.settings)
     if version is not None:
         settings["version"] = version
@@ -117,8 +124,38 @@ def make_plan(config: Config, catalog: Catalog, *, version: str | None = None, r
     problems = [(f"--{w.split('.')[-1]}", msg) for w, msg in validate_settings(settings)]
     if problems:
         raise RocpkgInputError(*problems)
-    builder = _PlanBuilder(config, catalog, settings, targets or settings.get("targets"))
-    return builder.build(formats)
+    return settings
+
+
+def early_device_specs(config: Config, catalog: Catalog, *, version: str | None = None,
+                       release: str | None = None, targets: list[str] | None = None,
+                       formats=FORMATS) -> list[m.PackageSpec]:
+    """The device packages that ship a kpack archive of their own (a release's biggest),
+    planned from scan_device_dirs' catalog: such a package's files, names and relations
+    come from the device dirs, the config and the target list alone (the archive-less
+    ones depend on archives found through host binaries, _link_archive_providers). A
+    build writes them while the rest of the plan is made, and keeps each only where the
+    whole plan has the same spec. [] on any problem: the whole plan reports it."""
+    try:
+        settings = release_settings(config, version, release)
+        builder = _PlanBuilder(config, catalog, settings, targets or settings.get("targets"))
+    except RocpkgInputError:
+        return []
+    specs = []
+    for d in builder.defs.values():
+        if builder.classes[d.name] != PER_TARGET:
+            continue
+        for t in builder.targets:
+            files = builder._collect(d, t, f"{d.name}[{t}]")
+            if not any(fe.type == m.FILE and fe.path.endswith(".kpack") for fe in files):
+                continue
+            for fmt in formats:
+                namer = _Namer(settings, builder.abi, fmt)
+                spec = builder._device_spec(fmt, d, namer, t, files)
+                if fmt == "deb":
+                    builder._add_libc_dependency([spec])
+                specs.append(spec)
+    return [] if builder.problems else specs
 
 
 class _PlanBuilder:
@@ -425,12 +462,7 @@ class _PlanBuilder:
                                   summary_note="host code",
                                   long_note="This package holds the host code; the GPU kernels are in one package per target.")
                 out.append(self._apply(host, self._relations(fmt, d, namer, "host")))
-                for t in self.targets:
-                    dev = self._spec(fmt, d, namer.device(d.name, t), m.KIND_DEVICE, files=files[(d.name, t)], target=t,
-                                     summary_note=f"{t} kernels",
-                                     long_note=f"GPU kernels and tuning databases of {d.name} for {t}.")
-                    dev.depends.append(pin(host.name))
-                    out.append(self._apply(dev, self._relations(fmt, d, namer, "device", t)))
+                out.extend(self._device_spec(fmt, d, namer, t, files[(d.name, t)]) for t in self.targets)
                 meta = self._spec(fmt, d, versioned, m.KIND_META, summary_note="all targets", arch_independent=True,
                                   long_note="Installs the host code and the kernels for every target of the release.")
                 meta.depends.extend([pin(host.name)] + [pin(namer.device(d.name, t)) for t in self.targets])
@@ -482,6 +514,15 @@ class _PlanBuilder:
                     alias.provides.append(f"{namer.alias_provides(fam)} = {self._evr()}")
                 out.append(alias)
         return out
+
+    def _device_spec(self, fmt: str, d: Definition, namer: _Namer, target: str, files) -> m.PackageSpec:
+        """The device package of a per-target definition for one target (also planned
+        early, before the generic dirs are walked: early_device_specs)."""
+        dev = self._spec(fmt, d, namer.device(d.name, target), m.KIND_DEVICE, files=files, target=target,
+                         summary_note=f"{target} kernels",
+                         long_note=f"GPU kernels and tuning databases of {d.name} for {target}.")
+        dev.depends.append(self._pin(fmt, namer.host(d.name)))
+        return self._apply(dev, self._relations(fmt, d, namer, "device", target))
 
     def _links_package(self, fmt: str, namer: _Namer, files) -> m.PackageSpec | None:
         """The one package per release whose scripts manage the release's links
