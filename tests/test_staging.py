@@ -335,3 +335,20 @@ def test_a_plan_refused_after_packages_were_written_ahead_leaves_no_directory(ar
         _lazy_build(artifacts, out, config, device_dirs, early, formats, refuse=True)
 
     assert not (tmp_path / "new").exists()
+
+
+def test_rocpkg_build_writes_the_biggest_device_packages_ahead_and_only_what_is_stale(artifacts, tmp_path):
+    import json
+
+    out = tmp_path / "out"
+    first = rocpkg("build", "-a", artifacts, "-o", out, "--formats", "deb,rpm", "-j", "2", "--json")
+    assert first.returncode == 0, first.stderr
+    summary = json.loads(first.stdout)
+    assert summary["written_ahead"] >= 2      # one per worker starts before the plan is whole
+    assert summary["totals"]["built"] == len(summary["packages"])
+
+    again = rocpkg("build", "-a", artifacts, "-o", out, "--formats", "deb,rpm", "-j", "2", "--json")
+    assert again.returncode == 0, again.stderr
+    summary = json.loads(again.stdout)
+    assert summary["written_ahead"] == 0 and summary["totals"]["built"] == 0
+    assert not (out / STAGING_DIR).exists()

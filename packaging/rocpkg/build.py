@@ -120,6 +120,7 @@ class BuildResult:
     thread_range: tuple[int, int] = (1, 1)   # fewest and most zstd workers per package
     seconds: float = 0.0
     allowed: list = field(default_factory=list)   # gate.Refusal the maintainer allowed
+    written_ahead: int = 0      # packages written while the plan was made, and kept (_Ahead)
 
     @property
     def concurrency(self) -> str:
@@ -441,6 +442,7 @@ def build_release(plan, out_dir: str | os.PathLike, *, formats: Iterable[str] | 
                 result = BuildResult(out_dir, "", shard=shard)
                 tasks = _tasks(stale, options, signer, staging, result, jobs or cores, cores, build)
                 written_ahead = ahead.kept(stale) if ahead is not None else []
+                result.written_ahead = len(written_ahead)
                 if written_ahead:
                     kept = {(w.spec.format, w.spec.name) for w, _ in written_ahead}
                     tasks = [t for t in tasks if (t.spec.format, t.spec.name) not in kept]

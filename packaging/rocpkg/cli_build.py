@@ -92,6 +92,7 @@ def build_summary(result) -> dict:
         "rows": rows_list,
         "totals": {k: sum(r[k] for r in rows_list) for k in _COUNTS},
         "seconds": round(result.seconds, 3), "jobs": result.jobs, "threads": result.threads,
+        "written_ahead": result.written_ahead,
         "shard": list(result.shard) if result.shard else None,
         "payload_rate": round(rebuilt_in / result.seconds) if result.seconds and rebuilt_in else 0,
         "packages": [{"format": p.format, "name": p.name, "kind": p.kind, "file": p.file, "rebuilt": p.rebuilt,
