@@ -40,6 +40,7 @@ import hashlib
 import itertools
 import json
 import os
+import queue
 import re
 import shutil
 import threading
@@ -441,23 +442,19 @@ def build_release(plan, out_dir: str | os.PathLike, *, formats: Iterable[str] | 
                     stale = []
                 result = BuildResult(out_dir, "", shard=shard)
                 tasks = _tasks(stale, options, signer, staging, result, jobs or cores, cores, build)
-                written_ahead = ahead.kept(stale) if ahead is not None else []
-                result.written_ahead = len(written_ahead)
-                if written_ahead:
-                    kept = {(w.spec.format, w.spec.name) for w, _ in written_ahead}
-                    tasks = [t for t in tasks if (t.spec.format, t.spec.name) not in kept]
+                if ahead is not None:
+                    kept = ahead.kept(stale)
+                    result.written_ahead = len(kept)
                     workers.release_held()      # the checks next: the big packages are under way
-                if workers.pool is None or len(tasks) <= 1:
+                    answers = ahead.answers(kept, [t for t in tasks if (t.spec.format, t.spec.name) not in kept])
+                elif workers.pool is None or len(tasks) <= 1:
                     answers = (_build_one(task) for task in tasks)     # after the checks
                 else:
                     answers = workers.unordered_with_checks(_build_one, tasks)
-                answers = itertools.chain((r.get() for _, r in written_ahead), answers)
                 result.allowed = gate.enforce(gate.refusals(plan, formats, config=config, archives=archives), allow)
                 if conflicts:
                     raise RocpkgInputError(*conflicts)
                 outcomes, problems = _collect(out_dir, order, recorded, answers, staging, progress)
-                if ahead is not None:
-                    ahead.finish()      # what the plan did not keep, before the staging area goes
             except BaseException:
                 workers.stop()  # before the staging area and this run's temporaries are removed
                 raise
@@ -505,44 +502,64 @@ class _Ahead:
     kpack archive (rocpkg.plan.early_device_specs), biggest first, at most one per
     worker at a time, so that what the plan queues next (the checks first) waits behind
     no more than that. Once the plan is whole, a package it holds with the same spec is
-    kept as written (kept); the others are waited for and left in the staging area,
-    which goes with the build (finish). On a 16-core machine the plan of a 6.2 GiB
-    release took 0.3-0.4 s of a 2.4 s build; the workers wrote nothing meanwhile."""
+    kept as written (kept); the others are left in the staging area, which goes with
+    the build. On a 16-core machine the plan of a 6.2 GiB release took 0.3-0.4 s of a
+    2.4 s build; the workers wrote nothing meanwhile."""
 
     def __init__(self, workers: Workers, tasks: list[_Task]):
         self.pool = workers.pool
         self.waiting = tasks[::-1]          # popped from the end: biggest first
-        self.started: dict[tuple[str, str], tuple[_Task, object]] = {}
+        self.started: dict[tuple[str, str], _Task] = {}
+        self.finished: queue.SimpleQueue = queue.SimpleQueue()   # (key or None, ok, answer)
         self.lock = threading.Lock()
         self.feeding = True
         for _ in range(workers.size):
             self._next()
 
-    def _next(self, _answer=None) -> None:
+    def _next(self) -> None:
         """The next package, when a worker is free (called by the pool's result thread)."""
         with self.lock:
             if self.feeding and self.waiting:
                 task = self.waiting.pop()
+                key = (task.spec.format, task.spec.name)
                 try:
-                    answer = self.pool.apply_async(_build_one, (task,), callback=self._next,
-                                                   error_callback=self._next)
+                    self.pool.apply_async(_build_one, (task,), callback=lambda answer: self._done(key, True, answer),
+                                          error_callback=lambda exc: self._done(key, False, exc))
                 except ValueError:      # the pool was stopped (the build failed): start no more
                     self.feeding = False
                     return
-                self.started[(task.spec.format, task.spec.name)] = (task, answer)
+                self.started[key] = task
 
-    def kept(self, stale: list[m.PackageSpec]) -> list[tuple[_Task, object]]:
-        """Stop starting packages; those of `stale` written (or being written) from the
-        same spec, with their pending answers, in the order they were started."""
+    def _done(self, key, ok: bool, answer) -> None:
+        self.finished.put((key, ok, answer))
+        self._next()
+
+    def kept(self, stale: list[m.PackageSpec]) -> set[tuple[str, str]]:
+        """Stop starting packages; (format, name) of those of `stale` written (or being
+        written) from the very same spec."""
         with self.lock:
             self.feeding = False
         wanted = {(s.format, s.name): s for s in stale}
-        return [(task, answer) for key, (task, answer) in self.started.items()
-                if wanted.get(key) == task.spec]
+        return {key for key, task in self.started.items() if wanted.get(key) == task.spec}
 
-    def finish(self) -> None:
-        for _task, answer in self.started.values():
-            answer.wait()
+    def answers(self, kept: set[tuple[str, str]], tasks: list[_Task]):
+        """The answers of the kept packages and of `tasks` (started now), as they finish,
+        so that each is moved into place as soon as the checks allow; those the plan did
+        not keep are waited for and dropped. A task's exception is raised where its
+        answer would be."""
+        for task in tasks:      # now, not when the answers are first asked for (after the checks)
+            self.pool.apply_async(_build_one, (task,), callback=lambda answer: self.finished.put((None, True, answer)),
+                                  error_callback=lambda exc: self.finished.put((None, False, exc)))
+        return self._as_finished(kept, len(self.started) + len(tasks))
+
+    def _as_finished(self, kept: set[tuple[str, str]], count: int):
+        for _ in range(count):
+            key, ok, answer = self.finished.get()
+            if key is not None and key not in kept:
+                continue            # written from a spec the plan changed: never published
+            if not ok:
+                raise answer
+            yield answer
 
 
 def _tasks(stale: list[m.PackageSpec], options: m.BuildOptions, signer, staging: Staging,
