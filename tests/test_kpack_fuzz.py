@@ -25,6 +25,33 @@ def _archive_bytes(tmp_path_factory, scheme: str) -> bytes:
     return path.read_bytes()
 
 
+def _address_space() -> int:
+    with open("/proc/self/status") as fh:
+        return next(int(line.split()[1]) * 1024 for line in fh if line.startswith("VmSize:"))
+
+
+@pytest.fixture(autouse=True)
+def address_space_capped():
+    """Each fuzz test runs with 1 GiB more address space than the process holds: a reader
+    that allocates a size an archive or bundle declares fails here (MemoryError), at 2 GB
+    as at 72 PB. Restored after the test (a soft limit goes back up to the hard one)."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    try:
+        cap = _address_space() + (1 << 30)
+    except (OSError, StopIteration):     # no /proc: no cap
+        cap = None
+    if cap is None or (hard != resource.RLIM_INFINITY and cap > hard):
+        yield
+        return
+    resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+
 @pytest.fixture(scope="module")
 def archives(tmp_path_factory):
     return [_archive_bytes(tmp_path_factory, "none"), _archive_bytes(tmp_path_factory, "zstd-per-kernel")]
