@@ -59,7 +59,7 @@ from rocpkg.fingerprint import code_fingerprint as _code_fingerprint
 from rocpkg.fingerprint import package_fingerprint, source_identities
 from rocpkg.streams import AtomicOutput, hash_file
 from rocpkg.outdir import LOCK_FILE, MANIFEST_PARTS, OutLock, Staging  # noqa: F401 (API)
-from rocpkg.workers import Workers
+from rocpkg.workers import Workers, as_finished
 
 MANIFEST_SCHEMA = "rocpkg-manifest/1"
 STATE_DIR = os.path.join(".rocpkg", "state")
@@ -412,10 +412,19 @@ def build_release(plan, out_dir: str | os.PathLike, *, formats: Iterable[str] | 
             try:
                 releases.read_manifest(out_dir)     # a damaged manifest is refused before a byte is written
                 states = _recorded_states(out_dir, formats)
+                looked_up: dict[tuple[str, str], tuple[m.PackageSpec, PackageOutcome | None]] = {}
+
+                def up_to_date(spec: m.PackageSpec) -> PackageOutcome | None:
+                    """_up_to_date, once per spec: one asked early and held unchanged by
+                    the plan is not looked up again (its state read, its fingerprint)."""
+                    key = spec.format, spec.name
+                    if key not in looked_up or looked_up[key][0] != spec:
+                        looked_up[key] = spec, _up_to_date(spec, out_dir, fingerprint_of, states)
+                    return looked_up[key][1]
+
                 if make_plan is not None:
                     if early and workers.pool is not None:
-                        first = sorted((s for s in early if s.format in formats
-                                        and _up_to_date(s, out_dir, fingerprint_of, states) is None),
+                        first = sorted((s for s in early if s.format in formats and up_to_date(s) is None),
                                        key=lambda s: (-s.payload_size, s.format, s.name))
                         ahead = _Ahead(workers, _tasks(first, options, signer, staging, None, workers.size,
                                                        cores, build, ahead=True))
@@ -429,7 +438,7 @@ def build_release(plan, out_dir: str | os.PathLike, *, formats: Iterable[str] | 
                 stale, recorded = [], []
                 for spec in order:
                     # a stale package's fingerprint is taken while it is written (_build_one)
-                    outcome = _up_to_date(spec, out_dir, fingerprint_of, states)
+                    outcome = up_to_date(spec)
                     if outcome is not None:
                         recorded.append(outcome)
                     else:
@@ -507,10 +516,10 @@ class _Ahead:
     2.4 s build; the workers wrote nothing meanwhile."""
 
     def __init__(self, workers: Workers, tasks: list[_Task]):
-        self.pool = workers.pool
+        self.workers = workers
         self.waiting = tasks[::-1]          # popped from the end: biggest first
         self.started: dict[tuple[str, str], _Task] = {}
-        self.finished: queue.SimpleQueue = queue.SimpleQueue()   # (key or None, ok, answer)
+        self.finished: queue.SimpleQueue = queue.SimpleQueue()   # Workers.submit's answers
         self.lock = threading.Lock()
         self.feeding = True
         for _ in range(workers.size):
@@ -523,16 +532,11 @@ class _Ahead:
                 task = self.waiting.pop()
                 key = (task.spec.format, task.spec.name)
                 try:
-                    self.pool.apply_async(_build_one, (task,), callback=lambda answer: self._done(key, True, answer),
-                                          error_callback=lambda exc: self._done(key, False, exc))
+                    self.workers.submit(_build_one, task, self.finished, key=key, then=self._next)
                 except ValueError:      # the pool was stopped (the build failed): start no more
                     self.feeding = False
                     return
                 self.started[key] = task
-
-    def _done(self, key, ok: bool, answer) -> None:
-        self.finished.put((key, ok, answer))
-        self._next()
 
     def kept(self, stale: list[m.PackageSpec]) -> set[tuple[str, str]]:
         """Stop starting packages; (format, name) of those of `stale` written (or being
@@ -543,23 +547,13 @@ class _Ahead:
         return {key for key, task in self.started.items() if wanted.get(key) == task.spec}
 
     def answers(self, kept: set[tuple[str, str]], tasks: list[_Task]):
-        """The answers of the kept packages and of `tasks` (started now), as they finish,
-        so that each is moved into place as soon as the checks allow; those the plan did
-        not keep are waited for and dropped. A task's exception is raised where its
-        answer would be."""
-        for task in tasks:      # now, not when the answers are first asked for (after the checks)
-            self.pool.apply_async(_build_one, (task,), callback=lambda answer: self.finished.put((None, True, answer)),
-                                  error_callback=lambda exc: self.finished.put((None, False, exc)))
-        return self._as_finished(kept, len(self.started) + len(tasks))
-
-    def _as_finished(self, kept: set[tuple[str, str]], count: int):
-        for _ in range(count):
-            key, ok, answer = self.finished.get()
-            if key is not None and key not in kept:
-                continue            # written from a spec the plan changed: never published
-            if not ok:
-                raise answer
-            yield answer
+        """The answers of the kept packages and of `tasks` (started now, not when the
+        answers are first asked for, after the checks), as they finish, so that each is
+        moved into place as soon as the checks allow; those the plan did not keep are
+        waited for and dropped: written from a spec the plan changed, never published."""
+        for task in tasks:
+            self.workers.submit(_build_one, task, self.finished)
+        return as_finished(self.finished, len(self.started) + len(tasks), dropped=self.started.keys() - kept)
 
 
 def _tasks(stale: list[m.PackageSpec], options: m.BuildOptions, signer, staging: Staging,

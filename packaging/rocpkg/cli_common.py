@@ -121,8 +121,6 @@ def early_specs(args, config):
     from rocpkg.catalog import scan_device_dirs
     from rocpkg.plan import early_device_specs
 
-    if not os.path.isdir(args.artifacts):
-        return [], None
     catalog = scan_device_dirs(args.artifacts, config.settings["families"])
     if catalog is None:
         return [], None

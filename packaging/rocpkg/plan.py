@@ -141,6 +141,7 @@ def early_device_specs(config: Config, catalog: Catalog, *, version: str | None 
         builder = _PlanBuilder(config, catalog, settings, targets or settings.get("targets"))
     except RocpkgInputError:
         return []
+    namers = {fmt: _Namer(settings, builder.abi, fmt) for fmt in formats}
     specs = []
     for d in builder.defs.values():
         if builder.classes[d.name] != PER_TARGET:
@@ -150,8 +151,7 @@ def early_device_specs(config: Config, catalog: Catalog, *, version: str | None 
             if not any(fe.type == m.FILE and fe.path.endswith(".kpack") for fe in files):
                 continue
             for fmt in formats:
-                namer = _Namer(settings, builder.abi, fmt)
-                spec = builder._device_spec(fmt, d, namer, t, files)
+                spec = builder._device_spec(fmt, d, namers[fmt], t, files)
                 if fmt == "deb":
                     builder._add_libc_dependency([spec])
                 specs.append(spec)

@@ -72,25 +72,36 @@ class Workers:
         Pool.imap_unordered): one task per worker first, then the held checks, then the
         other tasks, all queued now. A task's exception is raised where its result would be."""
         finished: queue.SimpleQueue = queue.SimpleQueue()
-
-        def submit(task) -> None:
-            self.pool.apply_async(function, (task,), callback=lambda result: finished.put((True, result)),
-                                  error_callback=lambda exc: finished.put((False, exc)))
-
         for task in tasks[:self.size]:
-            submit(task)
+            self.submit(function, task, finished)
         self.release_held()
         for task in tasks[self.size:]:
-            submit(task)
-        return _as_finished(finished, len(tasks))
+            self.submit(function, task, finished)
+        return as_finished(finished, len(tasks))
+
+    def submit(self, function, task, finished: queue.SimpleQueue, key=None, then=None) -> None:
+        """Start function(task) on a worker; its answer goes into `finished` as (key, ok,
+        answer or exception), then then() runs (in the pool's result thread)."""
+        def done(ok: bool, answer) -> None:
+            finished.put((key, ok, answer))
+            if then is not None:
+                then()
+
+        self.pool.apply_async(function, (task,), callback=lambda answer: done(True, answer),
+                              error_callback=lambda exc: done(False, exc))
 
 
-def _as_finished(finished: queue.SimpleQueue, count: int):
+def as_finished(finished: queue.SimpleQueue, count: int, dropped=frozenset()):
+    """The next `count` answers of `finished` (Workers.submit) as they come, but those whose
+    key is in `dropped` (waited for, never yielded, their failures too); a task's
+    exception is raised where its answer would be."""
     for _ in range(count):
-        ok, result = finished.get()
+        key, ok, answer = finished.get()
+        if key in dropped:
+            continue
         if not ok:
-            raise result
-        yield result
+            raise answer
+        yield answer
 
 
 class _Held:
