@@ -123,6 +123,17 @@ def test_when_fewer_packages_than_jobs_are_left_they_share_all_the_cores():
     assert threads[-1] == 16 and threads[-2] == 8
 
 
+def test_the_largest_start_first_then_the_small_ones_then_the_rest():
+    from rocpkg.schedule import PACKAGE_OVERHEAD, start_order
+
+    sizes = [900 * MIB, 500 * MIB, 300 * MIB, 20 * MIB, 2 * MIB, PACKAGE_OVERHEAD, 4096, 0]
+    # two workers: the two largest at once, then the three whose cost is their overhead
+    assert start_order(sizes, 2) == [0, 1, 5, 6, 7, 2, 3, 4]
+    assert start_order(sizes, 0) == [5, 6, 7, 0, 1, 2, 3, 4]
+    assert start_order(sizes, 16) == list(range(8))
+    assert start_order([], 4) == []
+
+
 def test_no_package_gets_more_workers_than_the_writer_allows():
     assert max(build.zstd_threads([MIB << 10, MIB], cores=64, jobs=2, cap=16)) == 16
 

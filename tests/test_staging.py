@@ -7,6 +7,7 @@ import os
 import shutil
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 from cli_run import rocpkg, snapshot
@@ -206,6 +207,50 @@ def test_held_checks_start_behind_each_workers_first_package_and_all_finish(tmp_
     assert {"package 0", "package 1"} <= set(started[:first_check])
 
 
+class _Named(NamedTuple):
+    format: str
+    name: str
+
+
+class _LoggedTask(NamedTuple):
+    """What build._Ahead needs of a task (its spec's format and name), logged as it starts."""
+    kind: str
+    number: int
+    log: str
+    seconds: float
+    spec: _Named
+
+
+def _logged(task: _LoggedTask):
+    return _started(task.kind, task.number, task.log, task.seconds)
+
+
+def test_one_worker_waits_for_the_plan_and_takes_its_biggest_package_before_the_checks(tmp_path, monkeypatch):
+    """Written ahead on all workers but one; the plan's first package goes to that one
+    before the held checks (a host library bigger than any device package would otherwise
+    start once a package written ahead is done, and end the build alone)."""
+    from rocpkg import build
+    from rocpkg.workers import Workers
+
+    log = str(tmp_path / "log")
+    monkeypatch.setattr(build, "_build_one", _logged)
+    ahead_tasks = [_LoggedTask("ahead", n, log, 0.6, _Named("deb", f"device{n}")) for n in range(4)]
+    with Workers(3, hold=True) as workers:
+        checks = workers.starmap_async(_started, [("check", n, log) for n in range(4)])
+        ahead = build._Ahead(workers, ahead_tasks)
+        time.sleep(0.3)                             # the plan is being made
+        assert sorted(Path(log).read_text().split()) == ["0", "1", "ahead", "ahead"]
+        kept = ahead.kept([t.spec for t in ahead_tasks])
+        assert kept == {("deb", "device0"), ("deb", "device1")}
+        rest = [_LoggedTask("rest", n, log, 0.0, _Named("deb", f"generic{n}")) for n in range(3)]
+        finished = list(ahead.answers(kept, rest))
+        assert checks() == [("check", n) for n in range(4)]
+    assert sorted(finished) == [("ahead", 0), ("ahead", 1), ("rest", 0), ("rest", 1), ("rest", 2)]
+    started = Path(log).read_text().splitlines()
+    assert started[:3] == ["ahead 0", "ahead 1", "rest 0"]
+    assert started.index("rest 1") > started.index("check 0")
+
+
 def test_a_held_check_waited_for_before_any_package_runs_at_once(tmp_path):
     from rocpkg.workers import Workers
 
@@ -341,10 +386,10 @@ def test_rocpkg_build_writes_the_biggest_device_packages_ahead_and_only_what_is_
     import json
 
     out = tmp_path / "out"
-    first = rocpkg("build", "-a", artifacts, "-o", out, "--formats", "deb,rpm", "-j", "2", "--json")
+    first = rocpkg("build", "-a", artifacts, "-o", out, "--formats", "deb,rpm", "-j", "3", "--json")
     assert first.returncode == 0, first.stderr
     summary = json.loads(first.stdout)
-    assert summary["written_ahead"] >= 2      # one per worker starts before the plan is whole
+    assert summary["written_ahead"] >= 2      # one per worker but one starts before the plan is whole
     assert summary["totals"]["built"] == len(summary["packages"])
 
     again = rocpkg("build", "-a", artifacts, "-o", out, "--formats", "deb,rpm", "-j", "2", "--json")
