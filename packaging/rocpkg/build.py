@@ -10,10 +10,11 @@ Layout written (DESIGN §3):
 Why it is shaped this way:
 - packages are independent, so they are built by a process pool (`jobs`), biggest
   first, but the small ones right after each worker's first (`start_order`: the parent
-  records them while the big ones are written, not all at the end); each writer also compresses with zstd worker threads, given where the work is
-  (`zstd_threads`): at least cores / jobs, and a package holding a large share of the
-  work left when it starts gets that share of the cores, so the last big package is not
-  left alone on one core while the others idle. zstd's output never depends on the
+  records them while the big ones are written, not all at the end); each writer also
+  compresses with zstd worker threads, given where the work is (`zstd_threads`): at
+  least cores / jobs, and a package holding a large share of the work left when it
+  starts gets that share of the cores, so the last big package is not left alone on one
+  core while the others idle. zstd's output never depends on the
   thread count (rocpkg.compression), so neither -j nor the machine changes a byte.
 - the checks a release must pass (rocpkg.gate) run while the packages are written into
   a staging area; they are moved into place once the checks have passed (rocpkg.outdir).
