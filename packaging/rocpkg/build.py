@@ -560,11 +560,7 @@ class _Ahead:
         moved into place as soon as the checks allow; those the plan did not keep are
         waited for and dropped: written from a spec the plan changed, never published.
         The free worker's package is queued before the held checks, the others after."""
-        for task in tasks[:self.free]:
-            self.workers.submit(_build_one, task, self.finished)
-        self.workers.release_held()     # the checks next: the big packages are under way
-        for task in tasks[self.free:]:
-            self.workers.submit(_build_one, task, self.finished)
+        self.workers.submit_around_checks(_build_one, tasks, self.finished, before=self.free)
         return as_finished(self.finished, len(self.started) + len(tasks), dropped=self.started.keys() - kept)
 
 

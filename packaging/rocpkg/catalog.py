@@ -295,16 +295,19 @@ def _index(root, families: dict[str, list[str]], *, select=None, prior: Catalog 
     walked = prior.walked if prior is not None and prior.root == root and prior.families == families else {}
     problems: list[tuple[str, str]] = []
     host_elfs: list[str] = []
+
+    def take(adir: ArtifactDir, dir_facts: dict[str, FileFacts], dir_elfs: list[str]) -> None:
+        catalog.facts.update(dir_facts)
+        host_elfs.extend(dir_elfs)
+        catalog.dirs.setdefault((adir.artifact, adir.component), []).append(adir)
+
     try:
         for dirname in sorted(os.listdir(root_fd)):
             path = os.path.join(root, dirname)
             if dirname.startswith("."):
                 continue
             if dirname in walked:
-                adir, dir_facts, dir_elfs = walked[dirname]
-                catalog.facts.update(dir_facts)
-                host_elfs.extend(dir_elfs)
-                catalog.dirs.setdefault((adir.artifact, adir.component), []).append(adir)
+                take(*walked[dirname])
                 continue
             try:
                 st = os.stat(dirname, dir_fd=root_fd, follow_symlinks=False)
@@ -341,9 +344,7 @@ def _index(root, families: dict[str, list[str]], *, select=None, prior: Catalog 
                 _Walker(families, adir, problems, dir_facts, dir_elfs).read_stages(dir_fd)
             finally:
                 os.close(dir_fd)
-            catalog.facts.update(dir_facts)
-            host_elfs.extend(dir_elfs)
-            catalog.dirs.setdefault((artifact, component), []).append(adir)
+            take(adir, dir_facts, dir_elfs)
             if select is not None:
                 catalog.walked[dirname] = (adir, dir_facts, dir_elfs)
     finally:

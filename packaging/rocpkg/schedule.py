@@ -57,7 +57,8 @@ def start_order(sizes: list[int], first: int) -> list[int]:
 
 
 def zstd_threads(sizes: list[int], cores: int, jobs: int, cap: int) -> list[int]:
-    """zstd workers for each package, in start order (largest first): at least its fair
+    """zstd workers for each package, largest first (the order the big ones start in:
+    start_order moves only those of PACKAGE_OVERHEAD or less ahead): at least its fair
     part of the cores (cores / jobs, all of them once fewer packages than jobs are left),
     and at least its share of the work left when it starts: a package holding half of
     what is left would otherwise run on alone while the other jobs drain, its cores idle.

@@ -72,12 +72,16 @@ class Workers:
         Pool.imap_unordered): one task per worker first, then the held checks, then the
         other tasks, all queued now. A task's exception is raised where its result would be."""
         finished: queue.SimpleQueue = queue.SimpleQueue()
-        for task in tasks[:self.size]:
+        self.submit_around_checks(function, tasks, finished, before=self.size)
+        return as_finished(finished, len(tasks))
+
+    def submit_around_checks(self, function, tasks: list, finished: queue.SimpleQueue, before: int) -> None:
+        """submit() each task: the first `before`, then the held checks, then the rest."""
+        for task in tasks[:before]:
             self.submit(function, task, finished)
         self.release_held()
-        for task in tasks[self.size:]:
+        for task in tasks[before:]:
             self.submit(function, task, finished)
-        return as_finished(finished, len(tasks))
 
     def submit(self, function, task, finished: queue.SimpleQueue, key=None, then=None) -> None:
         """Start function(task) on a worker; its answer goes into `finished` as (key, ok,
