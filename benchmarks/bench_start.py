@@ -1,12 +1,14 @@
 """What `rocpkg build` does before its first write, step by step, on one artifacts tree,
 in the order the build does it: the imports, the worker processes (forked first: they
 load the writers and search the host ELFs' data sections while the plan is made), the
-config, the walk of the target and family dirs and the device packages planned from them
-(rocpkg.plan.early_device_specs: the build writes those while it makes the rest of the
-plan), and the look for their state (a package without one is stale whatever its
-fingerprint: OUT of a new release has none). Without such packages the first write
-waits for the whole plan. What runs beside the writes is timed after, apart: the rest of
-the plan (the generic dirs' walk, which takes the device dirs as walked, and make_plan),
+config, the walk of the first target's dirs (and of the family dirs that route files to
+it) and the device packages planned from them (rocpkg.plan.early_device_specs: the build
+writes those while it makes the rest of the plan), and the look for their state (a
+package without one is stale whatever its fingerprint: OUT of a new release has none).
+Without such packages the first write waits for the whole plan. What runs beside the
+writes is timed after, apart: the walk of the other target and family dirs (their
+packages join the ones written ahead), the rest of the plan (the generic dirs' walk,
+which takes the device dirs as walked, and make_plan),
 the checks a build must pass (rocpkg.gate: verify's plan checks, every packed kpack
 archive, the host search's results) and the fingerprints the workers record.
 Run it in a fresh interpreter (imports are part of the figure):
@@ -55,21 +57,32 @@ def main() -> int:
         t = step("fork the workers", t)
         config = load_config_of(options)
         t = step("config", t)
-        early, catalog = early_specs(options, config)
-        t = step(f"device dirs, {len(early)} packages", t)
+        parts, walked = early_specs(options, config)
+        first, later = [], []
         with tempfile.TemporaryDirectory() as out:   # a new release's OUT: no package has a state
             states = build._recorded_states(out, ("deb", "rpm"))
-            first = [spec for spec in early if build._up_to_date(spec, out, None, states) is None]
-            t = step("their state lookups", t)
-            first_write = time.perf_counter() - STARTED
+            for part in parts:     # as build_release: the first part's packages start at once
+                stale_part = [spec for spec in part if build._up_to_date(spec, out, None, states) is None]
+                if not first:
+                    first = stale_part
+                    t = step(f"first device dirs, {len(part)} packages", t)
+                    first_write = time.perf_counter() - STARTED
+                else:
+                    seen = {(spec.format, spec.name) for spec in first}
+                    later += [spec for spec in stale_part if (spec.format, spec.name) not in seen]
+            walk = time.perf_counter() - t
+            t = time.perf_counter()
+            if not first:
+                first_write = t - STARTED
             plan = load_plan(options, config, embedded_objects=False, starmap_async=workers.starmap_async,
-                             prior=catalog)     # as `rocpkg build` scans
+                             prior=walked())     # as `rocpkg build` scans
             rest = time.perf_counter() - t
             specs = [spec for found in plan.packages.values() for spec in found]
             t = time.perf_counter()
             stale = [spec for spec in specs if build._up_to_date(spec, out, None, states) is None]
             lookups = time.perf_counter() - t
         if not first:   # nothing to write ahead: the first write waits for the whole plan
+            marks.append(("device dirs (none to write ahead)", walk))
             marks.append(("plan (no device package ahead)", rest))
             marks.append(("state lookups", lookups))
             first_write += rest + lookups
@@ -85,8 +98,10 @@ def main() -> int:
     packages = sum(len(s) for s in plan.packages.values())
     for name, seconds in marks:
         print(f"{name:32}{seconds:8.3f} s")
-    print(f"{'before the first write':32}{first_write:8.3f} s  ({packages} packages, {len(first)} written ahead)")
+    print(f"{'before the first write':32}{first_write:8.3f} s  ({packages} packages, {len(first)} + "
+          f"{len(later)} written ahead)")
     if first:
+        print(f"{'other device dirs, beside writes':32}{walk:8.3f} s  (their packages queued as the first run)")
         print(f"{'rest of the plan, beside writes':32}{rest + lookups:8.3f} s  (generic dirs, make_plan, state lookups)")
     print(f"{'checks, beside the writes':32}{checks:8.3f} s  (host search, kpack archives, verify)")
     print(f"{'fingerprints, beside the writes':32}{fingerprints:8.3f} s  (taken by the workers, each after its package; summed here)")

@@ -197,6 +197,52 @@ def test_a_scan_that_takes_the_device_dirs_as_walked_is_the_whole_scan(recombine
         assert taken and all(d is walked[d.dirname] for d in taken)     # not walked again
 
 
+@pytest.mark.parametrize("layout", ["split", "mixed"])
+def test_the_first_targets_dirs_are_walked_alone_then_taken_by_the_whole_walk(recombined, split, layout, tmp_path):
+    """A build's first part (rocpkg.cli_common.early_specs): the first target's dirs and
+    the family dirs that route files to it, named from the listing alone; the walk of
+    every device dir takes them as walked and is the walk made in one go."""
+    from kpack import targets as kt
+    from rocpkg.catalog import first_device_target, scan_device_dirs, sort_targets
+
+    root = split
+    if layout == "mixed":       # target dirs and a family dir that routes files to them
+        root = tmp_path / "mixed"
+        shutil.copytree(split, root, symlinks=True)
+        shutil.copytree(recombined / "blas_lib_gfx94X", root / "blas_lib_gfx94X", symlinks=True)
+        shutil.rmtree(root / "blas_lib_gfx942")
+        shutil.rmtree(root / "blas_lib_gfx942:xnack+")
+    first = first_device_target(root)
+    assert first == sort_targets(scan_device_dirs(root).targets)[0]
+    part = scan_device_dirs(root, targets={first})
+    walked = [d for ds in part.dirs.values() for d in ds]
+    assert walked and all(d.kind in ("target", "family") for d in walked)
+    assert all(d.bare_target == first for d in walked if d.kind == "target")
+    assert all(first in kt.FAMILIES[d.suffix] for d in walked if d.kind == "family")
+    everything = [d.dirname for ds in scan_device_dirs(root).dirs.values() for d in ds]
+    mine = [name for name in everything if name.rsplit("_", 1)[1].split(":")[0] == first
+            or first in kt.FAMILIES.get(name.rsplit("_", 1)[1], [])]
+    assert sorted(d.dirname for d in walked) == sorted(mine)
+    assert any(d.kind == "family" for d in walked) == (layout == "mixed")
+
+    whole, chained = scan_device_dirs(root), scan_device_dirs(root, prior=part)
+    assert list(chained.dirs) == list(whole.dirs) and chained.dirs == whole.dirs
+    assert list(chained.facts.items()) == list(whole.facts.items())
+    assert all(chained.walked[d.dirname][0] is d for d in walked)     # not walked again
+    assert scan(root, prior=chained).dirs == scan(root).dirs
+
+
+def test_family_dirs_alone_have_no_first_target(recombined, tmp_path):
+    """Each family dir holds every target of its family: the build walks them in one part."""
+    from rocpkg.catalog import first_device_target
+
+    assert first_device_target(recombined) is None
+    (tmp_path / "blas_lib_generic").mkdir()
+    (tmp_path / "not-an-artifact").mkdir()
+    assert first_device_target(tmp_path) is None
+    assert first_device_target(tmp_path / "missing") is None
+
+
 def test_a_device_dir_scan_of_another_root_is_not_taken(recombined, tmp_path):
     from rocpkg.catalog import scan_device_dirs
 

@@ -249,6 +249,60 @@ def test_early_device_specs_of_therock_match_its_plan(therock):
         assert spec == plan.by_name(spec.format)[spec.name]
 
 
+def _parts_against_plan(config, artifacts, **options):
+    """rocpkg.cli_common.early_specs as `rocpkg build` takes it, and the plan made after."""
+    import argparse
+
+    from rocpkg.cli_common import early_specs
+
+    targets = ",".join(options.get("targets") or []) or None
+    args = argparse.Namespace(artifacts=str(artifacts), targets=targets, pkg_version=options.get("version"),
+                              release=None, formats="deb,rpm")
+    parts, walked = early_specs(args, config)
+    parts = list(parts)
+    return parts, walked(), make_plan(config, scan(artifacts, prior=walked()), **options)
+
+
+@pytest.mark.parametrize("layout", ["split", "recombined"])
+def test_a_build_takes_the_first_targets_packages_first_and_all_are_the_plans(bundled, tmp_path, layout):
+    """Split dirs: the first target's packages come first (a few dirs walked), then every
+    one; family dirs alone: every one at once. Each is the whole plan's spec."""
+    from rocpkg.catalog import scan_device_dirs, sort_targets
+
+    config, artifacts, _ = bundled
+    if layout == "recombined":
+        artifacts = tmp_path / "recombined"
+        make_sample_artifacts(artifacts, config, targets=TARGETS, layout="recombined")
+    parts, walked, plan = _parts_against_plan(config, artifacts)
+    *first, every = parts
+    if layout == "split":
+        assert len(first) == 1 and first[0]
+        assert {s.target for s in first[0]} == {sort_targets(TARGETS)[0]}
+    else:
+        assert first == []
+    for spec in [s for part in parts for s in part]:
+        assert spec == plan.by_name(spec.format)[spec.name]
+    assert every == early_device_specs_of(config, artifacts)
+    assert walked.dirs == scan_device_dirs(artifacts, config.settings["families"]).dirs
+
+
+def test_a_build_of_named_targets_takes_the_first_named_ones_first(therock):
+    cfg, artifacts, _ = therock
+    config = load_config(cfg)
+    parts, _, plan = _parts_against_plan(config, artifacts, version="7.1.0", targets=["gfx1101", "gfx942:xnack+"])
+    first, every = parts
+    assert {s.target for s in first} == {"gfx942"} and {s.target for s in every} == {"gfx942", "gfx1101"}
+    for spec in first + every:
+        assert spec == plan.by_name(spec.format)[spec.name]
+
+
+def early_device_specs_of(config, artifacts):
+    from rocpkg.catalog import scan_device_dirs
+    from rocpkg.plan import early_device_specs
+
+    return early_device_specs(config, scan_device_dirs(artifacts, config.settings["families"]))
+
+
 def test_early_device_specs_of_a_broken_tree_are_none(bundled, tmp_path):
     """A problem in the device dirs: nothing is planned early (the whole plan reports it)."""
     from rocpkg.catalog import scan_device_dirs

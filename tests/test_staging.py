@@ -210,10 +210,11 @@ def test_held_checks_start_behind_each_workers_first_package_and_all_finish(tmp_
 class _Named(NamedTuple):
     format: str
     name: str
+    payload_size: int = 0
 
 
 class _LoggedTask(NamedTuple):
-    """What build._Ahead needs of a task (its spec's format and name), logged as it starts."""
+    """What build._Ahead needs of a task (its spec's format, name and size), logged as it starts."""
     kind: str
     number: int
     log: str
@@ -241,7 +242,8 @@ def test_one_worker_waits_for_the_plan_and_takes_its_biggest_package_before_the_
     ahead_tasks = [_LoggedTask("ahead", n, log, 1.5, _Named("deb", f"device{n}")) for n in range(4)]
     with Workers(3, hold=True) as workers:
         checks = workers.starmap_async(_started, [("check", n, log) for n in range(4)])
-        ahead = build._Ahead(workers, ahead_tasks)
+        ahead = build._Ahead(workers)
+        ahead.add(ahead_tasks)
         deadline = time.monotonic() + 30            # the plan is being made
         while len(_lines(log)) < 2 and time.monotonic() < deadline:
             time.sleep(0.02)
@@ -256,6 +258,33 @@ def test_one_worker_waits_for_the_plan_and_takes_its_biggest_package_before_the_
     started = _lines(log)
     assert sorted(started[:2]) == ["ahead 0", "ahead 1"] and started[2] == "rest 0"
     assert started.index("rest 1") > started.index("check 0")
+
+
+def test_a_later_part_queues_biggest_first_and_never_starts_a_name_twice(tmp_path, monkeypatch):
+    """The first target's packages start at once; the walk of every device dir adds the
+    rest, biggest first, and the ones already started again (not written twice)."""
+    from rocpkg import build
+    from rocpkg.workers import Workers
+
+    log = str(tmp_path / "log")
+    monkeypatch.setattr(build, "_build_one", _logged)
+    first = [_LoggedTask("first", 0, log, 0.5, _Named("deb", "a", 10))]
+    every = [first[0]._replace(number=1)] + [
+        _LoggedTask("every", n, log, 0.0, _Named("deb", name, size))
+        for n, (name, size) in enumerate([("small", 1), ("big", 100), ("middle", 50)], 2)]
+    with Workers(3, hold=True) as workers:
+        ahead = build._Ahead(workers)
+        ahead.add(first)
+        ahead.add(every)
+        deadline = time.monotonic() + 30            # the plan is being made
+        while len(_lines(log)) < 4 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        kept = ahead.kept([t.spec for t in every])
+        finished = list(ahead.answers(kept, []))
+    assert sorted(finished) == [("every", 2), ("every", 3), ("every", 4), ("first", 0)]
+    started = _lines(log)       # the first part's runs beside the rest: either may log first
+    assert sorted(started) == ["every 2", "every 3", "every 4", "first 0"]
+    assert [line for line in started if line.startswith("every")] == ["every 3", "every 4", "every 2"]
 
 
 def test_a_held_check_waited_for_before_any_package_runs_at_once(tmp_path):
@@ -336,7 +365,7 @@ def _lazy_build(artifacts: Path, out: Path, config, device_dirs, early, formats,
             return make_plan(config, scan(str(artifacts), config.settings["families"], embedded_objects=False,
                                           starmap_async=workers.starmap_async, prior=device_dirs), formats=formats)
 
-        result = build_release(plan, out, formats=formats, options=OPTIONS, workers=workers, early=early)
+        result = build_release(plan, out, formats=formats, options=OPTIONS, workers=workers, early=[early])
     return result, seen
 
 

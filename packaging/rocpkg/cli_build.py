@@ -165,12 +165,12 @@ def _build(args, shard, workers) -> int:
         _print_plan_notes(args, plan)
     else:                           # the biggest start while the plan is made (build_release)
         check_artifacts_dir(args.artifacts)
-        early, catalog = early_specs(args, config)
+        early, walked = early_specs(args, config)
         settings = release_settings(config, args.pkg_version, args.release)
 
         def plan() -> object:
             made = load_plan(args, config, embedded_objects=False, starmap_async=workers.starmap_async,
-                             prior=catalog)
+                             prior=walked())
             _print_plan_notes(args, made)
             return made
         only = selected_packages(args, None)    # None; refuses --with-deps alone

@@ -116,17 +116,42 @@ def load_plan(args, config=None, *, embedded_objects: bool = True, starmap_async
 
 
 def early_specs(args, config):
-    """The device packages a build can write before its plan is whole, and the catalog
-    of the dirs they were planned from (load_plan's prior): rocpkg.plan.early_device_specs."""
-    from rocpkg.catalog import scan_device_dirs
+    """The device packages a build can write before its plan is whole
+    (rocpkg.plan.early_device_specs), as parts to take in turn: those of the first target's
+    dirs (walked in a few ms, so that the first write waits for no more), then those of
+    every target and family dir; and the function that gives the catalog of the dirs
+    walked once the parts are taken (load_plan's prior; None when a walk found a
+    problem: the whole scan says what)."""
+    from kpack import targets as kt
+    from rocpkg.catalog import first_device_target, scan_device_dirs
     from rocpkg.plan import early_device_specs
 
-    catalog = scan_device_dirs(args.artifacts, config.settings["families"])
-    if catalog is None:
-        return [], None
-    specs = early_device_specs(config, catalog, version=args.pkg_version, release=args.release,
-                               targets=split_list(args.targets), formats=formats(args))
-    return specs, catalog
+    families = config.settings["families"]
+    wanted = split_list(args.targets)
+    walked = {"catalog": None}
+
+    def planned(catalog, targets):
+        return early_device_specs(config, catalog, version=args.pkg_version, release=args.release,
+                                  targets=targets, formats=formats(args))
+
+    def bare(target: str) -> str | None:
+        try:
+            return kt.parse_target(target).processor.lower()
+        except ValueError:      # the plan says what is wrong with it
+            return None
+
+    def parts():
+        first = first_device_target(args.artifacts, families)
+        named = [t for t in wanted or [first] if first is not None and bare(t) == first]
+        if named:
+            walked["catalog"] = scan_device_dirs(args.artifacts, families, targets={first})
+            if walked["catalog"] is not None:
+                yield planned(walked["catalog"], named)
+        walked["catalog"] = scan_device_dirs(args.artifacts, families, prior=walked["catalog"])
+        if walked["catalog"] is not None:
+            yield planned(walked["catalog"], wanted)
+
+    return parts(), lambda: walked["catalog"]
 
 
 def check_artifacts_dir(path: str) -> None:
