@@ -385,6 +385,24 @@ def test_device_packages_are_written_while_the_plan_is_made_and_kept(artifacts, 
     assert not (out / STAGING_DIR).exists()
 
 
+def test_packages_written_ahead_take_their_fair_part_of_the_cores(artifacts, tmp_path):
+    """A part of the walk is no measure of the work left: a first target's biggest package
+    would otherwise take most of the cores' zstd threads while every worker is busy."""
+    from rocpkg import build
+    from rocpkg.outdir import Staging
+
+    _, _, early = _device_dirs_and_early(artifacts, ["deb", "rpm"])
+    rpm = [s for s in early if s.format == "rpm"]
+    staging = Staging(str(tmp_path / "out"), ["rpm"])
+    ahead = build._tasks(rpm, OPTIONS, None, staging, None, 16, 16, "b", ahead=True)
+    assert [t.options.threads for t in ahead] == [1] * len(rpm)
+    assert all(t.staging == staging.dir("rpm", ahead=True) for t in ahead)
+    assert {t.options.threads for t in build._tasks(rpm, OPTIONS, None, staging, None, 4, 16, "b", ahead=True)} == {4}
+    # one package left to the plan gets every core; one of a first part, its fair part
+    assert build._tasks(rpm[:1], OPTIONS, None, staging, None, 16, 16, "b")[0].options.threads == 16
+    assert build._tasks(rpm[:1], OPTIONS, None, staging, None, 16, 16, "b", ahead=True)[0].options.threads == 1
+
+
 def test_a_package_written_ahead_that_the_plan_does_not_hold_is_not_published(artifacts, tmp_path):
     """Written from a spec the whole plan changed (or does not have): left in the staging
     area, which goes; the plan's own spec is written and published."""
