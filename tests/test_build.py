@@ -182,7 +182,7 @@ def test_a_killed_build_run_again_gives_the_bytes_of_an_uninterrupted_one(tmp_pa
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and proc.poll() is None:
         # a package counts as finished once its state is recorded (after its file is renamed in)
-        if any(interrupted.glob(".rocpkg/state/*/*.json")):
+        if any(p.stat().st_size for p in interrupted.glob(".rocpkg/state/*.jsonl")):
             break
         time.sleep(0.01)
     os.kill(proc.pid, signal.SIGKILL)
@@ -219,6 +219,11 @@ def test_two_shards_merged_equal_the_unsharded_build(artifacts, built, tmp_path)
     assert {rel: digest for rel, digest in output_files(merged).items() if rel in release} == release
     extra = set(output_files(merged)) - set(release)
     assert extra and all(rel.startswith(("deb/dists/", "rpm/repodata/", "rocm.")) for rel in extra)
+    # each runner's state journal came along: the merged tree is up to date as a whole
+    assert sorted(p.name for p in (merged / ".rocpkg" / "state").iterdir()) == [
+        "deb.jsonl", "rpm.jsonl"]      # `rocpkg repo` recorded the copies and joined the journals
+    again = rocpkg("build", "-a", artifacts, "-o", merged)
+    assert next(line for line in again.stdout.splitlines() if line.startswith("all ")).split()[1] == "0"
 
 
 def test_shards_are_size_balanced_and_deterministic(artifacts):

@@ -5,7 +5,7 @@ Layout written (DESIGN §3):
     OUT/deb/pool/main/<name>_<ver>_<arch>.deb       OUT/control/<name>.control
     OUT/rpm/<arch>/<name>-<ver>-<rel>.<arch>.rpm    OUT/control/<name>.spec
     OUT/manifest.json                               (a shard: OUT/manifest.d/shard-I-of-N.json)
-    OUT/.rocpkg/state/<format>/<name>.json          what each output was built from
+    OUT/.rocpkg/state/<format>.jsonl                what each output was built from (rocpkg.state)
 
 Why it is shaped this way:
 - packages are independent, so they are built by a process pool (`jobs`), biggest
@@ -24,8 +24,8 @@ Why it is shaped this way:
   unchanged, and writes the others anew (_Ahead).
 - a package is rebuilt only when its fingerprint changes: the whole PackageSpec, the
   encoding options, the signing key, rocpkg's own writer code and templates, and every
-  source file's (path, size, mtime_ns, inode). Its state file is written after the
-  package, so a build killed at any point and run again finishes the rest; writers write
+  source file's (path, size, mtime_ns, inode). Its state is recorded after the
+  package is in place, so a build killed at any point and run again finishes the rest; writers write
   atomically, so the result is byte-identical to an uninterrupted build.
 - a shard is a deterministic, size-balanced part of the plan computed from the plan
   alone, so N CI runners agree on it without talking; their OUT trees have disjoint
@@ -56,6 +56,7 @@ from rocpkg.compression import DEB_THREADS, ZSTD_MAX_THREADS, usable_cores
 from rocpkg import model as m
 from rocpkg import releases
 from rocpkg.errors import RocpkgInputError
+from rocpkg.state import STATE_DIR, StateJournal, read_states, rewrite_states  # noqa: F401 (API)
 from rocpkg.schedule import assign_shards, parse_shard, shard_weight, start_order, zstd_threads  # noqa: F401 (API)
 from rocpkg.fingerprint import code_fingerprint as _code_fingerprint
 from rocpkg.fingerprint import package_fingerprint, source_identities
@@ -64,7 +65,6 @@ from rocpkg.outdir import LOCK_FILE, MANIFEST_PARTS, OutLock, Staging  # noqa: F
 from rocpkg.workers import Workers, as_finished
 
 MANIFEST_SCHEMA = "rocpkg-manifest/1"
-STATE_DIR = os.path.join(".rocpkg", "state")
 # Default SOURCE_DATE_EPOCH: 2024-01-01T00:00:00Z plus one minute per version step.
 EPOCH_BASE = 1704067200
 # An APT suite is a directory name under dists/ and a Release field: no separators, no dots first
@@ -205,20 +205,9 @@ def _control_path(out_dir: str, spec: m.PackageSpec | PackageOutcome) -> str:
     return os.path.join(out_dir, "control", f"{spec.name}.{'control' if spec.format == 'deb' else 'spec'}")
 
 
-def _state_path(out_dir: str, spec: m.PackageSpec | PackageOutcome) -> str:
-    return os.path.join(out_dir, STATE_DIR, spec.format, f"{spec.name}.json")
-
-
-def _recorded_states(out_dir: str, formats) -> dict[str, frozenset[str]]:
-    """Per format, the names of the state files OUT holds: one listing each, where a new
-    release's OUT would otherwise be asked once per package for a file it does not have."""
-    found = {}
-    for fmt in formats:
-        try:
-            found[fmt] = frozenset(entry.name for entry in os.scandir(os.path.join(out_dir, STATE_DIR, fmt)))
-        except OSError:
-            found[fmt] = frozenset()
-    return found
+def _recorded_states(out_dir: str, formats) -> dict[str, dict[str, dict]]:
+    """Per format, name -> the state OUT recorded for it (rocpkg.state): one read each."""
+    return {fmt: read_states(out_dir, fmt) for fmt in formats}
 
 
 def _outcome(spec: m.PackageSpec, out_dir: str, size: int, sha256: str, rebuilt: bool,
@@ -229,20 +218,18 @@ def _outcome(spec: m.PackageSpec, out_dir: str, size: int, sha256: str, rebuilt:
 
 
 def _up_to_date(spec: m.PackageSpec, out_dir: str, fingerprint_of,
-                states: dict[str, frozenset[str]]) -> PackageOutcome | None:
+                states: dict[str, dict[str, dict]]) -> PackageOutcome | None:
     """The recorded outcome when state, output file and control file all still match.
     fingerprint_of(spec) is called only for a package that has all three: a new
-    release's packages have no state, and its first write waits for no fingerprint.
-    states (_recorded_states) answers "no state" without opening the file."""
-    if f"{spec.name}.json" not in states[spec.format]:
+    release's packages have no state, and its first write waits for no fingerprint."""
+    state = states[spec.format].get(spec.name)
+    if state is None:
         return None
     try:
-        with open(_state_path(out_dir, spec)) as fh:
-            state = json.load(fh)
         st = os.stat(os.path.join(_package_dir(out_dir, spec), spec.filename))
         if not os.path.isfile(_control_path(out_dir, spec)):
             return None
-    except (OSError, ValueError):
+    except OSError:
         return None
     if (state.get("fingerprint") != fingerprint_of(spec) or state.get("size") != st.st_size
             or state.get("mtime_ns") != st.st_mtime_ns or state.get("ino") != st.st_ino):
@@ -328,11 +315,11 @@ def _build_one(task: _Task) -> _Written | list[tuple[str, str]]:
     return _Written(outcome, built.metadata, state, built.path)
 
 
-def _record(out_dir: str, written: _Written) -> None:
+def _record(out_dir: str, journal: StateJournal, written: _Written) -> None:
     """The rendered metadata and the state of a package now in place (the state last: a
     package counts as finished once its state is recorded)."""
     _write_atomic(_control_path(out_dir, written.outcome), written.metadata.encode("utf-8"))
-    _write_atomic(_state_path(out_dir, written.outcome), json.dumps(written.state).encode() + b"\n")
+    journal.record(written.outcome.format, written.outcome.name, written.state)
 
 
 # ---- the release -------------------------------------------------------------------
@@ -468,7 +455,11 @@ def build_release(plan, out_dir: str | os.PathLike, *, formats: Iterable[str] | 
                 result.allowed = gate.enforce(gate.refusals(plan, formats, config=config, archives=archives), allow)
                 if conflicts:
                     raise RocpkgInputError(*conflicts)
-                outcomes, problems = _collect(out_dir, order, recorded, answers, staging, progress)
+                journal = StateJournal(out_dir, shard)
+                try:
+                    outcomes, problems = _collect(out_dir, order, recorded, answers, staging, journal, progress)
+                finally:
+                    journal.close()
             except BaseException:
                 workers.stop()  # before the staging area and this run's temporaries are removed
                 raise
@@ -486,6 +477,8 @@ def build_release(plan, out_dir: str | os.PathLike, *, formats: Iterable[str] | 
                 result.manifest = releases.write_release(out_dir, record, entries)
                 # the whole release is in manifest.json now; parts of an earlier split are stale
                 shutil.rmtree(os.path.join(out_dir, MANIFEST_PARTS), ignore_errors=True)
+                for fmt in formats:     # one line per name: the journals do not grow with the builds
+                    rewrite_states(out_dir, fmt, read_states(out_dir, fmt))
             else:
                 result.manifest = manifest_part_path(out_dir, shard)
                 data = _manifest_bytes(_plan_digest(every), *specs_version, entries, shard, record)
@@ -622,7 +615,7 @@ def _tasks(stale: list[m.PackageSpec], options: m.BuildOptions, signer, staging:
 
 
 def _collect(out_dir: str, order: list[m.PackageSpec], recorded: list[PackageOutcome], answers,
-             staging: Staging, progress) -> tuple[list[PackageOutcome], list[tuple[str, str]]]:
+             staging: Staging, journal: StateJournal, progress) -> tuple[list[PackageOutcome], list[tuple[str, str]]]:
     """Once the checks have passed: move each written package into place and record it,
     as the workers finish them, reporting progress; the outcomes and the problems."""
     total_bytes = sum(s.payload_size for s in order)
@@ -641,7 +634,7 @@ def _collect(out_dir: str, order: list[m.PackageSpec], recorded: list[PackageOut
             continue
         if isinstance(answer, _Written):
             staging.commit(answer.staged, os.path.join(out_dir, answer.outcome.file))
-            _record(out_dir, answer)
+            _record(out_dir, journal, answer)
             answer = answer.outcome
         outcomes.append(answer)
         done_bytes += answer.payload
@@ -753,14 +746,11 @@ def sync_manifest(out_dir: str | os.PathLike) -> str | None:
     from rocpkg.digest_cache import DigestCache
 
     changed, caches = False, {}
+    states = _recorded_states(out_dir, ("deb", "rpm"))
+    restated: set[str] = set()
     for entry in doc["packages"]:
         file_path = os.path.join(out_dir, entry["file"])
-        state_path = os.path.join(out_dir, STATE_DIR, entry["format"], f"{entry['name']}.json")
-        try:
-            with open(state_path) as fh:
-                state = json.load(fh)
-        except (OSError, ValueError):
-            state = None
+        state = states[entry["format"]].get(entry["name"])
         if state is not None and state.get("file") != entry["file"]:
             state = None        # the state is of this name's package in a newer release
         st = os.stat(file_path)
@@ -777,7 +767,9 @@ def sync_manifest(out_dir: str | os.PathLike) -> str | None:
             changed = True
         if state is not None:
             state.update(size=size, sha256=sha256, mtime_ns=st.st_mtime_ns, ino=st.st_ino)
-            _write_atomic(state_path, json.dumps(state, indent=1).encode() + b"\n")
+            restated.add(entry["format"])
+    for fmt in sorted(restated):
+        rewrite_states(out_dir, fmt, states[fmt])
     if changed:
         _write_atomic(path, json.dumps(doc, indent=1).encode() + b"\n")
     return path

@@ -15,15 +15,15 @@ already holds with other bytes under the same name is refused before anything is
 """
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from dataclasses import dataclass, field
 from typing import Iterable
 
 from rocpkg import releases
-from rocpkg.build import STATE_DIR, publish_repositories, published_source_date_epoch
+from rocpkg.build import publish_repositories, published_source_date_epoch
 from rocpkg.outdir import OutLock
+from rocpkg.state import forget as forget_states
 from rocpkg.errors import RocpkgInputError
 from rocpkg.streams import AtomicOutput, copy_stream, hash_file
 
@@ -122,25 +122,8 @@ def prune(out_dir: str | os.PathLike, *, keep: int, keep_list: Iterable[str] = (
                 fh.write(manifest_before)
             raise
         shutil.rmtree(trash, ignore_errors=True)
-        _forget_state(out_dir, set(dropped))
+        forget_states(out_dir, set(dropped))
     return result
-
-
-def _forget_state(out_dir: str, files: set[str]) -> None:
-    """Drop the build state of removed package files (a later build of that name then
-    starts from scratch instead of trusting a record of a file that is gone)."""
-    for fmt in ("deb", "rpm"):
-        state_dir = os.path.join(out_dir, STATE_DIR, fmt)
-        if not os.path.isdir(state_dir):
-            continue
-        for name in os.listdir(state_dir):
-            path = os.path.join(state_dir, name)
-            try:
-                with open(path, encoding="utf-8") as fh:
-                    if json.load(fh).get("file") in files:
-                        os.unlink(path)
-            except (OSError, ValueError):
-                continue
 
 
 def promote(src: str | os.PathLike, dst: str | os.PathLike, release_id: str, *, suite: str = "stable",
