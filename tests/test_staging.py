@@ -306,6 +306,21 @@ def test_a_package_task_that_raises_is_raised_where_its_result_would_be(tmp_path
             list(results)
 
 
+def test_a_state_journal_planted_as_a_symlink_fails_the_build_before_anything_is_published(artifacts, tmp_path):
+    out = tmp_path / "out"
+    elsewhere = tmp_path / "elsewhere.jsonl"
+    elsewhere.write_bytes(b"")
+    (out / ".rocpkg" / "state").mkdir(parents=True)
+    (out / ".rocpkg" / "state" / "deb.jsonl").symlink_to(elsewhere)
+
+    done = rocpkg("build", "-a", artifacts, "-o", out, "--formats", "deb")
+
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "deb.jsonl" in done.stderr
+    assert elsewhere.read_bytes() == b""
+    assert not (out / "deb").exists() and not (out / STAGING_DIR).exists()
+
+
 def test_a_staging_area_planted_as_a_symlink_is_not_written_through(artifacts, tmp_path):
     out = tmp_path / "out"
     elsewhere = tmp_path / "elsewhere"

@@ -67,3 +67,20 @@ def test_forgetting_removed_files_drops_only_their_states(tmp_path):
     forget(out, {"deb/pool/main/a.deb", "rpm/x86_64/a.rpm"})
     assert read_states(out, "deb") == {"b": _state(2, "deb/pool/main/b.deb")}
     assert read_states(out, "rpm") == {}
+
+
+def test_a_journal_planted_as_a_symlink_is_not_appended_through(tmp_path):
+    import errno
+
+    import pytest
+
+    elsewhere = tmp_path / "elsewhere.jsonl"
+    elsewhere.write_bytes(b"")
+    (tmp_path / STATE_DIR).mkdir(parents=True)
+    (tmp_path / STATE_DIR / "deb.jsonl").symlink_to(elsewhere)
+    journal = StateJournal(str(tmp_path))
+    with pytest.raises(OSError) as raised:
+        journal.record("deb", "a", _state(1))
+    assert raised.value.errno == errno.ELOOP and raised.value.filename.endswith("deb.jsonl")
+    assert elsewhere.read_bytes() == b""
+    assert read_states(str(tmp_path), "deb") == {}      # nor read through

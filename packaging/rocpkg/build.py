@@ -455,7 +455,7 @@ def build_release(plan, out_dir: str | os.PathLike, *, formats: Iterable[str] | 
                 result.allowed = gate.enforce(gate.refusals(plan, formats, config=config, archives=archives), allow)
                 if conflicts:
                     raise RocpkgInputError(*conflicts)
-                journal = StateJournal(out_dir, shard)
+                journal = StateJournal(out_dir, shard, formats)
                 try:
                     outcomes, problems = _collect(out_dir, order, recorded, answers, staging, journal, progress)
                 finally:

@@ -23,7 +23,8 @@ import os
 import shutil
 
 STATE_DIR = os.path.join(".rocpkg", "state")
-_OPEN_FLAGS = os.O_RDWR | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0)
+# never appended through a symlink planted in OUT (the open fails, naming the journal)
+_OPEN_FLAGS = os.O_RDWR | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
 
 
 def journal_name(fmt: str, shard: tuple[int, int] | None = None) -> str:
@@ -83,9 +84,17 @@ class StateJournal:
     """The build's journals, one descriptor per format held open; record() appends one
     line in one write() (durable in the page cache once it returns, as a renamed file was)."""
 
-    def __init__(self, out_dir: str, shard: tuple[int, int] | None = None):
+    def __init__(self, out_dir: str, shard: tuple[int, int] | None = None, formats=()):
+        """formats: opened now, before the first package is moved into place (a journal
+        that cannot be opened then fails the build with OUT as it was)."""
         self.out_dir, self.shard = out_dir, shard
         self.fds: dict[str, int] = {}
+        try:
+            for fmt in formats:
+                self.fds[fmt] = self._open(fmt)
+        except BaseException:
+            self.close()
+            raise
 
     def record(self, fmt: str, name: str, state: dict) -> None:
         fd = self.fds.get(fmt)
