@@ -104,3 +104,23 @@ def test_dnf_installs_the_gfx110X_family_with_signatures_checked(demo, tmp_path)
     assert installed - {name for name, _ in RPM_BASE} == planned_closure(out, "rpm", "rocm-gfx110x")
     kpack = dnf.root / "opt/rocm/core-7.1"
     assert list(kpack.rglob("*_gfx1100.kpack")) and not list(kpack.rglob("*_gfx942.kpack"))
+
+
+def test_a_second_demo_into_its_directory_starts_afresh_and_another_directory_is_refused(demo, tmp_path):
+    """Last in this file: it runs the demo into the shared OUT again. A demo's OUT is
+    emptied (its key kept) and built anew; a directory that holds no demo is never touched."""
+    out, first = demo
+    again = subprocess.run([sys.executable, "-m", "rocpkg.cli", "demo", str(out)], capture_output=True, text=True)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "verify: ok" in again.stdout
+    signed_with = [line for line in first.stdout.splitlines() if line.startswith("signed with")]
+    assert signed_with and signed_with == [line for line in again.stdout.splitlines() if line.startswith("signed with")]
+
+    mine = tmp_path / "mine"
+    (mine / "artifacts").mkdir(parents=True)
+    (mine / "artifacts" / "keep.txt").write_text("a user's file\n")
+    refused = subprocess.run([sys.executable, "-m", "rocpkg.cli", "demo", str(mine)], capture_output=True, text=True)
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
+    assert "holds no earlier rocpkg demo" in refused.stderr
+    assert (mine / "artifacts" / "keep.txt").read_text() == "a user's file\n"
+    assert sorted(p.name for p in mine.iterdir()) == ["artifacts"]

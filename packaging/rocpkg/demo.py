@@ -13,9 +13,13 @@ import time
 from dataclasses import dataclass, field
 
 from rocpkg import build as b
+from rocpkg.errors import RocpkgInputError
 from rocpkg.model import BuildOptions
 
 DEMO_TARGETS = ("gfx942", "gfx1100", "gfx1101", "gfx1201")
+# OUT holds a demo: a later demo run may empty it (but its GnuPG home) and start afresh
+DEMO_STAMP = ".rocpkg-demo"
+_KEPT = {DEMO_STAMP, "gnupg"}
 DEMO_KEY_UID = "rocpkg demo key <demo@rocpkg.invalid>"
 # gpg-agent's socket lives in the GnuPG home; a unix socket path holds ~107 bytes.
 _SOCKET_PATH_MAX = 100
@@ -57,6 +61,34 @@ def _demo_key(out_dir: str) -> str | None:
     return home
 
 
+def _fresh_demo_dir(out_dir: str) -> None:
+    """OUT new, empty, or an earlier demo's, which is emptied (its key kept): the demo
+    makes new sample artifacts each run, and a release already published in OUT is never
+    rebuilt from changed inputs (rocpkg.releases), so a second run into the same OUT was
+    refused. Any other directory is refused, never emptied: `rocpkg demo ~/repo` must not
+    touch a tree of the user's."""
+    try:
+        names = os.listdir(out_dir)
+    except FileNotFoundError:
+        names = []
+    except OSError as exc:
+        raise RocpkgInputError((out_dir, f"cannot be listed: {exc.strerror}")) from None
+    if names and DEMO_STAMP not in names:
+        raise RocpkgInputError((out_dir, f"exists and holds no earlier rocpkg demo (no {DEMO_STAMP} in it): name a "
+                                         "new or empty directory, or remove this one"))
+    for name in names:
+        if name in _KEPT:
+            continue
+        path = os.path.join(out_dir, name)
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)
+        else:
+            os.unlink(path)
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, DEMO_STAMP), "w") as fh:
+        fh.write("made by `rocpkg demo`: the next demo run into this directory empties it\n")
+
+
 def stop_gpg_agent(home: str) -> None:
     """The agent gpg started for the demo key; nothing else uses it afterwards."""
     if home and shutil.which("gpgconf"):
@@ -66,7 +98,8 @@ def stop_gpg_agent(home: str) -> None:
 def run_demo(out_dir: str | os.PathLike, *, targets=DEMO_TARGETS, jobs: int | None = None,
              progress=None, size_mb: float = 1.0) -> DemoResult:
     """Sample artifacts into OUT/artifacts, build deb+rpm into OUT, publish both
-    repositories, verify. OUT/artifacts is regenerated on every run."""
+    repositories, verify. OUT is new, empty or an earlier demo's, emptied first
+    (_fresh_demo_dir)."""
     from rocpkg.catalog import scan
     from rocpkg.config import load_config
     from rocpkg.plan import make_plan
@@ -82,9 +115,10 @@ def run_demo(out_dir: str | os.PathLike, *, targets=DEMO_TARGETS, jobs: int | No
         steps.append((name, now - clock))
         clock = now
 
+    _fresh_demo_dir(out_dir)
     config = load_config(None)
     artifacts = os.path.join(out_dir, "artifacts")
-    make_sample_artifacts(artifacts, config, targets=list(targets), size_mb=size_mb, clean=True)
+    make_sample_artifacts(artifacts, config, targets=list(targets), size_mb=size_mb)
     step("sample artifacts")
     plan = make_plan(config, scan(artifacts, config.settings["families"]))
     step("plan")
