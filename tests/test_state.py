@@ -84,3 +84,14 @@ def test_a_journal_planted_as_a_symlink_is_not_appended_through(tmp_path):
     assert raised.value.errno == errno.ELOOP and raised.value.filename.endswith("deb.jsonl")
     assert elsewhere.read_bytes() == b""
     assert read_states(str(tmp_path), "deb") == {}      # nor read through
+
+
+def test_a_record_without_every_field_is_no_record(tmp_path):
+    """Hand-edited or damaged: that package is built again, and nothing that reads the
+    states (the build, `rocpkg repo`) meets a missing field."""
+    journal = StateJournal(str(tmp_path))
+    journal.record("deb", "a", _state(1))
+    journal.record("deb", "b", {k: v for k, v in _state(2).items() if k != "ino"})
+    journal.record("deb", "c", {**_state(3), "size": "3"})
+    journal.close()
+    assert read_states(str(tmp_path), "deb") == {"a": _state(1)}

@@ -23,6 +23,8 @@ import os
 import shutil
 
 STATE_DIR = os.path.join(".rocpkg", "state")
+# a state's fields and their types: a record without them all is no record (built again)
+FIELDS = {"fingerprint": str, "file": str, "size": int, "sha256": str, "mtime_ns": int, "ino": int}
 # never appended through a symlink planted in OUT (the open fails, naming the journal)
 _OPEN_FLAGS = os.O_RDWR | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
 
@@ -43,7 +45,7 @@ def read_states(out_dir: str, fmt: str) -> dict[str, dict]:
     for name in names:
         if name.endswith(".json"):
             state = _parsed(os.path.join(legacy, name))
-            if state is not None:
+            if _whole(state):
                 states[name[:-len(".json")]] = state
     for path in _journals(state_dir, fmt):
         try:
@@ -57,7 +59,9 @@ def read_states(out_dir: str, fmt: str) -> dict[str, dict]:
             except ValueError:      # cut short by a crash: that package is built again
                 continue
             if isinstance(state, dict) and isinstance(state.get("name"), str):
-                states[state.pop("name")] = state
+                name = state.pop("name")
+                if _whole(state):
+                    states[name] = state
     return states
 
 
@@ -69,6 +73,10 @@ def _journals(state_dir: str, fmt: str) -> list[str]:
     except OSError:
         return []
     return [e.path for e in sorted(entries, key=lambda e: (e.stat().st_mtime_ns, e.name == f"{fmt}.jsonl", e.name))]
+
+
+def _whole(state) -> bool:
+    return isinstance(state, dict) and all(type(state.get(key)) is kind for key, kind in FIELDS.items())
 
 
 def _parsed(path: str) -> dict | None:
