@@ -157,6 +157,13 @@ def parse_target(text: str) -> TargetID:
     return _parse_target(text)
 
 
+def bare_processor(text: str) -> str:
+    """The processor of a target ID, lower-case, without features or -strict (`gfx90a` for
+    `gfx90a:xnack+`): the name a target's dirs, packages and families are keyed by.
+    Raises InvalidTargetError."""
+    return parse_target(text).processor.lower()
+
+
 @functools.lru_cache(maxsize=4096)
 def _parse_target(text: str) -> TargetID:
     head, *feature_parts = strip_isa_prefix(text).split(":")

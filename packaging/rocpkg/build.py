@@ -56,7 +56,7 @@ from rocpkg.compression import DEB_THREADS, ZSTD_MAX_THREADS, usable_cores
 from rocpkg import model as m
 from rocpkg import releases
 from rocpkg.errors import RocpkgInputError
-from rocpkg.state import STATE_DIR, StateJournal, read_states, rewrite_states  # noqa: F401 (API)
+from rocpkg.state import StateJournal, read_states, rewrite_states
 from rocpkg.schedule import assign_shards, parse_shard, shard_weight, start_order, zstd_threads  # noqa: F401 (API)
 from rocpkg.fingerprint import code_fingerprint as _code_fingerprint
 from rocpkg.fingerprint import package_fingerprint, source_identities

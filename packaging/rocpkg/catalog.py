@@ -141,7 +141,7 @@ class ArtifactDir:
     @functools.cached_property
     def bare_target(self) -> str:
         """Read for every stage lookup of the plan (20,000 times for TheRock's config)."""
-        return kt.parse_target(self.suffix).processor.lower() if self.kind == "target" else ""
+        return kt.bare_processor(self.suffix) if self.kind == "target" else ""
 
 
 @dataclass
@@ -286,7 +286,7 @@ def scan_device_dirs(root: str | os.PathLike, families: dict[str, list[str]] | N
             return True
         if kind == "family":
             return not targets.isdisjoint(families[suffix])
-        return kt.parse_target(suffix).processor.lower() in targets
+        return kt.bare_processor(suffix) in targets
 
     try:
         catalog, problems, _ = _index(root, families, select=wanted, prior=prior)
@@ -308,7 +308,7 @@ def first_device_target(root: str | os.PathLike, families: dict[str, list[str]] 
     for dirname in names:
         parsed = parse_dirname(dirname)
         if parsed is not None and classify_suffix(parsed[2], families) == "target":
-            found.add(kt.parse_target(parsed[2]).processor.lower())
+            found.add(kt.bare_processor(parsed[2]))
     ordered = sort_targets(found)
     return ordered[0] if ordered else None
 
@@ -578,7 +578,7 @@ class _Walker:
         routed into them (None, silently)."""
         adir = self.adir
         if entry.type == "dir":
-            named = {kt.parse_target(n).processor.lower() for n in _TARGET_IN_NAME.findall(entry.rel)}
+            named = {kt.bare_processor(n) for n in _TARGET_IN_NAME.findall(entry.rel)}
             if len(named) != 1:
                 return None
             return StageEntry(entry.rel, "dir", entry.mode, 0, entry.source, "", named.pop(), "")
@@ -597,7 +597,7 @@ class _Walker:
             return None
         if not variants and facts.targets:
             variants, reason = list(facts.targets), "its code objects are for "
-        candidates = {kt.parse_target(v).processor.lower() for v in variants}
+        candidates = {kt.bare_processor(v) for v in variants}
         if len(candidates) != 1:
             what = reason + ", ".join(sorted(set(variants))) if candidates else "no target found in its name or content"
             self.problem(entry.source, f"cannot be routed to one target of {adir.suffix}: {what}")

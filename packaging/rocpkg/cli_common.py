@@ -136,7 +136,7 @@ def early_specs(args, config):
 
     def bare(target: str) -> str | None:
         try:
-            return kt.parse_target(target).processor.lower()
+            return kt.bare_processor(target)
         except ValueError:      # the plan says what is wrong with it
             return None
 

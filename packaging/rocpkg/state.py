@@ -75,6 +75,11 @@ def _journals(state_dir: str, fmt: str) -> list[str]:
     return [e.path for e in sorted(entries, key=lambda e: (e.stat().st_mtime_ns, e.name == f"{fmt}.jsonl", e.name))]
 
 
+def _line(name: str, state: dict) -> bytes:
+    """One journal line: the name, then the state's fields."""
+    return json.dumps({"name": name, **state}).encode() + b"\n"
+
+
 def _whole(state) -> bool:
     return isinstance(state, dict) and all(type(state.get(key)) is kind for key, kind in FIELDS.items())
 
@@ -108,7 +113,7 @@ class StateJournal:
         fd = self.fds.get(fmt)
         if fd is None:
             fd = self.fds[fmt] = self._open(fmt)
-        os.write(fd, json.dumps({"name": name, **state}).encode() + b"\n")
+        os.write(fd, _line(name, state))
 
     def _open(self, fmt: str) -> int:
         path = os.path.join(self.out_dir, STATE_DIR, journal_name(fmt, self.shard))
@@ -140,7 +145,7 @@ def rewrite_states(out_dir: str, fmt: str, states: dict[str, dict]) -> None:
         return
     with AtomicOutput(main) as fh:
         for name in sorted(states):
-            fh.write(json.dumps({"name": name, **states[name]}).encode() + b"\n")
+            fh.write(_line(name, states[name]))
     for path in others:
         os.unlink(path)
     shutil.rmtree(os.path.join(state_dir, fmt), ignore_errors=True)
