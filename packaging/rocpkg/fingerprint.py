@@ -36,8 +36,9 @@ def _rocpkg_imports(source: bytes) -> list[str]:
 def code_fingerprint() -> str:
     """sha256 over the code and templates that decide a package's bytes: upgrading
     rocpkg or editing a template rebuilds what it changes."""
-    import importlib.resources   # here, not at the top: the build's parent imports this
-    from pathlib import Path     # module before its first write and needs neither (11 ms)
+    from pathlib import Path     # here, not at the top: the build's parent imports this
+                                 # module before its first write and needs it not
+    from rocpkg import bundled_dir
 
     digest = hashlib.sha256()
     here = Path(__file__).resolve().parent
@@ -57,10 +58,8 @@ def code_fingerprint() -> str:
     for path in sorted(files):
         name = path.relative_to(here).as_posix()
         digest.update(name.encode() + b"\0" + path.read_bytes())
-    try:
-        root = importlib.resources.files("rocpkg.templates")
-    except ModuleNotFoundError:
-        root = here.parents[1] / "templates"
+    installed = bundled_dir("rocpkg.templates")
+    root = Path(installed) if installed else here.parents[1] / "templates"
 
     def walk(node, prefix=""):
         for child in sorted(node.iterdir(), key=lambda c: c.name):

@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import gzip
-import importlib.resources
 import posixpath
 import re
 import shlex
@@ -24,7 +23,7 @@ from pathlib import Path
 
 import jinja2
 
-from rocpkg import layout
+from rocpkg import bundled_dir, layout
 from rocpkg.errors import RocpkgInputError
 from rocpkg.model import DIR, FILE, BuildOptions, PackageSpec
 from rocpkg.preflight import control_problem
@@ -72,10 +71,8 @@ class _TemplatesLoader(jinja2.BaseLoader):
     back to the repository's templates/ directory."""
 
     def __init__(self) -> None:
-        try:
-            self.root = importlib.resources.files("rocpkg.templates")
-        except ModuleNotFoundError:
-            self.root = Path(__file__).resolve().parents[2] / "templates"
+        installed = bundled_dir("rocpkg.templates")
+        self.root = Path(installed) if installed else Path(__file__).resolve().parents[2] / "templates"
 
     def get_source(self, environment, template):
         node = self.root

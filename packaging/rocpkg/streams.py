@@ -13,7 +13,11 @@ from typing import BinaryIO, Iterable, Iterator
 from rocpkg.errors import RocpkgInputError
 from rocpkg.rpath import patch_chunks
 
-CHUNK = 1 << 20
+# 256 KiB: a chunk is read, then compressed and hashed while it is still in the core's L2
+# cache (1 MiB on the machines measured, with zstd's window and tables beside it). At
+# 1 MiB the writers spent 4-6% more CPU than at 256 KiB (16 cores, 6.2 GiB: deb -1.2 s
+# of 25 s user); the syscalls 4x as many cost less than that.
+CHUNK = 256 << 10
 
 
 class HashingWriter:
