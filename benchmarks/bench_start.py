@@ -58,6 +58,7 @@ def main() -> int:
     import tempfile
 
     import rocpkg.cli_build  # noqa: F401 (what `rocpkg build` imports before its workers fork)
+    from rocpkg import host_code, plan  # noqa: F401 (as rocpkg.cli_build._cmd_build)
     from rocpkg import build, gate
     from rocpkg.cli_common import early_specs, load_config_of, load_plan
     from rocpkg.compression import usable_cores

@@ -245,3 +245,44 @@ def test_target_lists_made_once_per_isa_are_the_ones_made_each_time():
     for _ in range(2):
         with pytest.raises(kt.InvalidTargetError):
             compatible_targets("not-a-target")
+
+
+# -- compiled templates kept between runs: the same text ---------------------------------------------
+
+@pytest.mark.parametrize("fmt", ["deb", "rpm"])
+def test_templates_loaded_from_the_cache_render_what_freshly_compiled_ones_do(fmt, tmp_path, monkeypatch):
+    from rocpkg import render
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    spec = _spec(fmt, [])
+    rendered = {}
+    for run in ("cold", "warm", "no cache"):
+        env = render.make_environment()
+        if run == "no cache":
+            env.bytecode_cache = None
+        monkeypatch.setattr(render, "_environment", lambda env=env: env)
+        rendered[run] = render.render_deb(spec, _options()) if fmt == "deb" else render.render_spec(spec, _options())
+        if run == "cold":   # every template this package renders is now in the cache
+            names = render.WRITER_TEMPLATES[fmt]
+            assert len(list((tmp_path / "cache" / "rocpkg" / "templates").glob("__jinja2_*.cache"))) == len(names)
+    assert rendered["cold"] == rendered["warm"] == rendered["no cache"]
+
+
+def test_the_template_cache_is_only_a_directory_of_this_user_alone(tmp_path):
+    from rocpkg.render import template_cache
+
+    cache = tmp_path / "home"
+    assert template_cache({"XDG_CACHE_HOME": str(cache)}).directory == str(cache / "rocpkg" / "templates")
+    assert (cache / "rocpkg" / "templates").stat().st_mode & 0o777 == 0o700
+    (cache / "rocpkg" / "templates").chmod(0o777)     # others may plant code in it
+    assert template_cache({"XDG_CACHE_HOME": str(cache)}) is None
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(mode=0o700)
+    (tmp_path / "linked" / "rocpkg").mkdir(parents=True)
+    (tmp_path / "linked" / "rocpkg" / "templates").symlink_to(elsewhere)
+    assert template_cache({"XDG_CACHE_HOME": str(tmp_path / "linked")}) is None
+    (tmp_path / "file" / "rocpkg").mkdir(parents=True)
+    (tmp_path / "file" / "rocpkg" / "templates").write_text("")
+    assert template_cache({"XDG_CACHE_HOME": str(tmp_path / "file")}) is None
+    relative = template_cache({"XDG_CACHE_HOME": "relative/dir"})     # ignored, as XDG says: ~/.cache
+    assert relative is None or relative.directory == os.path.join(os.path.expanduser("~"), ".cache", "rocpkg", "templates")

@@ -15,7 +15,6 @@ import lzma
 import os
 import threading
 import zlib
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import zstandard
@@ -194,6 +193,9 @@ class ZstdFrames:
             self.sink.write(_compress_frame(self.level, self.checksum, block))
             return
         if self.pool is None:
+            # here: a build's first write need not wait for concurrent.futures (10 ms with logging)
+            from concurrent.futures import ThreadPoolExecutor
+
             self.pool = ThreadPoolExecutor(self.threads, thread_name_prefix="zstd")
         self.pending.append(self.pool.submit(_compress_frame, self.level, self.checksum, block))
         while len(self.pending) > self.threads + 2:
