@@ -28,9 +28,10 @@ class Workers:
     # The pool's threads in this process hand each task to a worker and take each answer
     # back (pickling, a pipe, the callback that starts the next package), and each needs
     # the GIL for it. While the main thread plans or records, a thread waiting for the GIL
-    # got it only after the switch interval, 5 ms by default, and again after every write
-    # to a pipe: on 16 cores the parent handed its first packages out 0.10 s in and the
-    # workers, ready, got them 0.1-0.15 s later. 0.5 ms while the workers run.
+    # gets it only after the switch interval, 5 ms by default, and again after every write
+    # to a pipe: 4 tasks handed to 2 idle workers by a busy main thread reached them 5-54 ms
+    # late, 1-6 ms at 0.5 ms. (A whole build on 16 cores showed no change: its first write
+    # waits for the workers' own imports, not for this.)
     SWITCH_INTERVAL = 0.0005
 
     def __init__(self, size: int, specs: list[m.PackageSpec] | None = None, hold: bool = False):
