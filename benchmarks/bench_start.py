@@ -13,7 +13,9 @@ writes is timed after, apart: the walk of the other target and family dirs (thei
 packages join the ones written ahead), the rest of the plan (the generic dirs' walk,
 which takes the device dirs as walked, and make_plan),
 the checks a build must pass (rocpkg.gate: verify's plan checks, every packed kpack
-archive, the host search's results) and the fingerprints the workers record.
+archive, the host search's results) and the fingerprints the workers record. Last, what a
+worker imports after the fork (jinja2 and python-debian's share of it: on the 16-core
+machine these, not the parent, kept the first write 0.1-0.15 s after the first package).
 Run it in a fresh interpreter (imports are part of the figure):
 
     PYTHONPATH=packaging:. python3 benchmarks/bench_start.py ARTIFACTS [--config package.json] [-j N]
@@ -132,7 +134,35 @@ def main() -> int:
     if not one_job:
         print(f"{'checks, beside the writes':32}{checks:8.3f} s  (host search, kpack archives, verify)")
     print(f"{'fingerprints, beside the writes':32}{fingerprints:8.3f} s  (taken by the workers, each after its package; summed here)")
+    print(f"{'a worker imports':32}{_worker_imports()}")
     return 0
+
+
+# what the writers pull in that costs (charset_normalizer: python-debian imports it whenever
+# it is installed; on the 16-core machine 40 ms of a worker's 0.16-0.24 s)
+LIBRARIES = ("jinja2", "debian.deb822", "charset_normalizer")
+
+
+def _worker_imports() -> str:
+    """What a worker imports after the fork, in all and the LIBRARIES' part of it, from a
+    fresh interpreter's -X importtime (the parent's modules imported first, as at the fork):
+    on 16 cores the workers' readiness, not the parent, decided the first write."""
+    import subprocess
+
+    parent = "import rocpkg.cli_build, rocpkg.plan, rocpkg.host_code, rocpkg.workers"
+    worker = "from kpack import check, placement; from rocpkg import deb, host_code, releases, render, rpm"
+    run = subprocess.run([sys.executable, "-X", "importtime", "-c",
+                          f"{parent}; import sys; sys.stderr.write('--\\n'); {worker}"],
+                         capture_output=True, text=True, check=True)
+    found, total = {}, 0.0
+    for line in run.stderr.split("--\n", 1)[1].splitlines():
+        _, cumulative, name = line.split("|")
+        seconds = int(cumulative) / 1e6
+        total += seconds if len(name) - len(name.lstrip()) == 1 else 0.0     # a top-level import
+        if name.strip() in LIBRARIES:
+            found[name.strip()] = seconds
+    top = ", ".join(f"{name} {seconds:.3f}" for name, seconds in found.items())
+    return f"{total:8.3f} s  (of which {top})"
 
 
 if __name__ == "__main__":
