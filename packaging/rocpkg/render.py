@@ -89,12 +89,12 @@ class _TemplatesLoader(jinja2.BaseLoader):
 
 def template_cache(environ=None) -> jinja2.BytecodeCache | None:
     """Compiled templates kept between runs: jinja2's bytecode cache, each entry checked
-    against its template's source checksum and jinja2's own version, so an edited template
-    is compiled again. Compiling the writer templates took 48 ms in each worker of each
-    build, loading them from here 4 ms. Code is loaded from it, so only a directory of
-    this user's alone will do ($XDG_CACHE_HOME/rocpkg/templates, else ~/.cache/...; a
-    directory, not a symlink, owned by this user, mode 0700); none where that can't be had
-    (the templates are then compiled in each process, as before)."""
+    against its template's source checksum, jinja2's bytecode format and Python's version
+    (an edited template is compiled again). Compiling the writer templates took 48 ms in
+    each worker of each build, loading them from here 4 ms. Code is loaded from it, so
+    only a directory of this user's alone will do ($XDG_CACHE_HOME/rocpkg/templates, else
+    ~/.cache/...; a directory, not a symlink, owned by this user, mode 0700); none where
+    that can't be had (the templates are then compiled in each process, as before)."""
     environ = os.environ if environ is None else environ
     base = environ.get("XDG_CACHE_HOME", "")
     if not os.path.isabs(base):     # the XDG spec: a relative path is ignored
