@@ -1,17 +1,25 @@
 """rocpkg: DEB/RPM packages and APT/DNF repositories from multi-architecture GPU build artifacts."""
 
+import os
+
 __version__ = "0.1.0"
 
 
-def bundled_dir(package: str) -> str | None:
-    """The directory of one of rocpkg's data packages (rocpkg.templates, rocpkg.defaults)
-    as installed, or None when rocpkg runs from a source checkout (PYTHONPATH=packaging),
-    which has none: the caller then takes the repository's own. Found by the package's
-    spec, not importlib.resources: that import (zipfile, tempfile, pathlib) took 30 ms of
-    the 0.3 s before a build's first write, and as much again in each worker."""
+# where each data package lives in a source checkout, relative to the repository (as
+# pyproject.toml's package-dir maps it for an installed rocpkg)
+_CHECKOUT_DIRS = {"rocpkg.templates": "templates", "rocpkg.defaults": "."}
+
+
+def bundled_dir(package: str) -> str:
+    """The directory of one of rocpkg's data packages (rocpkg.templates, rocpkg.defaults):
+    as installed, or the repository's own when rocpkg runs from a source checkout
+    (PYTHONPATH=packaging), which has no such package. Found by the package's spec, not
+    importlib.resources: that import (zipfile, tempfile, pathlib) took 30 ms of the 0.3 s
+    before a build's first write, and as much again in each worker."""
     from importlib.util import find_spec
 
     spec = find_spec(package)
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return next(iter(spec.submodule_search_locations))
+    if spec is not None and spec.submodule_search_locations:
+        return next(iter(spec.submodule_search_locations))
+    repository = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    return os.path.normpath(os.path.join(repository, _CHECKOUT_DIRS[package]))

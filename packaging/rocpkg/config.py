@@ -191,8 +191,7 @@ def default_config_path() -> str:
     when rocpkg runs from a source checkout."""
     from rocpkg import bundled_dir
 
-    checkout = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
-    return os.path.join(bundled_dir("rocpkg.defaults") or checkout, "package.json")
+    return os.path.join(bundled_dir("rocpkg.defaults"), "package.json")
 
 
 class UnknownKey(tuple):

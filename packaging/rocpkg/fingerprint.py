@@ -58,8 +58,7 @@ def code_fingerprint() -> str:
     for path in sorted(files):
         name = path.relative_to(here).as_posix()
         digest.update(name.encode() + b"\0" + path.read_bytes())
-    installed = bundled_dir("rocpkg.templates")
-    root = Path(installed) if installed else here.parents[1] / "templates"
+    root = Path(bundled_dir("rocpkg.templates"))
 
     def walk(node, prefix=""):
         for child in sorted(node.iterdir(), key=lambda c: c.name):

@@ -73,8 +73,7 @@ class _TemplatesLoader(jinja2.BaseLoader):
     back to the repository's templates/ directory."""
 
     def __init__(self) -> None:
-        installed = bundled_dir("rocpkg.templates")
-        self.root = Path(installed) if installed else Path(__file__).resolve().parents[2] / "templates"
+        self.root = Path(bundled_dir("rocpkg.templates"))
 
     def get_source(self, environment, template):
         node = self.root
