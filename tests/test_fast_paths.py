@@ -286,3 +286,27 @@ def test_the_template_cache_is_only_a_directory_of_this_user_alone(tmp_path):
     assert template_cache({"XDG_CACHE_HOME": str(tmp_path / "file")}) is None
     relative = template_cache({"XDG_CACHE_HOME": "relative/dir"})     # ignored, as XDG says: ~/.cache
     assert relative is None or relative.directory == os.path.join(os.path.expanduser("~"), ".cache", "rocpkg", "templates")
+
+
+def test_a_damaged_or_unwritable_template_cache_never_fails_a_build(tmp_path, monkeypatch):
+    import shutil
+
+    from rocpkg import render
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    spec, cache = _spec("deb", []), tmp_path / "cache" / "rocpkg" / "templates"
+
+    def rendered():
+        env = render.make_environment()
+        monkeypatch.setattr(render, "_environment", lambda: env)
+        return render.render_deb(spec, _options())
+
+    fresh = rendered()
+    for damage in (lambda data: data[:40], lambda data: b"garbage"):     # cut short, or not a cache entry
+        for entry in cache.glob("__jinja2_*.cache"):
+            entry.write_bytes(damage(entry.read_bytes()))
+        assert rendered() == fresh
+    env = render.make_environment()
+    shutil.rmtree(cache)                # written to a directory that is gone: skipped
+    monkeypatch.setattr(render, "_environment", lambda: env)
+    assert render.render_deb(spec, _options()) == fresh

@@ -86,6 +86,24 @@ class _TemplatesLoader(jinja2.BaseLoader):
         return node.read_text(encoding="utf-8"), str(node), lambda: True
 
 
+class _TemplateCache(jinja2.FileSystemBytecodeCache):
+    """The cache never fails a build: an entry that cannot be read back (damaged, cut
+    short) is a miss, compiled again; one that cannot be written (a full disk, the
+    directory gone) is skipped. Jinja2's own raises in both."""
+
+    def load_bytecode(self, bucket) -> None:
+        try:
+            super().load_bytecode(bucket)
+        except Exception:   # unpickling and unmarshalling damaged bytes raise anything
+            bucket.reset()
+
+    def dump_bytecode(self, bucket) -> None:
+        try:
+            super().dump_bytecode(bucket)
+        except OSError:
+            pass
+
+
 def template_cache(environ=None) -> jinja2.BytecodeCache | None:
     """Compiled templates kept between runs: jinja2's bytecode cache, each entry checked
     against its template's source checksum, jinja2's bytecode format and Python's version
@@ -106,7 +124,7 @@ def template_cache(environ=None) -> jinja2.BytecodeCache | None:
         return None
     if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or stat.S_IMODE(info.st_mode) & 0o077:
         return None
-    return jinja2.FileSystemBytecodeCache(path)
+    return _TemplateCache(path)
 
 
 def make_environment() -> jinja2.Environment:
