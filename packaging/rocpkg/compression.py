@@ -31,6 +31,10 @@ KINDS = tuple(SUFFIXES)
 # zstd -3's window: a frame boundary costs a few hundred bytes of ratio. (.deb: Flavour.)
 ZSTD_FRAME_SIZE = 4 << 20
 ZSTD_MAX_THREADS = 16
+# Compressed output goes to the file in writes of at most 1 MiB. On the 6.18 kernel
+# measured (ext4), a write of 2 MiB or more cost 2.5-4.5x the kernel time of the same
+# bytes in 1 MiB writes (770 MiB: 0.53-1.0 s against 0.21 s of sys), most of an .rpm
+# build's kernel time over the floor's when its 4 MiB frames went out whole.
 STREAM_WRITE_SIZE = 1 << 20
 
 
@@ -190,7 +194,7 @@ class ZstdFrames:
         self.parts, self.buffered = [], 0
         self.frames += 1
         if self.threads <= 1:
-            self.sink.write(_compress_frame(self.level, self.checksum, block))
+            self._emit(_compress_frame(self.level, self.checksum, block))
             return
         if self.pool is None:
             # here: a build's first write need not wait for concurrent.futures (10 ms with logging)
@@ -199,14 +203,23 @@ class ZstdFrames:
             self.pool = ThreadPoolExecutor(self.threads, thread_name_prefix="zstd")
         self.pending.append(self.pool.submit(_compress_frame, self.level, self.checksum, block))
         while len(self.pending) > self.threads + 2:
-            self.sink.write(self.pending.popleft().result())
+            self._emit(self.pending.popleft().result())
+
+    def _emit(self, frame: bytes) -> None:
+        """A compressed frame to the sink in STREAM_WRITE_SIZE pieces (views, no copy)."""
+        if len(frame) <= STREAM_WRITE_SIZE:
+            self.sink.write(frame)
+            return
+        view = memoryview(frame)
+        for start in range(0, len(frame), STREAM_WRITE_SIZE):
+            self.sink.write(view[start:start + STREAM_WRITE_SIZE])
 
     def close(self) -> None:
         if self.buffered or not self.frames:
             self._frame()
         try:
             while self.pending:
-                self.sink.write(self.pending.popleft().result())
+                self._emit(self.pending.popleft().result())
         finally:
             if self.pool is not None:
                 self.pool.shutdown(cancel_futures=True)
