@@ -26,7 +26,7 @@ from kpack.bundle import BUNDLE_MAGIC, SCAN_CHUNK, BundleEntry, bundle_end, bund
 from kpack.bundle import compressed_bundle_entries
 from kpack.codeobject import ELF_MAGIC, EM_AMDGPU, _Source, decode_code_object
 from kpack.detect import KIND_BUNDLE, KIND_CODE_OBJECT, KIND_COMPRESSED_BUNDLE, KIND_EMBEDDED, KIND_KPACK
-from kpack.detect import detect, scan_code_objects
+from kpack.detect import ELF64_LE, detect, scan_code_objects
 from kpack.elf import SHF_ALLOC, SHF_EXECINSTR, SHT_PROGBITS
 from kpack.errors import KpackFormatError
 from kpack.targets import FAMILIES, GENERIC_TARGETS, parse_target
@@ -153,27 +153,111 @@ def host_device_code(path: str | os.PathLike, *, embedded_objects: bool = True) 
     embedded_objects=False skips the search for whole code objects in data sections."""
     with open(path, "rb") as handle:
         size = handle.seek(0, os.SEEK_END)
-        handle.seek(0)
-        head = handle.read(64)
-        if not head.startswith(ELF_MAGIC) or len(head) < 20:
-            return []
         try:
-            if struct.unpack_from("<H", head, 18)[0] == EM_AMDGPU:
+            layout = _host_layout(handle, size)
+            if layout is None:
+                return []
+            if layout == CODE_OBJECT:
                 target = decode_code_object(_Source(handle))
                 return [Finding(CODE_OBJECT, "", 0, size, [target])]
             findings = []
-            for name, sh_type, flags, offset, length, _ in _sections(handle, size):
-                if sh_type != SHT_PROGBITS or not length:
-                    continue
+            for name, offset, length in layout:
                 if name in FAT_BINARY_SECTIONS:
                     bundles = _bundles_in(handle, offset, offset + length, check_objects=True)
                     targets = _targets(entry for bundle in bundles for entry in bundle.entries)
                     findings.append(Finding(FAT_BINARY, name, offset, length, targets, len(bundles)))
-                elif flags & SHF_ALLOC and not flags & SHF_EXECINSTR:
+                else:
                     findings.extend(_embedded(handle, name, offset, offset + length, embedded_objects))
             return findings
         except KpackFormatError as exc:
             raise exc.with_path(path)
+
+
+def _host_layout(handle: BinaryIO, size: int):
+    """What host_device_code looks at in a file: None for anything that is not an ELF,
+    CODE_OBJECT for an AMDGPU one, else (name, offset, size) of each section it searches:
+    every non-empty PROGBITS `.hip_fatbin` and allocated, non-executable PROGBITS section."""
+    handle.seek(0)
+    head = handle.read(64)
+    if not head.startswith(ELF_MAGIC) or len(head) < 20:
+        return None
+    if struct.unpack_from("<H", head, 18)[0] == EM_AMDGPU:
+        return CODE_OBJECT
+    return [(name, offset, length) for name, sh_type, flags, offset, length, _ in _sections(handle, size)
+            if sh_type == SHT_PROGBITS and length
+            and (name in FAT_BINARY_SECTIONS or (flags & SHF_ALLOC and not flags & SHF_EXECINSTR))]
+
+
+class StreamedSearch:
+    """host_device_code's answer for a file that someone reads front to back anyway (a
+    package writer streaming it into a package): the searched sections are searched in
+    the chunks as they pass, so that the file is not read a second time for its search (a
+    release's host ELFs are a third of its bytes). Only a hit needs the file itself: an
+    AMDGPU file, a `.hip_fatbin` section, a section header table that does not parse, or
+    a magic the search looks for, anywhere in a searched section or across a chunk
+    boundary inside one, sends the file to host_device_code, which reads what it needs
+    again. So the answer is host_device_code's, and a clean host file costs no second read.
+
+        search = StreamedSearch(embedded_objects); search.start(handle)
+        for chunk in search.watch(chunks): ...    # the file's bytes, in order, from offset 0
+        findings = search.findings(path)          # after the last chunk
+    """
+
+    def __init__(self, embedded_objects: bool = True):
+        self.embedded_objects = embedded_objects
+        self.magics = (BUNDLE_MAGIC, ELF64_LE) if embedded_objects else (BUNDLE_MAGIC,)
+        self.ranges: list[tuple[int, int]] = []
+        self.whole = False      # host_device_code must read the file: it holds (or may hold) device code
+        self.started = False
+
+    def start(self, handle: BinaryIO) -> None:
+        """Read the ELF header and the section headers (bounded reads), before the bytes stream."""
+        size = os.fstat(handle.fileno()).st_size
+        try:
+            layout = _host_layout(handle, size)
+        except KpackFormatError:
+            layout = CODE_OBJECT   # host_device_code raises the same error, naming the file
+        self.started = True
+        if layout is None:
+            return
+        if layout == CODE_OBJECT or any(name in FAT_BINARY_SECTIONS for name, _, _ in layout):
+            self.whole = True
+            return
+        self.ranges = sorted((offset, offset + length) for _, offset, length in layout)
+
+    def watch(self, chunks):
+        """The chunks, passed on unchanged, searched where they lie in a searched section."""
+        keep = max(len(magic) for magic in self.magics) - 1
+        position, tail = 0, b""
+        for chunk in chunks:
+            if self.ranges and not self.whole:
+                data = chunk if isinstance(chunk, bytes) else bytes(chunk)
+                self.whole = self._hit(position, data, tail)
+                tail = data[-keep:] if len(data) >= keep else (tail + data)[-keep:]
+            yield chunk
+            position += len(chunk)
+
+    def _hit(self, position: int, data: bytes, tail: bytes) -> bool:
+        end = position + len(data)
+        for low, high in self.ranges:
+            if low >= end:
+                break
+            if high <= position:
+                continue
+            if low < position and tail:     # a magic may start in the last chunk
+                joined = tail + data[:len(tail)]
+                if any(memsearch.find(joined, magic) >= 0 for magic in self.magics):
+                    return True
+            start, stop = max(low, position) - position, min(high, end) - position
+            if any(memsearch.find(data, magic, start, stop) >= 0 for magic in self.magics):
+                return True
+        return False
+
+    def findings(self, path: str | os.PathLike) -> list[Finding]:
+        """host_device_code(path) once every chunk was watched: [] without a hit."""
+        if not self.started:
+            raise ValueError("StreamedSearch.findings before start")
+        return host_device_code(path, embedded_objects=self.embedded_objects) if self.whole else []
 
 
 def device_code_objects(path: str | os.PathLike) -> list[tuple[str, str]]:

@@ -158,8 +158,8 @@ def test_a_source_changed_while_its_package_is_written_is_rebuilt_next_time(tmp_
     source = next(f.source for f in spec.files if f.type == "file")
     write_deb = rocpkg.deb.write_deb
 
-    def write_then_change_a_source(written, out_dir, opts):
-        built = write_deb(written, out_dir, opts)
+    def write_then_change_a_source(written, out_dir, opts, *more):
+        built = write_deb(written, out_dir, opts, *more)
         if written.name == spec.name:
             st = os.stat(source)
             os.utime(source, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))

@@ -7,6 +7,8 @@ import struct
 import subprocess
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kpack.archive import KpackWriter
 from kpack.detect import (
@@ -28,7 +30,9 @@ from kpack.elf import (
     build_offload_bundle,
 )
 from kpack.errors import KpackFormatError
-from kpack.placement import EMBEDDED_CODE_OBJECT, FAT_BINARY, code_fits, device_code_objects, host_device_code
+from kpack.bundle import BUNDLE_MAGIC
+from kpack.placement import EMBEDDED_CODE_OBJECT, FAT_BINARY, StreamedSearch, code_fits, device_code_objects
+from kpack.placement import host_device_code
 
 
 def write(tmp_path, name, data: bytes):
@@ -236,3 +240,75 @@ def test_every_code_object_of_a_device_file_is_listed_with_its_target(tmp_path):
 ])
 def test_code_fits_its_own_target_its_family_and_a_generic_target_that_runs_there(code, filed, fits):
     assert code_fits(code, filed) is fits
+
+
+# -- the same search over a file someone else reads (StreamedSearch) -----------------------
+
+
+def _streamed(path, chunk_size: int, embedded_objects: bool):
+    """StreamedSearch over path's bytes in chunks of chunk_size, as a package writer reads it."""
+    search = StreamedSearch(embedded_objects)
+    with open(path, "rb") as handle:
+        search.start(handle)
+        handle.seek(0)
+        data = handle.read()
+    chunks = [data[i:i + chunk_size] for i in range(0, len(data), chunk_size)]
+    assert b"".join(search.watch(iter(chunks))) == data     # passed on unchanged
+    return search
+
+
+def _host_images() -> dict[str, bytes]:
+    text = {".text": b"\xc3"}
+    return {
+        "clean host": build_host_elf({**text, ".data": bytes(range(256)) * 40, ".rodata": b"strings\0" * 300}),
+        "fat binary": _host_with_fat_binary(fat_bundle()),
+        "fat binary after the split": _as_nobits(_host_with_fat_binary(fat_bundle()), ".hip_fatbin"),
+        "bundle in .data": build_host_elf({**text, ".data": b"\1" * 1000 + fat_bundle() + b"\2" * 77}),
+        "code object in .data": build_host_elf({**text, ".data": b"\0" * 333 + build_amdgpu_code_object("gfx1030")}),
+        "bundle magic in .text only": build_host_elf({".text": b"\xc3" * 50 + BUNDLE_MAGIC + b"\xc3"}),
+        "code object file": build_amdgpu_code_object("gfx90a"),
+        "not an ELF": b"#!/bin/sh\necho __CLANG_OFFLOAD_BUNDLE__\n",
+    }
+
+
+@pytest.mark.parametrize("embedded_objects", [False, True])
+@pytest.mark.parametrize("name", list(_host_images()))
+def test_the_streamed_search_finds_what_the_search_of_the_file_finds(tmp_path, name, embedded_objects):
+    path = write(tmp_path, "libx.so", _host_images()[name])
+    expected = host_device_code(path, embedded_objects=embedded_objects)
+    for chunk_size in (1, 5, 23, 24, 25, 64, 1000, 1 << 18):
+        search = _streamed(path, chunk_size, embedded_objects)
+        assert search.findings(path) == expected, chunk_size
+        if not expected:    # a clean file is not read again
+            assert not search.whole, chunk_size
+
+
+def test_a_clean_host_file_never_needs_a_second_read_and_a_magic_in_its_data_always_does(tmp_path):
+    clean = write(tmp_path, "libclean.so", _host_images()["clean host"])
+    assert not _streamed(clean, 7, embedded_objects=True).whole
+    # the magic alone (not a valid bundle) still sends the file to host_device_code, which says []
+    odd = write(tmp_path, "libodd.so", build_host_elf({".text": b"\xc3", ".rodata": b"x" * 9 + BUNDLE_MAGIC + b"y"}))
+    search = _streamed(odd, 10, embedded_objects=False)
+    assert search.whole and search.findings(odd) == host_device_code(odd, embedded_objects=False) == []
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(min_value=0, max_value=3000), st.integers(min_value=1, max_value=700))
+def test_a_bundle_anywhere_in_a_data_section_is_found_whatever_the_chunks(tmp_path_factory, offset, chunk_size):
+    path = tmp_path_factory.mktemp("s") / "libembed.so"
+    path.write_bytes(build_host_elf({".text": b"\xc3", ".data": b"\7" * offset + fat_bundle() + b"\7" * 31}))
+    search = _streamed(path, chunk_size, embedded_objects=False)
+    assert search.whole
+    assert search.findings(path) == host_device_code(path, embedded_objects=False) != []
+
+
+def test_a_section_table_that_does_not_parse_is_left_to_the_search_of_the_file(tmp_path):
+    image = bytearray(_host_images()["clean host"])
+    struct.pack_into("<Q", image, 40, len(image) + 4096)     # e_shoff past the end of the file
+    path = write(tmp_path, "libbroken.so", bytes(image))
+    search = _streamed(path, 100, embedded_objects=False)
+    assert search.whole
+    with pytest.raises(KpackFormatError):
+        search.findings(path)
+    with pytest.raises(KpackFormatError):
+        host_device_code(path, embedded_objects=False)

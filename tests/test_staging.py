@@ -163,6 +163,72 @@ def test_a_host_library_replaced_while_the_workers_search_it_is_refused(artifact
     assert any(str(library) == where and "was replaced" in what for where, what in refused.value.problems)
 
 
+def _host_elfs(plan) -> list[str]:
+    return sorted(source for source, facts in plan.facts.items() if facts.elf == "host")
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_a_build_searches_each_host_elf_while_its_writer_reads_it(artifacts, tmp_path, monkeypatch, jobs):
+    """Issue 15: every input byte read once. The writer that packs a host ELF searches its
+    data sections on the way; the file is not read again for the search (found_in)."""
+    from rocpkg import host_code
+    from rocpkg.workers import Workers
+
+    def read_again(*args):
+        raise AssertionError(f"{args[0]} was read again for its search")
+
+    monkeypatch.setattr(host_code, "found_in", read_again)
+    config = load_config(None)
+    with Workers(jobs) as workers:
+        plan = make_plan(config, scan(str(artifacts), config.settings["families"], embedded_objects=False,
+                                      starmap_async=workers.starmap_async, writers=True), formats=["deb", "rpm"])
+        assert _host_elfs(plan)
+        build_release(plan, tmp_path / "out", formats=["deb", "rpm"], options=OPTIONS, jobs=jobs, workers=workers)
+    assert all(plan.facts[source].host_code == () for source in _host_elfs(plan))
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_device_code_a_writer_finds_in_a_host_elf_refuses_the_build_before_a_package_is_published(
+        artifacts, tmp_path, jobs):
+    from rocpkg.workers import Workers
+
+    library = str(carry_fat_binary(artifacts))
+    config = load_config(None)
+    out = tmp_path / "out"
+    with Workers(jobs) as workers:
+        plan = make_plan(config, scan(str(artifacts), config.settings["families"], embedded_objects=False,
+                                      starmap_async=workers.starmap_async, writers=True), formats=["deb", "rpm"])
+        with pytest.raises(RocpkgInputError) as refused:
+            build_release(plan, out, formats=["deb", "rpm"], options=OPTIONS, jobs=jobs, workers=workers)
+    assert any("[device-code-in-host]" in what and library in where + what for where, what in refused.value.problems)
+    assert plan.facts[library].host_code[0][0] == "fat-binary"
+    assert not out.exists()
+
+
+def test_the_host_elfs_of_packages_already_built_are_searched_by_reading_them(artifacts, tmp_path, monkeypatch):
+    from rocpkg import host_code
+
+    config = load_config(None)
+    out = tmp_path / "out"
+
+    def planned():
+        return make_plan(config, scan(str(artifacts), config.settings["families"], embedded_objects=False,
+                                      writers=True), formats=["deb"])
+
+    build_release(planned(), out, formats=["deb"], options=OPTIONS, jobs=1)
+    read = []
+
+    def found_in(source, identity, embedded_objects):
+        read.append(source)
+        return {"host_code": (), "device_error": ""}, None
+
+    monkeypatch.setattr(host_code, "found_in", found_in)
+    plan = planned()
+    result = build_release(plan, out, formats=["deb"], options=OPTIONS, jobs=1)
+    assert result.packages and not result.rebuilt
+    assert sorted(read) == _host_elfs(plan)
+
+
 def _after_replacing(library: Path, workers):
     """starmap_async that swaps `library` for a copy (a new inode) before the search starts."""
     def start(function, arguments):

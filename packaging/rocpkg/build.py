@@ -60,6 +60,7 @@ from rocpkg.state import StateJournal, read_states, rewrite_states
 from rocpkg.schedule import assign_shards, parse_shard, shard_weight, start_order, zstd_threads  # noqa: F401 (API)
 from rocpkg.fingerprint import code_fingerprint as _code_fingerprint
 from rocpkg.fingerprint import package_fingerprint, source_identities
+from rocpkg.host_code import HostScan
 from rocpkg.streams import AtomicOutput, hash_file
 from rocpkg.outdir import LOCK_FILE, MANIFEST_PARTS, OutLock, Staging  # noqa: F401 (API)
 from rocpkg.workers import Workers, as_finished
@@ -248,6 +249,7 @@ class _Task:
     signer: object = None       # rocpkg.sign.Signer: RPM header signatures
     staging: str = ""           # where the package waits for the build's checks (rocpkg.outdir)
     build: str = ""             # this build's id: each writing process takes the code's fingerprint once per build
+    host_scan: object = None    # rocpkg.host_code.HostScan: the host ELFs its writer searches
 
 
 _CODE_FINGERPRINT: dict[str, str] = {}
@@ -275,6 +277,7 @@ class _Written:
     metadata: str       # the rendered control file / spec
     state: dict         # what _up_to_date compares on the next build
     staged: str         # where it waits until the build's checks have passed
+    host_code: tuple = ()   # BuiltPackage.host_code: what its writer found in the host ELFs it searched
 
 
 def _build_one(task: _Task) -> _Written | list[tuple[str, str]]:
@@ -293,11 +296,11 @@ def _build_one(task: _Task) -> _Written | list[tuple[str, str]]:
         if spec.format == "deb":
             from rocpkg.deb import write_deb
 
-            built = write_deb(spec, task.staging, task.options)
+            built = write_deb(spec, task.staging, task.options, task.host_scan)
         else:
             from rocpkg.rpm import write_rpm
 
-            built = write_rpm(spec, task.staging, task.options)
+            built = write_rpm(spec, task.staging, task.options, task.host_scan)
             if task.signer is not None:
                 from rocpkg.sign import sign_rpm_header
 
@@ -312,7 +315,7 @@ def _build_one(task: _Task) -> _Written | list[tuple[str, str]]:
     fingerprint = package_fingerprint(spec, task.options, _code_fingerprint_of(task.build), signer_id, sources)
     state = {"fingerprint": fingerprint, "file": outcome.file, "size": built.size, "sha256": built.sha256,
              "mtime_ns": st.st_mtime_ns, "ino": st.st_ino}
-    return _Written(outcome, built.metadata, state, built.path)
+    return _Written(outcome, built.metadata, state, built.path, built.host_code)
 
 
 def _record(out_dir: str, journal: StateJournal, written: _Written) -> None:
@@ -443,21 +446,30 @@ def build_release(plan, out_dir: str | os.PathLike, *, formats: Iterable[str] | 
                     stale = []
                 result = BuildResult(out_dir, "", shard=shard)
                 tasks = _tasks(stale, options, signer, staging, result, jobs or cores, cores, build)
+                kept = ahead.kept(stale) if ahead is not None else set()
+                tasks, searching = _search_in_writers(plan, [t for t in tasks if (t.spec.format, t.spec.name)
+                                                             not in kept])
                 if ahead is not None:
-                    kept = ahead.kept(stale)
                     result.written_ahead = len(kept)
-                    answers = ahead.answers(kept, _started_in_order(
-                        [t for t in tasks if (t.spec.format, t.spec.name) not in kept], workers.size))
+                    answers = ahead.answers(kept, _started_in_order(tasks, workers.size))
                 elif workers.pool is None or len(tasks) <= 1:
                     answers = (_build_one(task) for task in tasks)     # after the checks
                 else:
                     answers = workers.unordered_with_checks(_build_one, _started_in_order(tasks, workers.size))
-                result.allowed = gate.enforce(gate.refusals(plan, formats, config=config, archives=archives), allow)
+
+                def check() -> None:
+                    result.allowed = gate.enforce(gate.refusals(plan, formats, config=config, archives=archives),
+                                                  allow)
+
+                check()     # the host ELFs the writers search count as clean until they report
                 if conflicts:
                     raise RocpkgInputError(*conflicts)
+                answers = iter(answers)
+                held = _await_verdict(_HostVerdict(searching, plan.host_search, check), answers) if searching else []
                 journal = StateJournal(out_dir, shard, formats)
                 try:
-                    outcomes, problems = _collect(out_dir, order, recorded, answers, staging, journal, progress)
+                    outcomes, problems = _collect(out_dir, order, recorded + held, answers, staging, journal,
+                                                  progress)
                 finally:
                     journal.close()
             except BaseException:
@@ -614,10 +626,70 @@ def _tasks(stale: list[m.PackageSpec], options: m.BuildOptions, signer, staging:
                   staging.dir(spec.format, ahead=ahead), build) for spec, n in zip(stale, threads)]
 
 
-def _collect(out_dir: str, order: list[m.PackageSpec], recorded: list[PackageOutcome], answers,
+def _search_in_writers(plan, tasks: list[_Task]) -> tuple[list[_Task], int]:
+    """Each host ELF the tasks write is searched for device code by the writer of the
+    first task that packs it, as it reads the file anyway (rocpkg.host_code); the plan's
+    other host ELFs are searched by reading them. The tasks, and how many of them search."""
+    search = getattr(plan, "host_search", None)
+    if search is None:
+        return tasks, 0
+    streamed = search.hand_out({fe.source for t in tasks for fe in t.spec.files if fe.type == m.FILE})
+    owned: dict[int, set[str]] = {}
+    taken: set[str] = set()
+    for index, task in enumerate(tasks):
+        for fe in task.spec.files:
+            if fe.type == m.FILE and fe.source in streamed and fe.source not in taken:
+                taken.add(fe.source)
+                owned.setdefault(index, set()).add(fe.source)
+    scans = {i: HostScan(frozenset(sources), search.embedded_objects) for i, sources in owned.items()}
+    return [dataclasses.replace(t, host_scan=scans[i]) if i in scans else t for i, t in enumerate(tasks)], len(scans)
+
+
+class _HostVerdict:
+    """The build's checks once every writer that searches host ELFs has answered: until
+    then no package is moved into place (a package with device code in a host ELF refuses
+    the whole build, and OUT must stay as it was). The answers are counted as they come:
+    those of the searching packages carry what they found."""
+
+    def __init__(self, searching: int, host_search, check):
+        self.searching, self.host_search, self.check = searching, host_search, check
+        self.carries = False    # a writer found device code: the checks run again
+
+    def take(self, answer) -> bool:
+        """Count an answer; True once the verdict is in (RocpkgInputError: refused)."""
+        if isinstance(answer, _Written) and answer.host_code:
+            self.carries = self.host_search.record(answer.host_code) or self.carries
+            self.searching -= 1
+        if self.searching > 0:
+            return False
+        self.close()
+        return True
+
+    def close(self) -> None:
+        """The checks again with what the writers found, when they found device code (also
+        when a searching package failed: the build reports its problem after the rest)."""
+        if self.carries:
+            self.check()
+
+
+def _await_verdict(verdict: _HostVerdict, answers) -> list:
+    """The answers that came in until every writer searching host ELFs had answered, and
+    the checks again if they found device code (RocpkgInputError: refused, nothing moved
+    into place, no journal opened)."""
+    held = []
+    for answer in answers:
+        held.append(answer)
+        if verdict.take(answer):
+            return held
+    verdict.close()
+    return held
+
+
+def _collect(out_dir: str, order: list[m.PackageSpec], recorded: list, answers,
              staging: Staging, journal: StateJournal, progress) -> tuple[list[PackageOutcome], list[tuple[str, str]]]:
     """Once the checks have passed: move each written package into place and record it,
-    as the workers finish them, reporting progress; the outcomes and the problems."""
+    as the workers finish them, reporting progress; the outcomes and the problems.
+    recorded: the packages up to date, then any answers already in."""
     total_bytes = sum(s.payload_size for s in order)
     outcomes: list[PackageOutcome] = []
     problems: list[tuple[str, str]] = []

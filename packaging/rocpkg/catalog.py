@@ -253,17 +253,19 @@ def classify_suffix(suffix: str, families: dict[str, list[str]]) -> str | None:
 
 
 def scan(root: str | os.PathLike, families: dict[str, list[str]] | None = None, *,
-         embedded_objects: bool = True, starmap_async=None, prior: Catalog | None = None) -> Catalog:
+         embedded_objects: bool = True, starmap_async=None, prior: Catalog | None = None,
+         writers: bool = False) -> Catalog:
     """Index every artifact dir under root; all problems are reported together. With
     embedded_objects=False host data sections are searched for offload bundles only.
     starmap_async: worker processes that search the host ELFs' data sections while the
-    caller goes on (catalog.settle() waits for them; rocpkg.host_code). prior: a
+    caller goes on (catalog.settle() waits for them; rocpkg.host_code). writers: a build,
+    whose writers search the host ELFs they read (catalog.pending.hand_out). prior: a
     scan_device_dirs() of the same root, whose dirs are taken as it walked them."""
     catalog, problems, host_elfs = _index(root, families or kt.FAMILIES, prior=prior)
     if problems:
         raise RocpkgInputError(*problems)
-    catalog.pending = search(catalog.facts, host_elfs, embedded_objects, starmap_async)
-    if starmap_async is None:
+    catalog.pending = search(catalog.facts, host_elfs, embedded_objects, starmap_async, writers=writers)
+    if starmap_async is None and not writers:
         catalog.settle()
     return catalog
 

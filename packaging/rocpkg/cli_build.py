@@ -165,7 +165,7 @@ def _build(args, shard, workers) -> int:
 
     config = load_config_of(args)
     if shard or args.pkg_names:     # the packages to write are known once the plan is whole
-        plan = load_plan(args, config, embedded_objects=False, starmap_async=workers.starmap_async)
+        plan = load_plan(args, config, embedded_objects=False, starmap_async=workers.starmap_async, writers=True)
         only, early, settings = selected_packages(args, plan), [], plan.settings
         _print_plan_notes(args, plan)
     else:                           # the biggest start while the plan is made (build_release)
@@ -175,7 +175,7 @@ def _build(args, shard, workers) -> int:
 
         def plan() -> object:
             made = load_plan(args, config, embedded_objects=False, starmap_async=workers.starmap_async,
-                             prior=walked())
+                             prior=walked(), writers=True)
             _print_plan_notes(args, made)
             return made
         only = selected_packages(args, None)    # None; refuses --with-deps alone

@@ -98,17 +98,18 @@ def load_config_of(args):
     return config
 
 
-def load_plan(args, config=None, *, embedded_objects: bool = True, starmap_async=None, prior=None):
+def load_plan(args, config=None, *, embedded_objects: bool = True, starmap_async=None, prior=None,
+              writers: bool = False):
     """The plan of the plan options (config: load_config_of(args) when already loaded);
-    embedded_objects, starmap_async, prior: catalog.scan's (False for build: those findings
-    only warn; the build's workers; early_specs' catalog)."""
+    embedded_objects, starmap_async, prior, writers: catalog.scan's (False for build: those
+    findings only warn; the build's workers; early_specs' catalog; True for build)."""
     from rocpkg.catalog import scan
     from rocpkg.plan import make_plan
 
     check_artifacts_dir(args.artifacts)
     config = config or load_config_of(args)
     catalog = scan(args.artifacts, config.settings["families"], embedded_objects=embedded_objects,
-                   starmap_async=starmap_async, prior=prior)
+                   starmap_async=starmap_async, prior=prior, writers=writers)
     if not catalog.dirs:
         raise RocpkgInputError((args.artifacts, "no artifact directories (<name>_<component>_<suffix>) in it"))
     return make_plan(config, catalog, version=args.pkg_version, release=args.release,

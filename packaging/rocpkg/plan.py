@@ -49,6 +49,7 @@ class Plan:
     warnings: list[str] = field(default_factory=list)
     facts: dict = field(default_factory=dict)  # artifact source path -> catalog.FileFacts, read once
     pending_facts: object = None    # Catalog.settle while workers still search host ELFs
+    host_search: object = None      # the catalog's rocpkg.host_code.HostSearch (a build hands it out)
 
     def settle_facts(self) -> None:
         """Wait for the facts the catalog's workers still read (rocpkg.host_code)."""
@@ -398,7 +399,8 @@ class _PlanBuilder:
             self.warnings.append("no target found in the artifacts: per-target meta-packages have no variants")
         top = self._top_metapackage()
         plan = Plan(self.settings, self.abi, self.targets, self.families, top, self.classes,
-                    facts=self.catalog.facts, pending_facts=self.catalog.settle if self.catalog.pending else None)
+                    facts=self.catalog.facts, pending_facts=self.catalog.settle if self.catalog.pending else None,
+                    host_search=self.catalog.pending)
         if self.problems:
             raise RocpkgInputError(*self.problems)
         # files are shared by both formats: collect once

@@ -248,8 +248,10 @@ class SourceFile:
     any digest sees the bytes. A file that vanished, can't be read, or is not the planned
     size (before or while it is read) is bad input naming `where` and the file."""
 
-    def __init__(self, where: str, source: str, size: int, patches=(), identity: tuple[int, int] = (0, 0)):
+    def __init__(self, where: str, source: str, size: int, patches=(), identity: tuple[int, int] = (0, 0),
+                 watch=None):
         self.where, self.source, self.size, self.patches = where, source, size, patches
+        self.watch = watch     # sees the file's own bytes as they pass (rocpkg.host_code.HostScan)
         try:  # never through a symlink swapped in since the catalog read the file
             fd = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         except FileNotFoundError:
@@ -281,7 +283,11 @@ class SourceFile:
         """Exactly the planned bytes, in chunks of at most CHUNK that are never reused
         afterwards (a digest thread may still hold one)."""
         try:
-            yield from patch_chunks(_chunks(self.handle, self.size), self.patches)
+            chunks = _chunks(self.handle, self.size)
+            if self.watch is not None:
+                self.watch.start(self.handle)
+                chunks = self.watch.watch(chunks)
+            yield from patch_chunks(chunks, self.patches)
         except _SourceChanged as exc:
             raise self._error(f"the source file changed while packing: {exc}") from None
         except OSError as exc:
