@@ -246,9 +246,14 @@ def _check_frame_blocks(reader: KpackReader, entry: Entry) -> None:
     except zstandard.ZstdError as exc:
         raise KpackFormatError(f"not a zstd frame ({exc})", where=offset) from None
     low = high = 0
+    # one pread per block header (16,000 of them per GiB): through the descriptor when
+    # there is one, without read_at's bounds check and loop (the frame was checked to lie
+    # inside the file), which took half of the walk's time
+    fd = src.fd
+    read = (lambda at: os.pread(fd, 3, at)) if fd is not None else (lambda at: src.read_at(at, 3))
     while True:
-        block = src.read_at(position, 3)
-        if len(block) != 3 or position + 3 > end:
+        block = read(position) if position + 3 <= end else b""
+        if len(block) != 3:
             raise KpackFormatError("zstd frame ends inside a block header (truncated?)", where=position)
         value = int.from_bytes(block, "little")
         last, kind, block_size = value & 1, (value >> 1) & 3, value >> 3
