@@ -41,17 +41,16 @@ class HostSearch:
     def __init__(self, facts: dict, sources: list[str], embedded_objects: bool, starmap_async=None):
         self.facts, self.sources, self.embedded_objects = facts, list(sources), embedded_objects
         self.starmap_async = starmap_async
-        self.streamed: frozenset[str] = frozenset()
         self._read = None       # the waiter of the files searched by reading them
 
     def hand_out(self, written) -> frozenset[str]:
         """The sources among `written` (files the build's writers read) that their writers
         search; the others are searched now (on the workers when there are some). None
-        once the search has started."""
+        (an empty set) once the search has started: every file is searched by reading it."""
         if self._read is not None:
             return frozenset()
-        self.streamed = frozenset(self.sources).intersection(written)
-        rest = [s for s in self.sources if s not in self.streamed]
+        streamed = frozenset(self.sources).intersection(written)
+        rest = [s for s in self.sources if s not in streamed]
         arguments = [(source, self.facts[source].identity, self.embedded_objects) for source in rest]
         if self.starmap_async is not None:
             waiter = self.starmap_async(found_in, arguments)
@@ -59,7 +58,7 @@ class HostSearch:
             read = _on_threads(arguments)
             waiter = lambda: read  # noqa: E731
         self._read = rest, waiter
-        return self.streamed
+        return streamed
 
     def __call__(self) -> list[tuple[str, str]]:
         if self._read is None:
