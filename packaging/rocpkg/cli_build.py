@@ -153,7 +153,7 @@ def _cmd_build(args) -> int:
 
     # the workers first: they load the writers while the plan is made; the checks the plan
     # starts (the host ELFs' search) wait behind each worker's first package (rocpkg.workers)
-    with Workers(args.jobs or usable_cores(), hold=True) as workers:
+    with Workers(args.jobs or usable_cores(), hold=True, formats=formats(args)) as workers:
         return _build(args, shard, workers)
 
 
