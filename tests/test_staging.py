@@ -205,6 +205,25 @@ def test_device_code_a_writer_finds_in_a_host_elf_refuses_the_build_before_a_pac
     assert not out.exists()
 
 
+def test_packages_written_before_the_host_search_is_in_are_reported_then_moved(artifacts, tmp_path):
+    """Progress counts each package as it is written; it moves into OUT only once every
+    writer searching a host ELF has answered."""
+    config = load_config(None)
+    out = tmp_path / "out"
+    plan = make_plan(config, scan(str(artifacts), config.settings["families"], embedded_objects=False,
+                                  writers=True), formats=["deb"])
+    seen = []
+
+    def progress(event):
+        if event.last is not None:
+            seen.append((event.done, (out / event.last.file).exists()))
+
+    result = build_release(plan, out, formats=["deb"], options=OPTIONS, jobs=1, progress=progress)
+    assert [done for done, _ in seen] == list(range(1, len(result.packages) + 1))
+    assert any(not moved for _, moved in seen), "no package waited for the host search"
+    assert all((out / o.file).exists() for o in result.packages)
+
+
 def test_the_host_elfs_of_packages_already_built_are_searched_by_reading_them(artifacts, tmp_path, monkeypatch):
     from rocpkg import host_code
 

@@ -464,14 +464,9 @@ def build_release(plan, out_dir: str | os.PathLike, *, formats: Iterable[str] | 
                 check()     # the host ELFs the writers search count as clean until they report
                 if conflicts:
                     raise RocpkgInputError(*conflicts)
-                answers = iter(answers)
-                held = _await_verdict(_HostVerdict(searching, plan.host_search, check), answers) if searching else []
-                journal = StateJournal(out_dir, shard, formats)
-                try:
-                    outcomes, problems = _collect(out_dir, order, recorded + held, answers, staging, journal,
-                                                  progress)
-                finally:
-                    journal.close()
+                verdict = _HostVerdict(searching, plan.host_search, check) if searching else None
+                outcomes, problems = _collect(out_dir, order, recorded, answers, staging,
+                                              lambda: StateJournal(out_dir, shard, formats), progress, verdict)
             except BaseException:
                 workers.stop()  # before the staging area and this run's temporaries are removed
                 raise
@@ -672,46 +667,61 @@ class _HostVerdict:
             self.check()
 
 
-def _await_verdict(verdict: _HostVerdict, answers) -> list:
-    """The answers that came in until every writer searching host ELFs had answered, and
-    the checks again if they found device code (RocpkgInputError: refused, nothing moved
-    into place, no journal opened)."""
-    held = []
-    for answer in answers:
-        held.append(answer)
-        if verdict.take(answer):
-            return held
-    verdict.close()
-    return held
-
-
-def _collect(out_dir: str, order: list[m.PackageSpec], recorded: list, answers,
-             staging: Staging, journal: StateJournal, progress) -> tuple[list[PackageOutcome], list[tuple[str, str]]]:
+def _collect(out_dir: str, order: list[m.PackageSpec], recorded: list[PackageOutcome], answers,
+             staging: Staging, open_journal, progress,
+             verdict: _HostVerdict | None = None) -> tuple[list[PackageOutcome], list[tuple[str, str]]]:
     """Once the checks have passed: move each written package into place and record it,
     as the workers finish them, reporting progress; the outcomes and the problems.
-    recorded: the packages up to date, then any answers already in."""
+    verdict: the checks that wait for the writers' search of the host ELFs; until it is
+    in, the packages written are counted but wait in the staging area, and the state
+    journal (open_journal) is opened only before the first is moved (a refusal leaves
+    OUT as it was; a journal that cannot be opened fails the build before any move)."""
     total_bytes = sum(s.payload_size for s in order)
     outcomes: list[PackageOutcome] = []
     problems: list[tuple[str, str]] = []
+    waiting: list[_Written] = []
     done_bytes = 0
+    journal = None
 
     def report(outcome: PackageOutcome | None) -> None:
         if progress is not None:
             progress(BuildProgress(len(outcomes), len(order), done_bytes, total_bytes, outcome))
 
-    report(None)
-    for answer in itertools.chain(recorded, answers):
-        if isinstance(answer, list):
-            problems.extend(answer)
-            continue
-        if isinstance(answer, _Written):
-            staging.commit(answer.staged, os.path.join(out_dir, answer.outcome.file))
-            _record(out_dir, journal, answer)
-            answer = answer.outcome
-        outcomes.append(answer)
-        done_bytes += answer.payload
-        report(answer)
-    return outcomes, problems
+    def move(written: _Written) -> None:
+        nonlocal journal
+        if journal is None:
+            journal = open_journal()
+        staging.commit(written.staged, os.path.join(out_dir, written.outcome.file))
+        _record(out_dir, journal, written)
+
+    try:
+        report(None)
+        for answer in itertools.chain(recorded, answers):
+            if isinstance(answer, list):
+                problems.extend(answer)
+                continue
+            if isinstance(answer, _Written):
+                if verdict is None:
+                    move(answer)
+                else:
+                    waiting.append(answer)
+                    if verdict.take(answer):
+                        verdict = None
+                        for written in waiting:
+                            move(written)
+                        waiting = []
+                answer = answer.outcome
+            outcomes.append(answer)
+            done_bytes += answer.payload
+            report(answer)
+        if verdict is not None:     # a searching package failed: its problem is reported with the rest
+            verdict.close()
+            for written in waiting:
+                move(written)
+        return outcomes, problems
+    finally:
+        if journal is not None:
+            journal.close()
 
 
 def _remember_digests(out_dir: str, outcomes: list[PackageOutcome]) -> None:
