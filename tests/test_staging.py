@@ -224,6 +224,30 @@ def test_packages_written_before_the_host_search_is_in_are_reported_then_moved(a
     assert all((out / o.file).exists() for o in result.packages)
 
 
+def test_a_sparse_host_elf_is_searched_through_its_holes(tmp_path):
+    """A writer reads a file's holes as zeros it never reads (rocpkg.streams); the search
+    sees them too, and a bundle after a hole is found."""
+    from kpack.bundle import BUNDLE_MAGIC
+    from kpack.placement import StreamedSearch, host_device_code
+    from rocpkg.streams import SourceFile
+
+    bundle = build_offload_bundle([("hipv4-amdgcn-amd-amdhsa--gfx942", build_amdgpu_code_object("gfx942"))])
+    image = build_host_elf({".text": b"\xc3", ".data": b"\1" + bytes(3 << 20) + bundle})
+    path = tmp_path / "libsparse.so"
+    with open(path, "wb") as fh:     # the zero run written as a hole
+        start = image.index(bytes(1 << 20))
+        end = image.index(BUNDLE_MAGIC)
+        fh.write(image[:start])
+        fh.seek(end - (end - start) % 4096)
+        fh.write(image[end - (end - start) % 4096:])
+    assert path.read_bytes() == image
+    search = StreamedSearch(embedded_objects=False)
+    with SourceFile("test", str(path), len(image), watch=search) as source:
+        assert b"".join(bytes(c) for c in source.chunks()) == image
+    assert search.whole
+    assert search.findings(path) == host_device_code(path, embedded_objects=False) != []
+
+
 def test_the_host_elfs_of_packages_already_built_are_searched_by_reading_them(artifacts, tmp_path, monkeypatch):
     from rocpkg import host_code
 
