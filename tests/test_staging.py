@@ -224,6 +224,23 @@ def test_packages_written_before_the_host_search_is_in_are_reported_then_moved(a
     assert all((out / o.file).exists() for o in result.packages)
 
 
+def test_a_host_elf_its_writer_cannot_read_leaves_out_as_it_was(artifacts, tmp_path):
+    """A package whose writer searches a host ELF fails (the file shrank since the walk):
+    that file's verdict is unknown, so no package moves into OUT and the build says why."""
+    config = load_config(None)
+    out = tmp_path / "out"
+    plan = make_plan(config, scan(str(artifacts), config.settings["families"], embedded_objects=False,
+                                  writers=True), formats=["deb"])
+    library = next(s for s in _host_elfs(plan) if s.endswith("librocrand.so.1.0"))
+    with open(library, "r+b") as fh:
+        fh.truncate(os.path.getsize(library) - 1)
+
+    with pytest.raises(RocpkgInputError) as refused:
+        build_release(plan, out, formats=["deb"], options=OPTIONS, jobs=1)
+    assert any(library in what and "changed since planning" in what for _, what in refused.value.problems)
+    assert not out.exists()
+
+
 def test_a_sparse_host_elf_is_searched_through_its_holes(tmp_path):
     """A writer reads a file's holes as zeros it never reads (rocpkg.streams); the search
     sees them too, and a bundle after a hole is found."""

@@ -662,7 +662,7 @@ class _HostVerdict:
 
     def close(self) -> None:
         """The checks again with what the writers found, when they found device code (also
-        when a searching package failed: the build reports its problem after the rest)."""
+        when a searching package failed: its refusals are reported with its problem)."""
         if self.carries:
             self.check()
 
@@ -714,10 +714,15 @@ def _collect(out_dir: str, order: list[m.PackageSpec], recorded: list[PackageOut
             outcomes.append(answer)
             done_bytes += answer.payload
             report(answer)
-        if verdict is not None:     # a searching package failed: its problem is reported with the rest
-            verdict.close()
-            for written in waiting:
-                move(written)
+        if verdict is not None:
+            # a package whose writer searches host ELFs failed: their verdict is unknown, so
+            # nothing moves into OUT; the build stops on that package's problem
+            if not problems:
+                raise AssertionError("a package searching host ELFs gave no answer")
+            try:
+                verdict.close()
+            except RocpkgInputError as refused:
+                problems.extend(refused.problems)
         return outcomes, problems
     finally:
         if journal is not None:
