@@ -13,7 +13,8 @@ writes is timed after, apart: the walk of the other target and family dirs (thei
 packages join the ones written ahead), the rest of the plan (the generic dirs' walk,
 which takes the device dirs as walked, and make_plan),
 the checks a build must pass (rocpkg.gate: verify's plan checks, every packed kpack
-archive, the host search's results) and the fingerprints the workers record. Last, what a
+archive; the host ELFs are searched by the writers that read them, as in a build) and the
+fingerprints the workers record. Last, what a
 worker imports after the fork (jinja2 and python-debian's share of it: on the 16-core
 machine these, not the parent, kept the first write 0.1-0.15 s after the first package).
 Run it in a fresh interpreter (imports are part of the figure):
@@ -93,11 +94,13 @@ def main() -> int:
             t = time.perf_counter()
             parts_done = t - STARTED
             plan = load_plan(options, config, embedded_objects=False, starmap_async=workers.starmap_async,
-                             prior=walked())     # as `rocpkg build` scans
+                             prior=walked(), writers=True)     # as `rocpkg build` scans
             rest = time.perf_counter() - t
             specs = [spec for found in plan.packages.values() for spec in found]
             t = time.perf_counter()
             stale = [spec for spec in specs if build._up_to_date(spec, out, None, states) is None]
+            # the host ELFs of the packages written are searched by their writers (rocpkg.host_code)
+            plan.host_search.hand_out({fe.source for spec in stale for fe in spec.files if fe.type == "file"})
             lookups = time.perf_counter() - t
         one_job = pending is None       # no workers: nothing is written ahead, the checks come first
         if one_job or not first:        # the first write waits for the whole plan
@@ -132,7 +135,7 @@ def main() -> int:
         print(f"{'other device dirs, beside writes':32}{walk:8.3f} s  (their packages queued as the first run)")
         print(f"{'rest of the plan, beside writes':32}{rest + lookups:8.3f} s  (generic dirs, make_plan, state lookups)")
     if not one_job:
-        print(f"{'checks, beside the writes':32}{checks:8.3f} s  (host search, kpack archives, verify)")
+        print(f"{'checks, beside the writes':32}{checks:8.3f} s  (kpack archives, verify; the writers search host ELFs)")
     print(f"{'fingerprints, beside the writes':32}{fingerprints:8.3f} s  (taken by the workers, each after its package; summed here)")
     print(f"{'a worker imports':32}{_worker_imports()}")
     return 0
