@@ -212,12 +212,12 @@ class StreamedSearch:
 
     def start(self, handle: BinaryIO) -> None:
         """Read the ELF header and the section headers (bounded reads), before the bytes stream."""
-        size = os.fstat(handle.fileno()).st_size
-        try:
-            layout = _host_layout(handle, size)
-        except KpackFormatError:
-            layout = CODE_OBJECT   # host_device_code raises the same error, naming the file
         self.started = True
+        try:
+            layout = _host_layout(handle, os.fstat(handle.fileno()).st_size)
+        except KpackFormatError:    # host_device_code raises the same error, naming the file
+            self.whole = True
+            return
         if layout is None:
             return
         if layout == CODE_OBJECT or any(name in FAT_BINARY_SECTIONS for name, _, _ in layout):

@@ -629,13 +629,14 @@ def _search_in_writers(plan, tasks: list[_Task]) -> tuple[list[_Task], int]:
     if search is None:
         return tasks, 0
     streamed = search.hand_out({fe.source for t in tasks for fe in t.spec.files if fe.type == m.FILE})
-    owned: dict[int, set[str]] = {}
-    taken: set[str] = set()
+    owner: dict[str, int] = {}      # source -> the first task that packs it
     for index, task in enumerate(tasks):
         for fe in task.spec.files:
-            if fe.type == m.FILE and fe.source in streamed and fe.source not in taken:
-                taken.add(fe.source)
-                owned.setdefault(index, set()).add(fe.source)
+            if fe.type == m.FILE and fe.source in streamed:
+                owner.setdefault(fe.source, index)
+    owned: dict[int, set[str]] = {}
+    for source, index in owner.items():
+        owned.setdefault(index, set()).add(source)
     scans = {i: HostScan(frozenset(sources), search.embedded_objects) for i, sources in owned.items()}
     return [dataclasses.replace(t, host_scan=scans[i]) if i in scans else t for i, t in enumerate(tasks)], len(scans)
 

@@ -45,8 +45,8 @@ class HostSearch:
 
     def hand_out(self, written) -> frozenset[str]:
         """The sources among `written` (files the build's writers read) that their writers
-        search; the others are searched now (on the workers when there are some). None
-        (an empty set) once the search has started: every file is searched by reading it."""
+        search; the others are searched now (on the workers when there are some). Once
+        the search has started, none: every file is searched by reading it."""
         if self._read is not None:
             return frozenset()
         streamed = frozenset(self.sources).intersection(written)
@@ -102,7 +102,7 @@ def streamed_facts(search, fh, where: str) -> dict:
     """The FileFacts fields of a host ELF whose bytes went past `search` (device_code's),
     from the file still open as fh; where: the package and path, for an error."""
     if not search.whole:
-        return {"host_code": (), "device_error": ""}
+        return _fields()
     try:
         return device_code(fh, search.embedded_objects)
     except OSError as exc:
@@ -137,8 +137,13 @@ def device_code(fh, embedded_objects: bool = True) -> dict:
     try:
         found = host_device_code(f"/proc/self/fd/{fh.fileno()}", embedded_objects=embedded_objects)
     except KpackFormatError as exc:
-        return {"host_code": (), "device_error": why(exc)}
-    return {"host_code": tuple((f.kind, f.describe()) for f in found), "device_error": ""}
+        return _fields(error=why(exc))
+    return _fields(found)
+
+
+def _fields(found=(), error: str = "") -> dict:
+    """The FileFacts fields of what a host ELF's search found (kpack.placement.Finding)."""
+    return {"host_code": tuple((f.kind, f.describe()) for f in found), "device_error": error}
 
 
 def why(exc: KpackFormatError) -> str:

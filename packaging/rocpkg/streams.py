@@ -251,7 +251,7 @@ class SourceFile:
     def __init__(self, where: str, source: str, size: int, patches=(), identity: tuple[int, int] = (0, 0),
                  watch=None):
         self.where, self.source, self.size, self.patches = where, source, size, patches
-        self.watch = watch     # sees the file's own bytes as they pass (rocpkg.host_code.HostScan)
+        self.watch = watch     # sees the file's own bytes as they pass (kpack.placement.StreamedSearch)
         try:  # never through a symlink swapped in since the catalog read the file
             fd = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         except FileNotFoundError:
