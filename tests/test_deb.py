@@ -14,6 +14,10 @@ from pathlib import Path
 import pytest
 from debian.copyright import Copyright
 from debian.deb822 import Deb822
+from email.utils import format_datetime
+from datetime import datetime, timezone
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rocpkg import deb
 from rocpkg.deb import iter_deb_members, list_deb_files, read_deb_control, read_deb_control_file, write_deb
@@ -437,6 +441,68 @@ def test_a_name_tar_cannot_hold_is_refused(library, sources, tmp_path, name, why
 def test_a_data_member_over_the_ar_size_limit_is_refused(library, tmp_path, monkeypatch):
     monkeypatch.setattr(deb, "AR_MAX_MEMBER_SIZE", 1000)     # stands for 9999999999
     assert_refused(library, tmp_path / "out", "10-digit limit")
+
+
+# -- the writer's own stanza check and date, held to python-debian and email.utils ---------
+
+
+def test_every_rendered_stanza_is_what_python_debian_dumps(library, meta, scripted):
+    from rocpkg.render import render_deb
+
+    for spec in (library, meta, scripted):
+        text = render_deb(spec, BuildOptions(source_date_epoch=SDE)).control
+        assert deb._checked_control(spec, text) == text == Deb822(text).dump()
+
+
+_NAMES = st.from_regex(r"[A-Za-z][A-Za-z0-9-]{0,12}", fullmatch=True)
+_VALUES = st.text(st.characters(min_codepoint=0x20, max_codepoint=0x2FF, blacklist_characters="\x7f\x85"),
+                  min_size=1, max_size=30).map(str.strip).filter(bool)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(_NAMES, st.lists(_VALUES, min_size=1, max_size=3), max_size=6))
+def test_a_canonical_stanza_passes_as_python_debian_reads_it(extra):
+    spec = make_spec("amdrocm-x7.1", KIND_META)
+    fields = {"Package": [spec.name], "Version": [spec.evr], "Architecture": ["all"],
+              "Maintainer": ["A <a@example.org>"], "Description": ["synopsis", "more"]}
+    for name, lines in extra.items():        # deb822 names are case-insensitive
+        if name.lower() not in {f.lower() for f in fields}:
+            fields[name] = lines
+    text = "".join(f"{name}: {lines[0]}\n" + "".join(f" {line}\n" for line in lines[1:])
+                   for name, lines in fields.items())
+    assert deb._checked_control(spec, text) == Deb822(text).dump()
+    assert list(Deb822(text)) == list(fields)
+
+
+@pytest.mark.parametrize("text,why", [
+    ("{good}\nPackage: other\n", "an empty line"),                       # a second stanza
+    ("{good}Package: {name}\n", "line 6 repeats a field"),
+    ("{good}PACKAGE: {name}\n", "line 6 repeats a field"),               # names are case-insensitive
+    ("{good}X-Field: value \n", "line 6 is not"),                         # trailing blank
+    ("{good}X-Field:value\n", "line 6 is not"),
+    ("{good}# comment\n", "line 6 is not"),
+    ("{good}X-Field: a\rX-Other: b\n", "U+000D"),
+    (" continued\n{good}", "line 1 is not"),
+    ("{good}X-Field: last", "ending in a newline"),
+    ("{good}", "lacks Maintainer"),                                        # (Maintainer left out below)
+])
+def test_a_broken_stanza_is_refused(text, why):
+    spec = make_spec("amdrocm-x7.1", KIND_META)
+    good = (f"Package: {spec.name}\nVersion: {spec.evr}\nArchitecture: all\nMaintainer: A <a@example.org>\n"
+            f"Description: synopsis\n")
+    with pytest.raises(RocpkgInputError) as raised:
+        if why == "lacks Maintainer":
+            good = good.replace("Maintainer: A <a@example.org>\n", "")
+        deb._checked_control(spec, text.replace("{good}", good).replace("{name}", spec.name))
+    assert why in raised.value.problems[0][1]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(min_value=0, max_value=2**34))
+def test_the_changelog_date_is_email_utils_rfc_2822_date(epoch):
+    from rocpkg.render import changelog_date
+
+    assert changelog_date(epoch) == format_datetime(datetime.fromtimestamp(epoch, tz=timezone.utc))
 
 
 def test_a_package_without_maintainer_is_refused(meta, tmp_path):

@@ -1,6 +1,7 @@
-"""A build's workers load the writers of the formats it builds and no others (issue 15: a
-worker writes nothing until its imports are done; python-debian and the .deb writer took
-0.07-0.09 s of that on the 16-core machine, for an .rpm build that never uses them)."""
+"""A build's workers load the writers of the formats it builds and no others, and the
+writers load no library they do not write with (issue 15: a worker writes nothing until
+its imports are done; python-debian took 0.06-0.09 s of that on the 16-core machine, 45 ms
+here, email.utils 13 ms: the .deb writer checks its stanza and dates its changelog itself)."""
 from __future__ import annotations
 
 import json
@@ -15,7 +16,8 @@ import json, sys
 from rocpkg.workers import Workers
 
 def loaded():
-    return {name: name in sys.modules for name in ("rocpkg.deb", "debian.deb822", "rocpkg.rpm", "jinja2")}
+    return {name: name in sys.modules for name in ("rocpkg.deb", "debian.deb822", "rocpkg.rpm", "jinja2",
+                                                    "email.utils")}
 
 with Workers(2, hold=False, formats=FORMATS) as workers:
     print(json.dumps(workers.pool.apply(loaded)))
@@ -30,9 +32,10 @@ def _worker_modules(formats: list[str]) -> dict[str, bool]:
 
 
 @pytest.mark.parametrize("formats,expected", [
-    (["rpm"], {"rocpkg.deb": False, "debian.deb822": False, "rocpkg.rpm": True, "jinja2": True}),
-    (["deb"], {"rocpkg.deb": True, "debian.deb822": True, "rocpkg.rpm": False, "jinja2": True}),
-    (["deb", "rpm"], {"rocpkg.deb": True, "debian.deb822": True, "rocpkg.rpm": True, "jinja2": True}),
+    (["rpm"], {"rocpkg.deb": False, "debian.deb822": False, "rocpkg.rpm": True, "jinja2": True, "email.utils": False}),
+    (["deb"], {"rocpkg.deb": True, "debian.deb822": False, "rocpkg.rpm": False, "jinja2": True, "email.utils": False}),
+    (["deb", "rpm"], {"rocpkg.deb": True, "debian.deb822": False, "rocpkg.rpm": True, "jinja2": True,
+                      "email.utils": False}),
 ])
 def test_a_worker_loads_the_writers_of_the_formats_built(formats, expected):
     assert _worker_modules(formats) == expected
