@@ -77,8 +77,10 @@ def main() -> int:
                    if workers.pool is not None else None)
         config = load_config_of(options)
         t = step("config", t)
-        parts, walked = early_specs(options, config)
+        size = workers.size if workers.pool is not None else 1
+        parts, walked = early_specs(options, config, enough=size)   # as `rocpkg build`
         first, later = [], []
+        every_worker = None     # when the parts first held a package for each worker
         with tempfile.TemporaryDirectory() as out:   # a new release's OUT: no package has a state
             states = build._recorded_states(out, ("deb", "rpm"))
             for part in parts:     # as build_release: the first part's packages start at once
@@ -88,8 +90,10 @@ def main() -> int:
                     t = step(f"first device dirs, {len(part)} packages", t)
                     first_write = time.perf_counter() - STARTED
                 else:
-                    seen = {(spec.format, spec.name) for spec in first}
+                    seen = {(spec.format, spec.name) for spec in first + later}
                     later += [spec for spec in stale_part if (spec.format, spec.name) not in seen]
+                if every_worker is None and len(first) + len(later) >= size:
+                    every_worker = time.perf_counter() - STARTED
             walk = time.perf_counter() - t
             t = time.perf_counter()
             parts_done = t - STARTED
@@ -129,6 +133,9 @@ def main() -> int:
         print(f"{name:32}{seconds:8.3f} s")
     ahead = "none written ahead: one job" if one_job else f"{len(first)} + {len(later)} written ahead"
     print(f"{'packages handed out':32}{first_write:8.3f} s  ({packages} packages, {ahead})")
+    if every_worker is not None and not one_job:
+        print(f"{'one for every worker':32}{every_worker:8.3f} s  ({size} workers; the parts are walked one "
+              "target at a time until then)")
     print(f"{'a worker ready to write':32}{worker_ready:8.3f} s  (its writers imported, a .deb's templates compiled)")
     print(f"{'before the first write':32}{max(first_write, worker_ready):8.3f} s")
     if first and not one_job:

@@ -249,7 +249,7 @@ def test_early_device_specs_of_therock_match_its_plan(therock):
         assert spec == plan.by_name(spec.format)[spec.name]
 
 
-def _parts_against_plan(config, artifacts, **options):
+def _parts_against_plan(config, artifacts, enough=1, formats="deb,rpm", **options):
     """rocpkg.cli_common.early_specs as `rocpkg build` takes it, and the plan made after."""
     import argparse
 
@@ -257,8 +257,8 @@ def _parts_against_plan(config, artifacts, **options):
 
     targets = ",".join(options.get("targets") or []) or None
     args = argparse.Namespace(artifacts=str(artifacts), targets=targets, pkg_version=options.get("version"),
-                              release=None, formats="deb,rpm")
-    parts, walked = early_specs(args, config)
+                              release=None, formats=formats)
+    parts, walked = early_specs(args, config, enough)
     parts = list(parts)
     return parts, walked(), make_plan(config, scan(artifacts, prior=walked()), **options)
 
@@ -283,6 +283,27 @@ def test_a_build_takes_the_first_targets_packages_first_and_all_are_the_plans(bu
     for spec in [s for part in parts for s in part]:
         assert spec == plan.by_name(spec.format)[spec.name]
     assert every == early_device_specs_of(config, artifacts)
+    assert walked.dirs == scan_device_dirs(artifacts, config.settings["families"]).dirs
+
+
+@pytest.mark.parametrize("enough", [6, 11, 100])
+def test_a_build_takes_one_target_a_part_until_each_worker_has_a_package(bundled, enough):
+    """early_specs(enough=N), N the build's workers: the first targets' packages one target a
+    part, in table order, until N packages are out, then every one; each the plan's spec."""
+    from rocpkg.catalog import sort_targets
+
+    config, artifacts, _ = bundled
+    parts, walked, plan = _parts_against_plan(config, artifacts, enough=enough, formats="deb")
+    *by_target, every = parts
+    order = sort_targets(TARGETS)
+    assert [sorted({s.target for s in part}) for part in by_target] == [[t] for t in order[:len(by_target)]]
+    out = [sum(len(part) for part in by_target[:i]) for i in range(len(by_target) + 1)]
+    assert out[-2] < enough and (out[-1] >= enough or len(by_target) == len(order))   # no part more than needed
+    for spec in [s for part in parts for s in part]:
+        assert spec == plan.by_name(spec.format)[spec.name]
+    assert {(s.format, s.name) for part in by_target for s in part} <= {(s.format, s.name) for s in every}
+    from rocpkg.catalog import scan_device_dirs
+
     assert walked.dirs == scan_device_dirs(artifacts, config.settings["families"]).dirs
 
 

@@ -297,21 +297,26 @@ def scan_device_dirs(root: str | os.PathLike, families: dict[str, list[str]] | N
     return None if problems else catalog
 
 
-def first_device_target(root: str | os.PathLike, families: dict[str, list[str]] | None = None) -> str | None:
-    """The first bare target in table order that a target dir under root is named for,
-    from the names alone (nothing is opened below root); None when there is none or root
-    cannot be listed (the whole scan says why)."""
+def device_targets(root: str | os.PathLike, families: dict[str, list[str]] | None = None) -> list[str]:
+    """The bare targets that target dirs under root are named for, in table order, from
+    the names alone (nothing is opened below root); [] when there is none or root cannot
+    be listed (the whole scan says why)."""
     families = families or kt.FAMILIES
     found = set()
     try:
         names = os.listdir(root)
     except OSError:
-        return None
+        return []
     for dirname in names:
         parsed = parse_dirname(dirname)
         if parsed is not None and classify_suffix(parsed[2], families) == "target":
             found.add(kt.bare_processor(parsed[2]))
-    ordered = sort_targets(found)
+    return sort_targets(found)
+
+
+def first_device_target(root: str | os.PathLike, families: dict[str, list[str]] | None = None) -> str | None:
+    """The first of device_targets (None when there is none)."""
+    ordered = device_targets(root, families)
     return ordered[0] if ordered else None
 
 

@@ -170,7 +170,7 @@ def _build(args, shard, workers) -> int:
         _print_plan_notes(args, plan)
     else:                           # the biggest start while the plan is made (build_release)
         check_artifacts_dir(args.artifacts)
-        early, walked = early_specs(args, config)
+        early, walked = early_specs(args, config, enough=workers.size)
         settings = release_settings(config, args.pkg_version, args.release)
 
         def plan() -> object:
