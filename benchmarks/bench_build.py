@@ -274,6 +274,30 @@ def verdicts(results: dict, fmts: list[str]) -> list[str]:
     return lines
 
 
+# what rocpkg's processes import from elsewhere (the workers: jinja2 and markupsafe)
+LIBRARIES = ("jinja2", "markupsafe", "msgpack", "zstandard", "debian")
+
+
+def _compile_libraries() -> None:
+    """Bytecode for the libraries rocpkg imports, where their dirs have none and may be
+    written, as pip gives an install: on the 16-core machine jinja2 had none, and each of
+    a build's 16 workers compiled it from source (0.14 s, against 0.025 s compiled)."""
+    import importlib.util
+
+    for name in LIBRARIES:
+        spec = importlib.util.find_spec(name)
+        if spec is None or not spec.submodule_search_locations:
+            continue
+        where = list(spec.submodule_search_locations)[0]
+        if os.access(where, os.W_OK):
+            done = subprocess.run([sys.executable, "-m", "compileall", "-q", where], stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL)
+            if done.returncode:
+                print(f"note: {name}: could not compile {where}: it imports from source")
+        elif not os.path.isdir(os.path.join(where, "__pycache__")):
+            print(f"note: {name}: no bytecode in {where} and it cannot be written: it imports from source")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size-mb", type=float, default=256)
@@ -312,6 +336,7 @@ def main() -> int:
     # have every run compile the sources again)
     subprocess.run([sys.executable, "-m", "compileall", "-q", str(REPO / "packaging"), str(REPO / "kpack")],
                    check=True, stdout=subprocess.DEVNULL)
+    _compile_libraries()
     me = [sys.executable, __file__]
     work = Path(tempfile.mkdtemp(prefix="bench-build-"))
     try:
