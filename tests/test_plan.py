@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from rocpkg import model as m
 from rocpkg.catalog import scan
 from rocpkg.cli import main
 from rocpkg.config import load_config
@@ -249,7 +250,7 @@ def test_early_device_specs_of_therock_match_its_plan(therock):
         assert spec == plan.by_name(spec.format)[spec.name]
 
 
-def _parts_against_plan(config, artifacts, enough=1, formats="deb,rpm", **options):
+def _parts_against_plan(config, artifacts, enough=1, formats="deb,rpm", hosts=False, **options):
     """rocpkg.cli_common.early_specs as `rocpkg build` takes it, and the plan made after."""
     import argparse
 
@@ -258,7 +259,7 @@ def _parts_against_plan(config, artifacts, enough=1, formats="deb,rpm", **option
     targets = ",".join(options.get("targets") or []) or None
     args = argparse.Namespace(artifacts=str(artifacts), targets=targets, pkg_version=options.get("version"),
                               release=None, formats=formats)
-    parts, walked = early_specs(args, config, enough)
+    parts, walked = early_specs(args, config, enough, hosts=hosts)
     parts = list(parts)
     return parts, walked(), make_plan(config, scan(artifacts, prior=walked()), **options)
 
@@ -305,6 +306,29 @@ def test_a_build_takes_one_target_a_part_until_each_worker_has_a_package(bundled
     from rocpkg.catalog import scan_device_dirs
 
     assert walked.dirs == scan_device_dirs(artifacts, config.settings["families"]).dirs
+
+
+@pytest.mark.parametrize("release", ["bundled", "therock"])
+def test_the_host_libraries_come_second_each_the_plans_spec(release, request):
+    """early_specs(hosts=True): after the first target's device packages, the generic dirs
+    are walked and the per-target definitions' host packages are the next part (a release's
+    biggest); every spec of every part is the whole plan's, and the walk is the whole one."""
+    from rocpkg.catalog import scan_device_dirs
+
+    cfg, artifacts, _ = request.getfixturevalue(release)
+    config = cfg if release == "bundled" else load_config(cfg)
+    options = {} if release == "bundled" else {"version": "7.1.0"}
+    parts, walked, plan = _parts_against_plan(config, artifacts, hosts=True, **options)
+    first, hosts, *rest = parts
+    assert first and {s.kind for s in first} == {m.KIND_DEVICE}
+    planned_hosts = {(s.format, s.name) for fmt in plan.packages for s in plan.packages[fmt] if s.kind == m.KIND_HOST}
+    assert hosts and {(s.format, s.name) for s in hosts} == planned_hosts
+    for spec in [s for part in parts for s in part]:
+        assert spec == plan.by_name(spec.format)[spec.name]
+    whole = scan(artifacts, config.settings["families"])
+    assert walked.walked_host_elfs() == {s for s, f in whole.facts.items() if f.elf == "host"}
+    assert scan(artifacts, prior=walked).dirs == whole.dirs
+    assert scan_device_dirs(artifacts, config.settings["families"]).dirs.keys() <= walked.dirs.keys()
 
 
 def test_a_build_of_named_targets_takes_the_first_named_ones_first(therock):

@@ -337,10 +337,11 @@ class _Named(NamedTuple):
     format: str
     name: str
     payload_size: int = 0
+    kind: str = "device"
 
 
 class _LoggedTask(NamedTuple):
-    """What build._Ahead needs of a task (its spec's format, name and size), logged as it starts."""
+    """What build._Ahead needs of a task (its spec's format, name, size and kind), logged as it starts."""
     kind: str
     number: int
     log: str
@@ -592,3 +593,55 @@ def test_rocpkg_build_writes_the_biggest_device_packages_ahead_and_only_what_is_
     summary = json.loads(again.stdout)
     assert summary["written_ahead"] == 0 and summary["totals"]["built"] == 0
     assert not (out / STAGING_DIR).exists()
+
+
+# -- host libraries written while the plan is made (rocpkg.plan.early_host_specs) ----------
+
+
+def _build_in_process(artifacts: Path, out: Path, *extra: str) -> int:
+    """`rocpkg build -j 2` as the command runs it, in this process (its workers forked
+    from here see this test's patches): early parts, host libraries ahead."""
+    from rocpkg.cli import main
+
+    return main(["build", "-a", str(artifacts), "-o", str(out), "--formats", "deb,rpm", "-j", "2", "-q", *extra])
+
+
+def test_the_host_libraries_are_written_ahead_and_their_elfs_searched_once(artifacts, tmp_path, monkeypatch):
+    """The host packages start with the first target's device packages (before the other
+    dirs are walked), each host ELF searched by the writer that packs it, never read again
+    for the search (found_in); the plan keeps every one of them as written."""
+    import json
+
+    from rocpkg import build, host_code
+
+    def read_again(*args):
+        raise AssertionError(f"{args[0]} was read again for its search")
+
+    started = []
+    original = build._Ahead.add
+
+    def add(self, tasks):
+        started.extend((t.spec.kind, t.spec.name, t.host_scan is not None) for t in tasks)
+        return original(self, tasks)
+
+    monkeypatch.setattr(host_code, "found_in", read_again)
+    monkeypatch.setattr(build._Ahead, "add", add)
+    out = tmp_path / "out"
+    assert _build_in_process(artifacts, out, "--json") == 0
+    hosts = [(name, scans) for kind, name, scans in started if kind == "host"]
+    # each host ELF is searched by one package: of a library's .deb and .rpm, the first
+    assert hosts and all(any(s for n, s in hosts if n == name) for name, _ in hosts)
+    first_host = next(i for i, (kind, _, _) in enumerate(started) if kind == "host")
+    assert all(kind == "device" for kind, _, _ in started[:first_host])     # the first target's come first
+    manifest = json.loads((out / "manifest.json").read_text())
+    published = {(p["format"], p["name"]) for p in manifest["packages"]}
+    assert {name for name, _ in hosts} <= {name for _, name in published}
+
+
+def test_device_code_in_a_host_library_written_ahead_refuses_the_build(artifacts, tmp_path, capsys):
+    library = str(carry_fat_binary(artifacts))
+    out = tmp_path / "out"
+    assert _build_in_process(artifacts, out) == 2
+    err = capsys.readouterr().err
+    assert "[device-code-in-host]" in err and library in err
+    assert not out.exists()

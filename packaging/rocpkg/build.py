@@ -356,7 +356,8 @@ def build_release(plan, out_dir: str | os.PathLike, *, formats: Iterable[str] | 
                   progress: Callable[[BuildProgress], None] | None = None, signer=None,
                   allow: Iterable[str] = (), config=None, only=None, deep_check: bool = False,
                   workers: Workers | None = None,
-                  early: Iterable[list[m.PackageSpec]] = ()) -> BuildResult:
+                  early: Iterable[list[m.PackageSpec]] = (),
+                  early_host_elfs: Callable[[], set[str]] | None = None) -> BuildResult:
     """Build the plan's packages of `formats` (default: all planned) into out_dir.
 
     jobs: worker processes (default: the cores this process may run on); shard: (I, N), 1-based, builds only
@@ -369,7 +370,9 @@ def build_release(plan, out_dir: str | os.PathLike, *, formats: Iterable[str] | 
     plan may be the function that makes it (with formats and workers given): `early`
     (parts of rocpkg.plan.early_device_specs, the biggest device packages, each part
     taken when the last is started: rocpkg.cli_common.early_specs) are then written while
-    it runs, and each is kept where the plan holds the same spec (_Ahead).
+    it runs, and each is kept where the plan holds the same spec (_Ahead). A host package
+    among them (rocpkg.plan.early_host_specs) searches the host ELFs of early_host_elfs()
+    (the dirs walked so far) as its writer reads them, as the plan's writers do.
     The checks of rocpkg.gate run over the plan while the packages are written into a
     staging area (rocpkg.outdir): a problem whose check is not in `allow` raises
     RocpkgInputError and the staged packages go (OUT as it was); allowed ones
@@ -422,8 +425,11 @@ def build_release(plan, out_dir: str | os.PathLike, *, formats: Iterable[str] | 
                                              key=lambda s: (-s.payload_size, s.format, s.name))
                         if ahead is None:
                             ahead = _Ahead(workers)
-                        ahead.add(_tasks(stale_ahead, options, signer, staging, None, workers.size, cores, build,
-                                         ahead=True))
+                        tasks = _tasks(stale_ahead, options, signer, staging, None, workers.size, cores, build,
+                                       ahead=True)
+                        if any(t.spec.kind == m.KIND_HOST for t in tasks):
+                            tasks = _host_scans_ahead(tasks, early_host_elfs() if early_host_elfs else set(), cores)
+                        ahead.add(tasks)
                     plan = make_plan()
                     chosen = _chosen(plan, formats, shard, only)
                 every = [s for fmt in formats for s in plan.packages[fmt]]
@@ -447,8 +453,9 @@ def build_release(plan, out_dir: str | os.PathLike, *, formats: Iterable[str] | 
                 result = BuildResult(out_dir, "", shard=shard)
                 tasks = _tasks(stale, options, signer, staging, result, jobs or cores, cores, build)
                 kept = ahead.kept(stale) if ahead is not None else set()
+                kept_scans = ahead.kept_scans(kept) if ahead is not None else {}
                 tasks, searching = _search_in_writers(plan, [t for t in tasks if (t.spec.format, t.spec.name)
-                                                             not in kept])
+                                                             not in kept], kept_scans)
                 if ahead is not None:
                     result.written_ahead = len(kept)
                     answers = ahead.answers(kept, _started_in_order(tasks, workers.size))
@@ -542,8 +549,11 @@ class _Ahead:
     def add(self, tasks: list[_Task]) -> None:
         """More packages to write ahead (a later part of the walk), in size order with
         those still waiting; one already started keeps its task (a second write of one
-        name would clash in the staging area): the plan decides whether it is kept."""
+        name would clash in the staging area): the plan decides whether it is kept. Once
+        the host libraries come (rocpkg.plan.early_host_specs), no worker is kept free."""
         with self.lock:
+            if any(t.spec.kind == m.KIND_HOST for t in tasks):
+                self.slots, self.free = self.workers.size, 0
             waiting = {(t.spec.format, t.spec.name): t for t in self.waiting}
             waiting.update(((t.spec.format, t.spec.name), t) for t in tasks
                            if (t.spec.format, t.spec.name) not in self.started)
@@ -579,6 +589,10 @@ class _Ahead:
             self.feeding = False
         wanted = {(s.format, s.name): s for s in stale}
         return {key for key, task in self.started.items() if wanted.get(key) == task.spec}
+
+    def kept_scans(self, kept: set[tuple[str, str]]) -> dict:
+        """(format, name) -> HostScan of the kept packages whose writers search host ELFs."""
+        return {key: self.started[key].host_scan for key in kept if self.started[key].host_scan is not None}
 
     def answers(self, kept: set[tuple[str, str]], tasks: list[_Task]):
         """The answers of the kept packages and of `tasks` (started now, not when the
@@ -621,24 +635,52 @@ def _tasks(stale: list[m.PackageSpec], options: m.BuildOptions, signer, staging:
                   staging.dir(spec.format, ahead=ahead), build) for spec, n in zip(stale, threads)]
 
 
-def _search_in_writers(plan, tasks: list[_Task]) -> tuple[list[_Task], int]:
+def _search_in_writers(plan, tasks: list[_Task], kept_scans: dict | None = None) -> tuple[list[_Task], int]:
     """Each host ELF the tasks write is searched for device code by the writer of the
     first task that packs it, as it reads the file anyway (rocpkg.host_code); the plan's
-    other host ELFs are searched by reading them. The tasks, and how many of them search."""
+    other host ELFs are searched by reading them. kept_scans: the host scans of packages
+    written ahead and kept ((format, name) -> HostScan): their writers search those files
+    (the same walk found them), no other task does. The tasks, and how many packages
+    search (the answers the build waits for)."""
     search = getattr(plan, "host_search", None)
     if search is None:
         return tasks, 0
-    streamed = search.hand_out({fe.source for t in tasks for fe in t.spec.files if fe.type == m.FILE})
+    kept_scans = kept_scans or {}
+    ahead = {source for scan in kept_scans.values() for source in scan.sources}
+    # (a file of `ahead` the search no longer hands out is also searched by reading: twice, never not)
+    streamed = search.hand_out({fe.source for t in tasks for fe in t.spec.files if fe.type == m.FILE} | ahead)
     owner: dict[str, int] = {}      # source -> the first task that packs it
     for index, task in enumerate(tasks):
         for fe in task.spec.files:
-            if fe.type == m.FILE and fe.source in streamed:
+            if fe.type == m.FILE and fe.source in streamed and fe.source not in ahead:
                 owner.setdefault(fe.source, index)
     owned: dict[int, set[str]] = {}
     for source, index in owner.items():
         owned.setdefault(index, set()).add(source)
     scans = {i: HostScan(frozenset(sources), search.embedded_objects) for i, sources in owned.items()}
-    return [dataclasses.replace(t, host_scan=scans[i]) if i in scans else t for i, t in enumerate(tasks)], len(scans)
+    searching = len(scans) + sum(1 for scan in kept_scans.values() if scan.sources)
+    return [dataclasses.replace(t, host_scan=scans[i]) if i in scans else t for i, t in enumerate(tasks)], searching
+
+
+def _host_scans_ahead(tasks: list[_Task], host_elfs: set[str], cores: int) -> list[_Task]:
+    """Host packages written ahead (rocpkg.plan.early_host_specs) search the host ELFs they
+    pack as they read them (HostScan, as _search_in_writers gives the plan's packages; the
+    build's search of host data sections looks for offload bundles only), each file by the
+    first package packing it. The host library is the longest single write of a release:
+    two threads where there are 4 cores or more, one for its digests (.deb) or zstd frames
+    (.rpm) beside."""
+    taken: set[str] = set()
+    out = []
+    for task in tasks:
+        if task.spec.kind != m.KIND_HOST:
+            out.append(task)
+            continue
+        mine = frozenset(fe.source for fe in task.spec.files
+                         if fe.type == m.FILE and fe.source in host_elfs and fe.source not in taken)
+        taken |= mine
+        options = dataclasses.replace(task.options, threads=max(task.options.threads, min(2, cores // 2)))
+        out.append(dataclasses.replace(task, options=options, host_scan=HostScan(mine) if mine else None))
+    return out
 
 
 class _HostVerdict:

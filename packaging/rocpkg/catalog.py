@@ -162,6 +162,11 @@ class Catalog:
         if problems:
             raise RocpkgInputError(*problems)
 
+    def walked_host_elfs(self) -> set[str]:
+        """The host ELFs of the dirs walked so far (scan_device_dirs, scan_generic_dirs):
+        the files scan() hands to the host search (rocpkg.host_code)."""
+        return {source for _, _, elfs in self.walked.values() for source in elfs}
+
     def facts_of(self, source: str) -> FileFacts:
         """The facts of one artifact file (empty facts for a path the catalog never saw)."""
         return self.facts.get(source) or FileFacts()
@@ -268,6 +273,21 @@ def scan(root: str | os.PathLike, families: dict[str, list[str]] | None = None, 
     if starmap_async is None and not writers:
         catalog.settle()
     return catalog
+
+
+def scan_generic_dirs(root: str | os.PathLike, families: dict[str, list[str]] | None = None, *,
+                      prior: Catalog | None = None) -> Catalog | None:
+    """The generic dirs (host code) with the dirs prior walked (a build's first target's):
+    all that the host packages of the per-target definitions come from
+    (rocpkg.plan.early_host_specs), so that a build starts the host libraries, a release's
+    biggest packages, before the other device dirs are walked. Each dir is kept as walked,
+    as scan_device_dirs keeps them. None when anything is wrong: the whole scan says what."""
+    try:
+        catalog, problems, _ = _index(root, families or kt.FAMILIES, select=lambda kind, suffix: kind == "generic",
+                                      prior=prior)
+    except RocpkgInputError:
+        return None
+    return None if problems else catalog
 
 
 def scan_device_dirs(root: str | os.PathLike, families: dict[str, list[str]] | None = None, *,

@@ -164,13 +164,17 @@ def _build(args, shard, workers) -> int:
     from rocpkg.releases import inputs_date
 
     config = load_config_of(args)
+    early_host_elfs = None
     if shard or args.pkg_names:     # the packages to write are known once the plan is whole
         plan = load_plan(args, config, embedded_objects=False, starmap_async=workers.starmap_async, writers=True)
         only, early, settings = selected_packages(args, plan), [], plan.settings
         _print_plan_notes(args, plan)
     else:                           # the biggest start while the plan is made (build_release)
         check_artifacts_dir(args.artifacts)
-        early, walked = early_specs(args, config, enough=workers.size)
+        early, walked = early_specs(args, config, enough=workers.size, hosts=True)
+
+        def early_host_elfs() -> set[str]:
+            return walked().walked_host_elfs() if walked() is not None else set()
         settings = release_settings(config, args.pkg_version, args.release)
 
         def plan() -> object:
@@ -186,7 +190,8 @@ def _build(args, shard, workers) -> int:
     try:
         result = b.build_release(plan, args.output, formats=formats(args), options=options, jobs=args.jobs,
                                  shard=shard, progress=display, signer=signer, allow=args.allow or (), only=only,
-                                 deep_check=args.deep_check, workers=workers, early=early)
+                                 deep_check=args.deep_check, workers=workers, early=early,
+                                 early_host_elfs=early_host_elfs)
     finally:
         display.close()
     summary = build_summary(result)

@@ -159,6 +159,32 @@ def early_device_specs(config: Config, catalog: Catalog, *, version: str | None 
     return [] if builder.problems else specs
 
 
+def early_host_specs(config: Config, catalog: Catalog, *, version: str | None = None,
+                     release: str | None = None, targets: list[str] | None = None,
+                     formats=FORMATS) -> list[m.PackageSpec]:
+    """The host packages of the per-target definitions (a release's biggest: the host
+    libraries), planned from scan_generic_dirs' catalog (the generic dirs and a first
+    target's): their files, names and relations come from the generic dirs, the config and
+    a definition's having device dirs at all. A build writes them while the rest of the
+    plan is made and keeps each only where the whole plan has the same spec (a definition
+    whose device dirs the first target lacks is not planned as per-target here: its
+    package is planned again). [] on any problem: the whole plan reports it."""
+    try:
+        settings = release_settings(config, version, release)
+        builder = _PlanBuilder(config, catalog, settings, targets or settings.get("targets"))
+    except RocpkgInputError:
+        return []
+    specs = []
+    for fmt in formats:
+        namer = _Namer(settings, builder.abi, fmt)
+        for d in builder.defs.values():
+            if builder.classes[d.name] == PER_TARGET:
+                specs.append(builder._host_spec(fmt, d, namer, builder._collect(d, None, d.name)))
+        if fmt == "deb":
+            builder._add_libc_dependency([s for s in specs if s.format == "deb"])
+    return [] if builder.problems else specs
+
+
 class _PlanBuilder:
     def __init__(self, config: Config, catalog: Catalog, settings: dict, targets: list[str] | None):
         self.config = config
@@ -460,10 +486,8 @@ class _PlanBuilder:
                 out.append(self._apply(spec, self._relations(fmt, d, namer, "files")))
                 spec.scripts = scripts
             elif cls == PER_TARGET:
-                host = self._spec(fmt, d, namer.host(d.name), m.KIND_HOST, files=files[(d.name, "")],
-                                  summary_note="host code",
-                                  long_note="This package holds the host code; the GPU kernels are in one package per target.")
-                out.append(self._apply(host, self._relations(fmt, d, namer, "host")))
+                host = self._host_spec(fmt, d, namer, files[(d.name, "")])
+                out.append(host)
                 out.extend(self._device_spec(fmt, d, namer, t, files[(d.name, t)]) for t in self.targets)
                 meta = self._spec(fmt, d, versioned, m.KIND_META, summary_note="all targets", arch_independent=True,
                                   long_note="Installs the host code and the kernels for every target of the release.")
@@ -516,6 +540,13 @@ class _PlanBuilder:
                     alias.provides.append(f"{namer.alias_provides(fam)} = {self._evr()}")
                 out.append(alias)
         return out
+
+    def _host_spec(self, fmt: str, d: Definition, namer: _Namer, files) -> m.PackageSpec:
+        """The host package of a per-target definition (also planned early, before the
+        other device dirs are walked: early_host_specs)."""
+        host = self._spec(fmt, d, namer.host(d.name), m.KIND_HOST, files=files, summary_note="host code",
+                          long_note="This package holds the host code; the GPU kernels are in one package per target.")
+        return self._apply(host, self._relations(fmt, d, namer, "host"))
 
     def _device_spec(self, fmt: str, d: Definition, namer: _Namer, target: str, files) -> m.PackageSpec:
         """The device package of a per-target definition for one target (also planned
