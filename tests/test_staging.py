@@ -214,14 +214,24 @@ def test_packages_written_before_the_host_search_is_in_are_reported_then_moved(a
                                   writers=True), formats=["deb"])
     seen = []
 
+    staged = []
+
     def progress(event):
         if event.last is not None:
             seen.append((event.done, (out / event.last.file).exists()))
+            # a package waiting for the verdict has its control file in the staging area, not in OUT
+            control = out / "control" / f"{event.last.name}.control"
+            waiting = out / STAGING_DIR / "deb" / f"{event.last.name}.metadata"
+            staged.append((control.exists(), waiting.exists()))
 
     result = build_release(plan, out, formats=["deb"], options=OPTIONS, jobs=1, progress=progress)
     assert [done for done, _ in seen] == list(range(1, len(result.packages) + 1))
     assert any(not moved for _, moved in seen), "no package waited for the host search"
     assert all((out / o.file).exists() for o in result.packages)
+    assert all(waiting != moved for (_, moved), (_, waiting) in zip(seen, staged))
+    for outcome in result.packages:     # each control file moved into place with its package
+        assert (out / "control" / f"{outcome.name}.control").read_text().startswith(f"Package: {outcome.name}\n")
+    assert not (out / STAGING_DIR).exists()
 
 
 def test_a_host_elf_its_writer_cannot_read_leaves_out_as_it_was(artifacts, tmp_path):

@@ -318,11 +318,31 @@ def _build_one(task: _Task) -> _Written | list[tuple[str, str]]:
     return _Written(outcome, built.metadata, state, built.path, built.host_code)
 
 
-def _record(out_dir: str, journal: StateJournal, written: _Written) -> None:
+def _record(out_dir: str, journal: StateJournal, written: _Written, staged_metadata: str | None = None) -> None:
     """The rendered metadata and the state of a package now in place (the state last: a
-    package counts as finished once its state is recorded)."""
-    _write_atomic(_control_path(out_dir, written.outcome), written.metadata.encode("utf-8"))
+    package counts as finished once its state is recorded). staged_metadata: the metadata
+    already written into the staging area (_stage_metadata), moved into place."""
+    final = _control_path(out_dir, written.outcome)
+    if staged_metadata is None:
+        _write_atomic(final, written.metadata.encode("utf-8"))
+    else:
+        try:
+            os.replace(staged_metadata, final)
+        except FileNotFoundError:
+            os.makedirs(os.path.dirname(final), exist_ok=True)
+            os.replace(staged_metadata, final)
     journal.record(written.outcome.format, written.outcome.name, written.state)
+
+
+def _stage_metadata(staging: Staging, written: _Written) -> str:
+    """Write a package's rendered metadata into the staging area while it waits for the
+    host search's verdict: the verdict often comes with the build's last package, and
+    the packages that waited for it (250-340 of 412 on 16 cores) were moved in 0.11 s, one
+    at a time, the workers idle; creating each control file was most of it. Moved into
+    place with the package (_record); gone with the staging area if the build is refused."""
+    path = os.path.join(staging.dir(written.outcome.format), f"{written.outcome.name}.metadata")
+    _write_atomic(path, written.metadata.encode("utf-8"))
+    return path
 
 
 # ---- the release -------------------------------------------------------------------
@@ -730,12 +750,15 @@ def _collect(out_dir: str, order: list[m.PackageSpec], recorded: list[PackageOut
         if progress is not None:
             progress(BuildProgress(len(outcomes), len(order), done_bytes, total_bytes, outcome))
 
+    staged_metadata: dict[tuple[str, str], str] = {}
+
     def move(written: _Written) -> None:
         nonlocal journal
         if journal is None:
             journal = open_journal()
         staging.commit(written.staged, os.path.join(out_dir, written.outcome.file))
-        _record(out_dir, journal, written)
+        key = written.outcome.format, written.outcome.name
+        _record(out_dir, journal, written, staged_metadata.pop(key, None))
 
     try:
         report(None)
@@ -748,6 +771,7 @@ def _collect(out_dir: str, order: list[m.PackageSpec], recorded: list[PackageOut
                     move(answer)
                 else:
                     waiting.append(answer)
+                    staged_metadata[(answer.outcome.format, answer.outcome.name)] = _stage_metadata(staging, answer)
                     if verdict.take(answer):
                         verdict = None
                         for written in waiting:
