@@ -666,6 +666,8 @@ def _search_in_writers(plan, tasks: list[_Task], kept_scans: dict | None = None)
     if search is None:
         return tasks, 0
     kept_scans = kept_scans or {}
+    if any(scan.embedded_objects != search.embedded_objects for scan in kept_scans.values()):
+        raise AssertionError("a package written ahead searched its host ELFs for other magics than the plan's search")
     ahead = {source for scan in kept_scans.values() for source in scan.sources}
     # (a file of `ahead` the search no longer hands out is also searched by reading: twice, never not)
     streamed = search.hand_out({fe.source for t in tasks for fe in t.spec.files if fe.type == m.FILE} | ahead)
