@@ -15,8 +15,10 @@ which takes the device dirs as walked, and make_plan),
 the checks a build must pass (rocpkg.gate: verify's plan checks, every packed kpack
 archive; the host ELFs are searched by the writers that read them, as in a build) and the
 fingerprints the workers record. Last, what a
-worker imports after the fork (jinja2 and python-debian's share of it: on the 16-core
-machine these, not the parent, kept the first write 0.1-0.15 s after the first package).
+worker imports after the fork (jinja2's share of it; python-debian's before the .deb writer
+stopped importing it: on the 16-core machine these kept the first write 0.1-0.15 s after
+the first package, jinja2 because that machine's copy had no bytecode and every worker
+compiled it; now the first write comes 0.10 s in, as the floor's).
 Run it in a fresh interpreter (imports are part of the figure):
 
     PYTHONPATH=packaging:. python3 benchmarks/bench_start.py ARTIFACTS [--config package.json] [-j N]
