@@ -282,12 +282,7 @@ def scan_generic_dirs(root: str | os.PathLike, families: dict[str, list[str]] | 
     (rocpkg.plan.early_host_specs), so that a build starts the host libraries, a release's
     biggest packages, before the other device dirs are walked. Each dir is kept as walked,
     as scan_device_dirs keeps them. None when anything is wrong: the whole scan says what."""
-    try:
-        catalog, problems, _ = _index(root, families or kt.FAMILIES, select=lambda kind, suffix: kind == "generic",
-                                      prior=prior)
-    except RocpkgInputError:
-        return None
-    return None if problems else catalog
+    return _scan_selected(root, families or kt.FAMILIES, lambda kind, suffix: kind == "generic", prior)
 
 
 def scan_device_dirs(root: str | os.PathLike, families: dict[str, list[str]] | None = None, *,
@@ -310,8 +305,14 @@ def scan_device_dirs(root: str | os.PathLike, families: dict[str, list[str]] | N
             return not targets.isdisjoint(families[suffix])
         return kt.bare_processor(suffix) in targets
 
+    return _scan_selected(root, families, wanted, prior)
+
+
+def _scan_selected(root, families: dict[str, list[str]], select, prior: Catalog | None) -> Catalog | None:
+    """The dirs select(kind, suffix) takes and those prior walked, each kept as walked;
+    None on any problem (the whole scan reports it)."""
     try:
-        catalog, problems, _ = _index(root, families, select=wanted, prior=prior)
+        catalog, problems, _ = _index(root, families, select=select, prior=prior)
     except RocpkgInputError:
         return None
     return None if problems else catalog

@@ -137,12 +137,10 @@ def early_device_specs(config: Config, catalog: Catalog, *, version: str | None 
     ones depend on archives found through host binaries, _link_archive_providers). A
     build writes them while the rest of the plan is made, and keeps each only where the
     whole plan has the same spec. [] on any problem: the whole plan reports it."""
-    try:
-        settings = release_settings(config, version, release)
-        builder = _PlanBuilder(config, catalog, settings, targets or settings.get("targets"))
-    except RocpkgInputError:
+    builder = _early_builder(config, catalog, version, release, targets)
+    if builder is None:
         return []
-    namers = {fmt: _Namer(settings, builder.abi, fmt) for fmt in formats}
+    namers = {fmt: _Namer(builder.settings, builder.abi, fmt) for fmt in formats}
     specs = []
     for d in builder.defs.values():
         if builder.classes[d.name] != PER_TARGET:
@@ -169,20 +167,28 @@ def early_host_specs(config: Config, catalog: Catalog, *, version: str | None = 
     plan is made and keeps each only where the whole plan has the same spec (a definition
     whose device dirs the first target lacks is not planned as per-target here: its
     package is planned again). [] on any problem: the whole plan reports it."""
+    builder = _early_builder(config, catalog, version, release, targets)
+    if builder is None:
+        return []
+    namers = {fmt: _Namer(builder.settings, builder.abi, fmt) for fmt in formats}
+    specs = []
+    for d in builder.defs.values():
+        if builder.classes[d.name] == PER_TARGET:
+            files = builder._collect(d, None, d.name)     # one list for both formats, as make_plan
+            specs.extend(builder._host_spec(fmt, d, namers[fmt], files) for fmt in formats)
+    builder._add_libc_dependency([s for s in specs if s.format == "deb"])
+    return [] if builder.problems else specs
+
+
+def _early_builder(config: Config, catalog: Catalog, version: str | None, release: str | None,
+                   targets: list[str] | None) -> "_PlanBuilder | None":
+    """The plan builder of an early part (early_device_specs, early_host_specs); None when
+    the release's settings or targets are wrong (the whole plan reports it)."""
     try:
         settings = release_settings(config, version, release)
-        builder = _PlanBuilder(config, catalog, settings, targets or settings.get("targets"))
+        return _PlanBuilder(config, catalog, settings, targets or settings.get("targets"))
     except RocpkgInputError:
-        return []
-    specs = []
-    for fmt in formats:
-        namer = _Namer(settings, builder.abi, fmt)
-        for d in builder.defs.values():
-            if builder.classes[d.name] == PER_TARGET:
-                specs.append(builder._host_spec(fmt, d, namer, builder._collect(d, None, d.name)))
-        if fmt == "deb":
-            builder._add_libc_dependency([s for s in specs if s.format == "deb"])
-    return [] if builder.problems else specs
+        return None
 
 
 class _PlanBuilder:
