@@ -42,8 +42,8 @@ def _took(self, answer):
     return done
 
 
-def _recorded(*args):
-    done = _RECORD(*args)
+def _recorded(*args, **kwargs):
+    done = _RECORD(*args, **kwargs)
     MOVES.append(time.time() - T0)
     return done
 

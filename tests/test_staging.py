@@ -221,7 +221,7 @@ def test_packages_written_before_the_host_search_is_in_are_reported_then_moved(a
             seen.append((event.done, (out / event.last.file).exists()))
             # a package waiting for the verdict has its control file in the staging area, not in OUT
             control = out / "control" / f"{event.last.name}.control"
-            waiting = out / STAGING_DIR / "deb" / f"{event.last.name}.metadata"
+            waiting = out / STAGING_DIR / "deb" / f"{Path(event.last.file).name}.metadata"
             staged.append((control.exists(), waiting.exists()))
 
     result = build_release(plan, out, formats=["deb"], options=OPTIONS, jobs=1, progress=progress)

@@ -298,12 +298,6 @@ def write_deb(spec: PackageSpec, out_dir: str, options: BuildOptions,
         return _compress_control(_control_tar(control_text, rendered.scripts, _md5sums(tree, digests, conffiles),
                                               conffiles, options.source_date_epoch), stored=has_sources)
 
-    if not has_sources:     # its md5sums are known now: compressed once, not again after data.tar
-        member = control_member({})
-
-        def control_member(digests: dict[str, str]) -> bytes:  # noqa: F811
-            return member
-
     path = os.path.join(out_dir, spec.filename)
     found: list = []
     with AtomicOutput(path, "w+b") as out:
@@ -342,7 +336,8 @@ def _write_ar(out: BinaryIO, spec: PackageSpec, control_member, tree: list[_Data
                               host_scan, found)
     compressor.close()
     data_size = out.tell() - data_at
-    control = control_member(digests)
+    # no source file, no md5 to fill in: the placeholder is the member (not compressed again)
+    control = control_member(digests) if digests else placeholder
     if len(control) != len(placeholder):
         raise AssertionError("control.tar.gz changed length when the md5sums were filled in")
     out.seek(control_at)

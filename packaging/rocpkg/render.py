@@ -195,7 +195,7 @@ _MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct",
 
 def changelog_date(source_date_epoch: int) -> str:
     """RFC 2822 date in UTC, as Debian changelogs want it: email.utils.format_datetime's
-    text (tests/test_render.py holds it to that), spelled here because importing
+    text (tests/test_deb.py holds it to that), spelled here because importing
     email.utils cost a build's every worker 13 ms before its first write."""
     at = datetime.fromtimestamp(source_date_epoch, tz=timezone.utc)
     return (f"{_WEEKDAYS[at.weekday()]}, {at.day:02d} {_MONTHS[at.month - 1]} {at.year:04d} "
