@@ -11,8 +11,10 @@ import re
 
 from rocpkg import model as m
 
-_FROM_IMPORT = re.compile(rb"^[ \t]*from[ \t]+(rocpkg(?:\.\w+)*)[ \t]+import[ \t]+(\([^)]*\)|[^\n]*)", re.M)
-_IMPORT = re.compile(rb"^[ \t]*import[ \t]+([^\n]*)", re.M)
+# anchored at a newline (the source is searched with one put before it), not at ^ with
+# re.M: a pattern that starts with a character is searched for it, 4-5x faster
+_FROM_IMPORT = re.compile(rb"\n[ \t]*from[ \t]+(rocpkg(?:\.\w+)*)[ \t]+import[ \t]+(\([^)]*\)|[^\n]*)")
+_IMPORT = re.compile(rb"\n[ \t]*import[ \t]+([^\n]*)")
 
 
 def _rocpkg_imports(source: bytes) -> list[str]:
@@ -20,6 +22,7 @@ def _rocpkg_imports(source: bytes) -> list[str]:
     A regular expression, not ast.parse: it runs before every build, and parsing the
     writers' modules took a third of a second."""
     found = []
+    source = b"\n" + source
     for module, names in _FROM_IMPORT.findall(source):
         module = module.decode()
         found.append(module)
@@ -35,41 +38,57 @@ def _rocpkg_imports(source: bytes) -> list[str]:
 
 def code_fingerprint() -> str:
     """sha256 over the code and templates that decide a package's bytes: upgrading
-    rocpkg or editing a template rebuilds what it changes."""
-    from pathlib import Path     # here, not at the top: the build's parent imports this
-                                 # module before its first write and needs it not
+    rocpkg or editing a template rebuilds what it changes. Every writing process takes it
+    once per build: each module name is looked up once and each file read once (it took
+    16-24 ms, 240 pathlib lookups for 22 files; now a few)."""
     from rocpkg import bundled_dir
 
     digest = hashlib.sha256()
-    here = Path(__file__).resolve().parent
-    # Every module the writers import, found by reading imports (never a list of file
-    # names, so a new or split module can't drop out); a package counts with all its files.
-    files: set[Path] = set()
-    todo = ["rocpkg.deb", "rocpkg.rpm", "rocpkg.sign"]
-    while todo:
-        parts = todo.pop().split(".")[1:]
-        if not parts:
-            continue
-        package = here.joinpath(*parts)
-        found = sorted(package.glob("*.py")) if package.is_dir() else [package.with_suffix(".py")]
-        for path in (p for p in found if p.is_file() and p not in files):
-            files.add(path)
-            todo += _rocpkg_imports(path.read_bytes())
-    for path in sorted(files):
-        name = path.relative_to(here).as_posix()
-        digest.update(name.encode() + b"\0" + path.read_bytes())
-    root = Path(bundled_dir("rocpkg.templates"))
+    for name, source in sorted(writer_sources().items(), key=lambda item: item[0].split("/")):
+        digest.update(name.encode() + b"\0" + source)
 
-    def walk(node, prefix=""):
-        for child in sorted(node.iterdir(), key=lambda c: c.name):
+    def walk(node: str, prefix: str = "") -> None:
+        with os.scandir(node) as entries:
+            children = sorted(entries, key=lambda entry: entry.name)
+        for child in children:
             rel = f"{prefix}/{child.name}"
             if child.is_dir():
-                walk(child, rel)
+                walk(child.path, rel)
             elif child.name.endswith(".j2"):
-                digest.update(rel.encode() + b"\0" + child.read_bytes())
+                with open(child.path, "rb") as fh:
+                    digest.update(rel.encode() + b"\0" + fh.read())
 
-    walk(root)
+    walk(bundled_dir("rocpkg.templates"))
     return digest.hexdigest()
+
+
+def writer_sources() -> dict[str, bytes]:
+    """The source of every module the writers import, by its path under rocpkg's
+    directory: found by reading imports (never a list of file names, so that a new or
+    split module can't drop out); a package counts with all its files."""
+    here = os.path.dirname(os.path.realpath(__file__))
+    sources: dict[str, bytes] = {}
+    seen: set[str] = set()
+    todo = ["rocpkg.deb", "rocpkg.rpm", "rocpkg.sign"]
+    while todo:
+        module = todo.pop()
+        parts = module.split(".")[1:]
+        if module in seen or not parts:
+            continue
+        seen.add(module)
+        base = os.path.join(here, *parts)
+        if os.path.isdir(base):
+            found = sorted(os.path.join(base, name) for name in os.listdir(base) if name.endswith(".py"))
+        else:
+            found = [base + ".py"]
+        for path in found:
+            name = path[len(here) + 1:].replace(os.sep, "/")
+            if name in sources or not os.path.isfile(path):
+                continue
+            with open(path, "rb") as fh:
+                sources[name] = fh.read()
+            todo += _rocpkg_imports(sources[name])
+    return sources
 
 
 def _options_key(options: m.BuildOptions) -> dict:
