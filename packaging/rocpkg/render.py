@@ -166,9 +166,15 @@ def deb_description(spec: PackageSpec) -> str:
     """The Description field value: synopsis, then the long text folded as Debian policy
     wants (paragraphs wrapped at 79 columns, each line starting with a space, blank lines
     between paragraphs written as ' .')."""
-    synopsis = deb_synopsis(spec.summary or spec.name)
-    paragraphs = [p for p in re.split(r"\n\s*\n", spec.description.strip()) if p.strip()]
-    lines = [synopsis]
+    return _folded_description(spec.summary or spec.name, spec.description)
+
+
+@functools.lru_cache(maxsize=512)
+def _folded_description(summary: str, description: str) -> str:
+    """deb_description's text, once per summary and description: a definition's packages
+    for every target share them, and textwrap took a fifth of a small .deb's rendering."""
+    paragraphs = [p for p in re.split(r"\n\s*\n", description.strip()) if p.strip()]
+    lines = [deb_synopsis(summary)]
     for index, paragraph in enumerate(paragraphs):
         if index:
             lines.append(" .")
