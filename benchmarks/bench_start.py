@@ -67,6 +67,7 @@ def main() -> int:
     from rocpkg import build, gate
     from rocpkg.cli_common import early_specs, load_config_of, load_plan
     from rocpkg.compression import usable_cores
+    from rocpkg.fingerprint import code_fingerprint
     from rocpkg.model import BuildOptions
     from rocpkg.workers import Workers
 
@@ -125,7 +126,7 @@ def main() -> int:
         else:
             worker_ready = min(pending.get()) - STARTED
         t = time.perf_counter()
-        code = build._code_fingerprint()
+        code = code_fingerprint()
         options = BuildOptions(source_date_epoch=build.EPOCH_BASE)
         for spec in stale:
             build.package_fingerprint(spec, options, code)

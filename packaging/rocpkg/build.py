@@ -58,12 +58,15 @@ from rocpkg import releases
 from rocpkg.errors import RocpkgInputError
 from rocpkg.state import StateJournal, read_states, rewrite_states
 from rocpkg.schedule import assign_shards, parse_shard, shard_weight, start_order, zstd_threads  # noqa: F401 (API)
-from rocpkg.fingerprint import code_fingerprint as _code_fingerprint
-from rocpkg.fingerprint import package_fingerprint, source_identities
+from rocpkg.fingerprint import package_fingerprint
 from rocpkg.host_code import HostScan
-from rocpkg.streams import AtomicOutput, hash_file
+from rocpkg.streams import AtomicOutput
 from rocpkg.outdir import LOCK_FILE, MANIFEST_PARTS, OutLock, Staging  # noqa: F401 (API)
 from rocpkg.workers import Workers, as_finished
+# one package, in a worker (rocpkg.packing): the names this module has always used
+from rocpkg.packing import PackageOutcome  # noqa: F401 (API)
+from rocpkg.packing import Task as _Task, Written as _Written, build_one as _build_one
+from rocpkg.packing import code_fingerprint_of as _code_fingerprint_of, outcome as _outcome, package_dir as _package_dir
 
 MANIFEST_SCHEMA = "rocpkg-manifest/1"
 # Default SOURCE_DATE_EPOCH: 2024-01-01T00:00:00Z plus one minute per version step.
@@ -73,32 +76,6 @@ _SUITE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 
 # ---- results ----------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class PackageOutcome:
-    """One package of the build: its manifest entry plus how it was obtained."""
-
-    format: str
-    name: str
-    version: str
-    release: str
-    arch: str
-    kind: str
-    target: str
-    family: str
-    file: str                   # relative to OUT
-    size: int
-    sha256: str
-    depends: tuple[str, ...]
-    payload: int                # planned payload bytes (bytes in)
-    rebuilt: bool               # False: up to date, not rewritten
-    seconds: float = 0.0
-
-    def manifest_entry(self) -> dict:
-        return {"name": self.name, "format": self.format, "version": self.version, "release": self.release,
-                "arch": self.arch, "kind": self.kind, "target": self.target, "family": self.family,
-                "file": self.file, "size": self.size, "sha256": self.sha256, "depends": list(self.depends)}
 
 
 @dataclass(frozen=True)
@@ -196,12 +173,6 @@ def source_date_epoch(settings: dict, environ=None, default: int | None = None) 
 # ---- fingerprints and state --------------------------------------------------------
 
 
-def _package_dir(out_dir: str, spec: m.PackageSpec) -> str:
-    if spec.format == "deb":
-        return os.path.join(out_dir, "deb", "pool", "main")
-    return os.path.join(out_dir, "rpm", spec.arch)
-
-
 def _control_path(out_dir: str, spec: m.PackageSpec | PackageOutcome) -> str:
     return os.path.join(out_dir, "control", f"{spec.name}.{'control' if spec.format == 'deb' else 'spec'}")
 
@@ -209,13 +180,6 @@ def _control_path(out_dir: str, spec: m.PackageSpec | PackageOutcome) -> str:
 def _recorded_states(out_dir: str, formats) -> dict[str, dict[str, dict]]:
     """Per format, name -> the state OUT recorded for it (rocpkg.state): one read each."""
     return {fmt: read_states(out_dir, fmt) for fmt in formats}
-
-
-def _outcome(spec: m.PackageSpec, out_dir: str, size: int, sha256: str, rebuilt: bool,
-             seconds: float = 0.0) -> PackageOutcome:
-    rel = os.path.join(_package_dir("", spec), spec.filename)
-    return PackageOutcome(spec.format, spec.name, spec.version, spec.release, spec.arch, spec.kind, spec.target,
-                          spec.family, rel, size, sha256, tuple(spec.depends), spec.payload_size, rebuilt, seconds)
 
 
 def _up_to_date(spec: m.PackageSpec, out_dir: str, fingerprint_of,
@@ -235,87 +199,12 @@ def _up_to_date(spec: m.PackageSpec, out_dir: str, fingerprint_of,
     if (state.get("fingerprint") != fingerprint_of(spec) or state.get("size") != st.st_size
             or state.get("mtime_ns") != st.st_mtime_ns or state.get("ino") != st.st_ino):
         return None
-    return _outcome(spec, out_dir, state["size"], state["sha256"], rebuilt=False)
-
-
-# ---- one package (runs in a worker process) ----------------------------------------
-
-
-@dataclass(frozen=True)
-class _Task:
-    spec: m.PackageSpec
-    out_dir: str
-    options: m.BuildOptions
-    signer: object = None       # rocpkg.sign.Signer: RPM header signatures
-    staging: str = ""           # where the package waits for the build's checks (rocpkg.outdir)
-    build: str = ""             # this build's id: each writing process takes the code's fingerprint once per build
-    host_scan: object = None    # rocpkg.host_code.HostScan: the host ELFs its writer searches
-
-
-_CODE_FINGERPRINT: dict[str, str] = {}
-
-
-def _code_fingerprint_of(build: str) -> str:
-    """rocpkg's code fingerprint, taken once per build in each process that writes, after
-    its first package (reading the writers' sources takes 10-15 ms: never before a write)."""
-    if build not in _CODE_FINGERPRINT:
-        _CODE_FINGERPRINT.clear()
-        _CODE_FINGERPRINT[build] = _code_fingerprint()
-    return _CODE_FINGERPRINT[build]
+    return _outcome(spec, state["size"], state["sha256"], rebuilt=False)
 
 
 def _write_atomic(path: str, data: bytes) -> None:
     with AtomicOutput(path) as fh:
         fh.write(data)
-
-
-@dataclass(frozen=True)
-class _Written:
-    """A package a worker wrote into the staging area, with what the parent records of it."""
-
-    outcome: PackageOutcome
-    metadata: str       # the rendered control file / spec
-    state: dict         # what _up_to_date compares on the next build
-    staged: str         # where it waits until the build's checks have passed
-    host_code: tuple = ()   # BuiltPackage.host_code: what its writer found in the host ELFs it searched
-
-
-def _build_one(task: _Task) -> _Written | list[tuple[str, str]]:
-    """Write one package into the staging area, with the state its next build compares.
-    Its fingerprint is taken here, in parallel (the parent spent 5% of its time on them),
-    from its sources' identities stat'ed before the write: a source changed while it was
-    read no longer matches, so the next build writes the package again. Bad input comes
-    back as a problem list (exceptions lose their structure crossing processes). The
-    parent moves it into place and writes its rendered metadata and its state (_record):
-    sixteen workers creating small files at once spent more CPU in the kernel's file
-    system locks than on them."""
-    spec, out_dir = task.spec, task.out_dir
-    started = time.perf_counter()
-    sources = source_identities(spec)
-    try:
-        if spec.format == "deb":
-            from rocpkg.deb import write_deb
-
-            built = write_deb(spec, task.staging, task.options, task.host_scan)
-        else:
-            from rocpkg.rpm import write_rpm
-
-            built = write_rpm(spec, task.staging, task.options, task.host_scan)
-            if task.signer is not None:
-                from rocpkg.sign import sign_rpm_header
-
-                if sign_rpm_header(built.path, task.signer):
-                    whole = hash_file(built.path)
-                    built = dataclasses.replace(built, size=whole.count, sha256=whole.hexdigest())
-        st = os.stat(built.path)    # a rename keeps the inode and the mtime
-    except RocpkgInputError as exc:
-        return exc.problems
-    outcome = _outcome(spec, out_dir, built.size, built.sha256, rebuilt=True, seconds=time.perf_counter() - started)
-    signer_id = task.signer.fingerprint if task.signer is not None else ""
-    fingerprint = package_fingerprint(spec, task.options, _code_fingerprint_of(task.build), signer_id, sources)
-    state = {"fingerprint": fingerprint, "file": outcome.file, "size": built.size, "sha256": built.sha256,
-             "mtime_ns": st.st_mtime_ns, "ino": st.st_ino}
-    return _Written(outcome, built.metadata, state, built.path, built.host_code)
 
 
 def _record(out_dir: str, journal: StateJournal, written: _Written, metadata_in_place: bool = False) -> None:
@@ -463,7 +352,7 @@ def build_release(plan, out_dir: str | os.PathLike, *, formats: Iterable[str] | 
                         stale.append(spec)
                 # published bytes never change under one name-version-release (rocpkg.releases)
                 planned = [releases.Planned(s.format, s.name, s.version, s.release, s.arch,
-                                            _outcome(s, out_dir, 0, "", True).file) for s in stale]
+                                            _outcome(s, 0, "", True).file) for s in stale]
                 conflicts = releases.conflicting_rebuilds(out_dir, planned)
                 if conflicts:
                     stale = []
