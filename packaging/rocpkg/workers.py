@@ -179,7 +179,7 @@ def _start_worker(writers_loaded: bool, formats=WRITERS) -> None:
     compression.keep_frame_buffers()
     if not writers_loaded:
         from kpack import check, placement  # noqa: F401
-        from rocpkg import gate, host_code, packing  # noqa: F401  (the checks and the tasks they run)
+        from rocpkg import host_code, packing  # noqa: F401  (the host search, the tasks)
 
         for fmt in formats:
             importlib.import_module(WRITERS[fmt])
