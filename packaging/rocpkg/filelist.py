@@ -115,7 +115,9 @@ def _parent_problems(owner: str, entries: dict[str, FileEntry]) -> list[tuple[st
 
 def with_parents(owner: str, files: Iterable[FileEntry]) -> list[FileEntry]:
     """The entries plus every missing ancestor (a 0755 root directory, "/" and
-    UNLISTED_BASE_DIRS excluded), sorted bytewise: what dpkg needs, parents first."""
+    UNLISTED_BASE_DIRS excluded), sorted bytewise: what dpkg needs, parents first.
+    files: entries whose paths checked_files passed (normalised, absolute) and generated
+    ones of the same kind."""
     entries = {e.path: e for e in files}
     problems = _parent_problems(owner, entries)
     if problems:
