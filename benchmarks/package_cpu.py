@@ -14,6 +14,7 @@ import argparse
 import json
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -147,10 +148,10 @@ def main() -> int:
                 out = os.path.join(scratch, "out")
                 rocpkg = _run(["rocpkg", "build", "-a", args.artifacts, "-o", out, "--formats", fmt, "-j",
                                str(args.jobs), "-q"], os.path.join(scratch, "log"))
-                subprocess.run(["rm", "-rf", out], check=True)
+                shutil.rmtree(out, ignore_errors=True)
                 os.makedirs(out)
                 floor = _run(["floor", fmt, str(args.jobs), plan_json, out], os.path.join(scratch, "log"))
-                subprocess.run(["rm", "-rf", out], check=True)
+                shutil.rmtree(out, ignore_errors=True)
                 print(f"round {round_ + 1}: rocpkg / floor {fmt}-full = {rocpkg['wall'] / floor['wall']:.2f}x")
                 print("\n".join(report(fmt, rocpkg, floor)), flush=True)
     return 0
