@@ -1,9 +1,10 @@
 """How a GPU finds its kernels: rocm-kpack's runtime loader (`kpack_load_code_object`,
-runtime/src/loader.cpp), restated. This module holds that algorithm and nothing else;
-every rocpkg check that asks "which archive would this GPU load?" asks it here.
+rocm-systems shared/kpack/runtime/src/loader.cpp), restated. This module holds that
+algorithm and nothing else; every rocpkg check that asks "where would this GPU load this
+kernel from?" asks it here.
 
 Given a host binary's marker (`kernel_name`, `kpack_search_paths`), the binary's path,
-the device's ISA name and a code-object index N:
+the device's arch list and a code-object index N:
 
 1. Compatible targets (isa_target_match.h): strip `amdgcn-amd-amdhsa--`, split the rest
    at `:` into the processor and its features *in the order written*, and list the power
@@ -13,16 +14,28 @@ the device's ISA name and a code-object index N:
 2. Search paths, in marker order: a relative path is joined to the binary's directory and
    normalised (std::filesystem::weakly_canonical: symlinks of the existing part resolved,
    `.`/`..` folded), an absolute one is used as written; then the first `@GFXARCH@` is
-   replaced by each compatible target in turn (path-major order); a path without it is
-   used once.
+   replaced by each compatible target of each arch-list entry in turn (path-major order);
+   a path without it is used once.
 3. Open every path that is an existing regular file, in that order; an archive that does
    not open (corrupt, unreadable) is skipped silently; two paths naming one file (same
    canonical path) are one archive. None open: ARCHIVE_NOT_FOUND.
-4. Target-first: for each compatible target in order, the first opened archive whose
-   `gfx_arches` lists exactly that string is chosen. None for any target: ARCH_NOT_FOUND.
-5. `kernel_name#N` is fetched from the chosen archive for the chosen target; if the TOC
-   has no such entry the load fails with KERNEL_NOT_FOUND. No other archive or target is
-   tried.
+4. Candidates, per arch-list entry: for each compatible target of that entry, most
+   specific first, every opened archive whose `gfx_arches` lists exactly that string, in
+   search-path order. An xnack-variant archive can so be a small overlay over the bare
+   target's archive: both are candidates, the overlay first.
+5. Fall-through: `kernel_name#N` comes from the first candidate whose TOC holds it (for
+   the target it matched). When no candidate of an entry holds it, the next arch-list
+   entry is tried. Result: the kernel; else KERNEL_NOT_FOUND when some candidate matched
+   and none held it; else ARCH_NOT_FOUND.
+
+The arch list: HIP's runtime (CLR) passes the agent's ISA name as ROCr reports it
+(`amdgcn-amd-amdhsa--gfx90a:sramecc+:xnack-`), one entry per call on every current GPU;
+the loop over further entries is modelled all the same.
+
+STRICT mode is the runtime before the fall-through (rocm-kpack before August 2026): the
+first candidate is the only one; a kernel it lacks is KERNEL_NOT_FOUND, whatever a less
+specific archive holds. A release whose own runtime predates the fall-through is checked
+in this mode (the `kpack_lookup: strict` setting).
 
 Not modelled: the ROCM_KPACK_PATH / ROCM_KPACK_PATH_PREFIX / ROCM_KPACK_DISABLE
 environment overrides (they replace the marker's paths; packaging never sets them) and
@@ -34,7 +47,7 @@ import functools
 import os
 import posixpath
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Mapping
+from typing import Callable, Iterable, Mapping, Sequence
 
 from kpack.errors import KpackFormatError
 from kpack.marker import GFXARCH, Marker
@@ -46,6 +59,10 @@ NO_TARGET = "no-target"                # KPACK_ERROR_ARCH_NOT_FOUND
 KERNEL_NOT_FOUND = "kernel-not-found"  # KPACK_ERROR_KERNEL_NOT_FOUND
 # The runtime's error code for each status (kpack_types.h), for comparing with it.
 RUNTIME_CODES = {FOUND: 0, KERNEL_NOT_FOUND: 5, NO_ARCHIVE: 13, NO_TARGET: 14}
+
+FALLTHROUGH = "fallthrough"   # the runtime ROCm ships: every candidate, in order
+STRICT = "strict"             # the runtime before the fall-through: the first candidate only
+LOOKUP_MODES = (FALLTHROUGH, STRICT)
 
 
 @dataclass(frozen=True)
@@ -70,18 +87,29 @@ class ArchiveIndex:
 Opener = Callable[[str], "ArchiveIndex | None"]
 
 
+def _arch_list(isa: str | Sequence[str]) -> tuple[str, ...]:
+    return (isa,) if isinstance(isa, str) else tuple(isa)
+
+
+def _device(isas: Sequence[str]) -> str:
+    return " / ".join(strip_isa_prefix(i) for i in isas)
+
+
 @dataclass
 class LoaderResult:
-    """The runtime's answer for one (binary, ISA, co_index) lookup."""
+    """The runtime's answer for one (binary, arch list, co_index) lookup. `archive` and
+    `target` name where the kernel loads from (FOUND) or the most specific candidate
+    (KERNEL_NOT_FOUND); `tried` lists the candidates asked for the kernel, in order."""
 
     status: str
     isa: str
     key: str
-    archive: str | None = None        # the archive chosen (FOUND or KERNEL_NOT_FOUND)
-    target: str | None = None         # the compatible target it was chosen for
+    archive: str | None = None
+    target: str | None = None
     searched: list[str] = field(default_factory=list)   # every expanded path, in order
     opened: list[str] = field(default_factory=list)     # the archives that opened
     skipped: list[tuple[str, str]] = field(default_factory=list)  # (path, why it did not open)
+    tried: list[tuple[str, str]] = field(default_factory=list)    # (archive, target) asked, in order
 
     @property
     def found(self) -> bool:
@@ -95,17 +123,29 @@ class LoaderResult:
         """One line: what the runtime does on this GPU."""
         device = strip_isa_prefix(self.isa)
         if self.status == FOUND:
-            return (f"on {device} the runtime opens {self.archive} and loads {self.key} "
-                    f"for {self.target}")
+            passed = self.tried[:-1]
+            if not passed:
+                return (f"on {device} the runtime opens {self.archive} and loads {self.key} "
+                        f"for {self.target}")
+            return (f"on {device} the runtime finds no {self.key} in {describe_candidates(passed)}, "
+                    f"then loads it from {self.archive} for {self.target}")
         if self.status == KERNEL_NOT_FOUND:
-            return (f"on {device} the runtime opens {self.archive} and finds no kernel {self.key} "
-                    f"for {self.target}")
+            if len(self.tried) == 1:
+                return (f"on {device} the runtime opens {self.archive} and finds no kernel {self.key} "
+                        f"for {self.target}")
+            return (f"on {device} the runtime tries {describe_candidates(self.tried)} and none holds "
+                    f"{self.key}: KERNEL_NOT_FOUND")
         skipped = "".join(f"; {path} does not open ({why})" for path, why in self.skipped)
         if self.status == NO_TARGET:
             return (f"on {device} the runtime opens {', '.join(self.opened)} but none lists "
                     f"{' or '.join(compatible_targets(self.isa))}, so {self.key} does not load{skipped}")
         return (f"on {device} the runtime finds no kpack archive for {self.key} "
                 f"(looked for {', '.join(self.searched) or 'nothing'}){skipped}")
+
+
+def describe_candidates(candidates: Iterable[tuple[str, str]]) -> str:
+    """`a.kpack (for gfx90a:xnack-), then b.kpack (for gfx90a)`: candidates in order."""
+    return ", then ".join(f"{path} (for {target})" for path, target in candidates)
 
 
 def compatible_targets(isa: str) -> list[str]:
@@ -117,8 +157,7 @@ def compatible_targets(isa: str) -> list[str]:
 
 @functools.lru_cache(maxsize=1024)
 def _compatible_targets(isa: str) -> tuple[str, ...]:
-    """compatible_targets, once per ISA: a release's checks ask it about 6,000 times for a
-    few dozen ISAs (an exception, a non-target, is not cached: it is raised each time)."""
+    """compatible_targets, once per ISA (an exception, a non-target, is raised each time)."""
     parse_target(isa)  # validate: the runtime would expand any text, we refuse non-targets
     processor, features = split_target(isa)
     return tuple(feature_subsets(processor, features))
@@ -143,13 +182,13 @@ def weakly_canonical(path: str) -> str:
     return os.path.normpath(path)
 
 
-def search_order(marker: Marker, binary_path: str, isa: str,
+def search_order(marker: Marker, binary_path: str, isa: str | Sequence[str],
                  resolve: Callable[[str], str] = lexical_resolve) -> list[str]:
-    """The archive paths the runtime expands for `binary_path` on `isa`, in its order
-    (module docstring, step 2); repeats dropped (they cannot change the outcome).
-    `resolve` normalises a joined relative path: lexical for a package set, the
-    filesystem's weakly_canonical for an installed tree."""
-    targets = compatible_targets(isa)
+    """The archive paths the runtime expands for `binary_path` on an arch list (or one
+    ISA), in its order (module docstring, step 2); repeats dropped (they cannot change
+    the outcome). `resolve` normalises a joined relative path: lexical for a package set,
+    the filesystem's weakly_canonical for an installed tree."""
+    targets = [t for entry in _arch_list(isa) for t in compatible_targets(entry)]
     base = posixpath.dirname(binary_path)
     paths: list[str] = []
     for search_path in marker.kpack_search_paths:
@@ -160,41 +199,80 @@ def search_order(marker: Marker, binary_path: str, isa: str,
     return paths
 
 
-def find_kernel(marker: Marker, binary_path: str, isa: str, co_index: int,
-                open_archive: Opener, *, resolve: Callable[[str], str] | None = None) -> LoaderResult:
-    """Which archive and target the runtime loads `kernel_name#co_index` from (module
-    docstring, steps 3-5). `open_archive(path)` answers for one path: an ArchiveIndex, None
+@dataclass
+class Candidates:
+    """What the runtime has in hand for one binary on one device before it asks for a
+    kernel (module docstring, steps 2-4): the paths it expanded, the archives that
+    opened, and the candidates per arch-list entry. Every co_index of the binary is
+    looked up against the same candidates: `find(key)`."""
+
+    isas: tuple[str, ...]
+    searched: list[str]
+    opened: list[tuple[str, ArchiveIndex]] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    per_entry: list[list[tuple[str, str, ArchiveIndex]]] = field(default_factory=list)
+
+    @property
+    def ordered(self) -> list[tuple[str, str]]:
+        """Every (archive, target) candidate, in the order the runtime asks them."""
+        return [(path, target) for entry in self.per_entry for path, target, _ in entry]
+
+    def find(self, key: str, mode: str = FALLTHROUGH) -> LoaderResult:
+        """Where `key` loads from (step 5); in STRICT mode the first candidate only."""
+        result = LoaderResult(NO_ARCHIVE, self.isas[0], key, searched=list(self.searched),
+                              opened=[path for path, _ in self.opened], skipped=list(self.skipped))
+        if not self.opened:
+            return result
+        result.status = NO_TARGET
+        for entry in self.per_entry:
+            for path, target, index in (entry[:1] if mode == STRICT else entry):
+                if result.archive is None:
+                    result.archive, result.target = path, target
+                result.tried.append((path, target))
+                if index.has_kernel(key, target):
+                    result.status, result.archive, result.target = FOUND, path, target
+                    return result
+                result.status = KERNEL_NOT_FOUND
+            if mode == STRICT and entry:
+                return result
+        return result
+
+
+def find_candidates(marker: Marker, binary_path: str, isa: str | Sequence[str], open_archive: Opener,
+                    *, resolve: Callable[[str], str] | None = None) -> Candidates:
+    """The runtime's candidates for `binary_path` on a device whose arch list is `isa` (one
+    ISA name or several). `open_archive(path)` answers for one path: an ArchiveIndex, None
     when no regular file is there, or raises KpackFormatError/OSError when it does not open
     (the runtime skips such an archive). `resolve` defaults to the opener's own `resolve`
     attribute, else lexical."""
     resolve = resolve or getattr(open_archive, "resolve", lexical_resolve)
-    key = f"{marker.kernel_name}#{co_index}"
-    result = LoaderResult(NO_ARCHIVE, isa, key, searched=search_order(marker, binary_path, isa, resolve))
-    archives: list[tuple[str, ArchiveIndex]] = []
+    isas = _arch_list(isa)
+    found = Candidates(isas, search_order(marker, binary_path, isas, resolve))
     identities: set[str] = set()
-    for path in result.searched:
+    for path in found.searched:
         try:
             index = open_archive(path)
         except (KpackFormatError, OSError) as exc:
-            result.skipped.append((path, " ".join(str(exc).split())))
+            found.skipped.append((path, " ".join(str(exc).split())))
             continue
         if index is None or (index.identity or path) in identities:
             continue
         identities.add(index.identity or path)
-        archives.append((path, index))
-        result.opened.append(path)
-    if not archives:
-        return result
-    result.status = NO_TARGET
-    for target in compatible_targets(isa):
-        chosen = next((path for path, index in archives if target in index.gfx_arches), None)
-        if chosen is None:
-            continue
-        index = dict(archives)[chosen]
-        result.archive, result.target = chosen, target
-        result.status = FOUND if index.has_kernel(key, target) else KERNEL_NOT_FOUND
-        return result
-    return result
+        found.opened.append((path, index))
+    for entry in isas:
+        found.per_entry.append([(path, target, index) for target in compatible_targets(entry)
+                                for path, index in found.opened if target in index.gfx_arches])
+    return found
+
+
+def find_kernel(marker: Marker, binary_path: str, isa: str | Sequence[str], co_index: int,
+                open_archive: Opener, *, resolve: Callable[[str], str] | None = None,
+                mode: str = FALLTHROUGH) -> LoaderResult:
+    """Which archive and target the runtime loads `kernel_name#co_index` from on a device
+    whose arch list is `isa` (module docstring, steps 2-5); `mode` FALLTHROUGH (today's
+    runtime) or STRICT (before the fall-through)."""
+    found = find_candidates(marker, binary_path, isa, open_archive, resolve=resolve)
+    return found.find(f"{marker.kernel_name}#{co_index}", mode)
 
 
 class FilesystemOpener:
@@ -231,5 +309,6 @@ def load_kernel(result: LoaderResult) -> bytes:
         return reader.get(result.key, result.target)
 
 
-__all__ = ["ArchiveIndex", "LoaderResult", "compatible_targets", "search_order", "find_kernel",
-           "filesystem_opener", "load_kernel", "FOUND", "NO_ARCHIVE", "NO_TARGET", "KERNEL_NOT_FOUND"]
+__all__ = ["ArchiveIndex", "Candidates", "LoaderResult", "compatible_targets", "search_order", "find_candidates",
+           "find_kernel", "describe_candidates", "filesystem_opener", "load_kernel", "FOUND", "NO_ARCHIVE",
+           "NO_TARGET", "KERNEL_NOT_FOUND", "FALLTHROUGH", "STRICT", "LOOKUP_MODES"]

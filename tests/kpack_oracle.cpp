@@ -3,10 +3,12 @@
 // Reads requests from stdin, one per line: BINARY<TAB>ISA<TAB>CO_INDEX. For each, reads the
 // `.rocm_kpack_ref` section of BINARY (ELF64), calls kpack_load_code_object() with a fresh
 // cache and arch_list {ISA}, and prints one line:
-//   CODE<TAB>SIZE<TAB>SHA256<TAB>ARCHIVE<TAB>TARGET
+//   CODE<TAB>SIZE<TAB>SHA256<TAB>ARCHIVE<TAB>TARGET<TAB>TRIED
 // CODE is the kpack_error_t (0 = loaded; SIZE/SHA256 then describe the code object, else 0/-),
-// ARCHIVE/TARGET are the archive and architecture the runtime chose (from its
-// ROCM_KPACK_DEBUG lines; `-` when it chose none). CODE -1: BINARY has no readable marker.
+// ARCHIVE/TARGET are the archive and architecture the kernel was loaded from, or the first
+// candidate asked when none held it, and TRIED every candidate asked, in order, as
+// ARCHIVE@TARGET joined by `|` (from its ROCM_KPACK_DEBUG lines; `-` when none).
+// CODE -1: BINARY has no readable marker.
 // The environment overrides (ROCM_KPACK_PATH...) are cleared so only the marker counts.
 #include <unistd.h>
 
@@ -105,17 +107,45 @@ bool read_marker(const std::string& path, std::string* marker) {
   return false;
 }
 
-// The archive and arch the loader chose: its last "archive X has architecture Y" line.
-void chosen(const std::string& log, std::string* archive, std::string* target) {
-  const std::string head = "kpack:   archive ", mid = " has architecture ";
+// What the loader did, from its ROCM_KPACK_DEBUG lines. Per arch-list entry ("trying
+// architecture: X") it logs every candidate ("  archive A has architecture T") before asking
+// any of them, then one line per candidate asked: "  found kernel: N bytes" or "  kernel not
+// found in this archive ...". So the K-th answer line is about the K-th candidate of its block.
+// `tried` gets each candidate asked (ARCHIVE@TARGET), `archive`/`target` the one loaded from
+// (found) or the first one asked (none held the kernel).
+void follow(const std::string& log, std::string* archive, std::string* target, std::string* tried) {
+  const std::string entry = "kpack: trying architecture: ", head = "kpack:   archive ",
+                    mid = " has architecture ", found = "kpack:   found kernel",
+                    missing = "kpack:   kernel not found in this archive";
+  std::vector<std::pair<std::string, std::string>> block;
+  size_t asked = 0;
+  bool loaded = false;
   std::istringstream lines(log);
   std::string line;
-  while (std::getline(lines, line)) {
-    if (line.compare(0, head.size(), head) != 0) continue;
-    size_t at = line.rfind(mid);
-    if (at == std::string::npos) continue;
-    *archive = line.substr(head.size(), at - head.size());
-    *target = line.substr(at + mid.size());
+  auto ask = [&](bool hit) {
+    if (asked >= block.size()) return;  // an answer line without its candidate: leave it out
+    const auto& [a, t] = block[asked++];
+    if (!tried->empty()) tried->push_back('|');
+    *tried += a + "@" + t;
+    if (*archive == "-" || hit) {
+      *archive = a;
+      *target = t;
+    }
+    loaded = loaded || hit;
+  };
+  while (std::getline(lines, line) && !loaded) {
+    if (line.compare(0, entry.size(), entry) == 0) {
+      block.clear();
+      asked = 0;
+    } else if (line.compare(0, head.size(), head) == 0) {
+      size_t at = line.rfind(mid);
+      if (at != std::string::npos)
+        block.emplace_back(line.substr(head.size(), at - head.size()), line.substr(at + mid.size()));
+    } else if (line.compare(0, found.size(), found) == 0) {
+      ask(true);
+    } else if (line.compare(0, missing.size(), missing) == 0) {
+      ask(false);
+    }
   }
 }
 
@@ -135,7 +165,7 @@ int main() {
     std::getline(fields, index, '\t');
     std::string marker;
     if (!read_marker(binary, &marker)) {
-      std::cout << "-1\t0\t-\t-\t-" << std::endl;
+      std::cout << "-1\t0\t-\t-\t-\t-" << std::endl;
       continue;
     }
     marker.resize(marker.size() + 64 * 1024, '\0');  // the loader may look up to 64 KiB ahead
@@ -161,8 +191,8 @@ int main() {
     size_t got;
     while ((got = std::fread(chunk, 1, sizeof chunk, log)) > 0) text.append(chunk, got);
     std::fclose(log);
-    std::string archive = "-", target = "-";
-    chosen(text, &archive, &target);
+    std::string archive = "-", target = "-", tried;
+    follow(text, &archive, &target, &tried);
     std::string digest = "-";
     if (err == KPACK_SUCCESS) {
       digest = sha256(static_cast<const uint8_t*>(code), size);
@@ -171,7 +201,8 @@ int main() {
       size = 0;
     }
     kpack_cache_destroy(cache);
-    std::cout << err << '\t' << size << '\t' << digest << '\t' << archive << '\t' << target << std::endl;
+    std::cout << err << '\t' << size << '\t' << digest << '\t' << archive << '\t' << target << '\t'
+              << (tried.empty() ? "-" : tried) << std::endl;
   }
   return 0;
 }

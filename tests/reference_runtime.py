@@ -32,8 +32,9 @@ class OracleResult:
     code: int              # kpack_error_t; 0 = loaded
     size: int
     sha256: str | None     # of the code object, when loaded
-    archive: str | None    # canonical path of the archive the runtime chose
-    target: str | None     # the architecture it chose it for
+    archive: str | None    # canonical path of the archive it loaded from (or first asked)
+    target: str | None     # the architecture it matched that archive for
+    tried: tuple[str, ...] = ()   # every candidate asked, in order: "ARCHIVE@TARGET"
 
     @property
     def name(self) -> str:
@@ -105,9 +106,10 @@ class ReferenceLoader:
         assert len(lines) == len(requests), done.stdout + done.stderr
         results = []
         for line in lines:
-            code, size, digest, archive, target = line.split("\t")
+            code, size, digest, archive, target, tried = line.split("\t")
             results.append(OracleResult(int(code), int(size), None if digest == "-" else digest,
-                                        None if archive == "-" else archive, None if target == "-" else target))
+                                        None if archive == "-" else archive, None if target == "-" else target,
+                                        () if tried == "-" else tuple(tried.split("|"))))
         return results
 
     def __call__(self, binary: str, isa: str, co_index: int) -> OracleResult:
@@ -119,7 +121,9 @@ def compare_with_loader(oracle: ReferenceLoader, binaries: list[tuple[str, objec
     """Ask kpack.loader (filesystem opener) and the runtime the same lookups: every
     (binary path, marker) × ISA × co_index. Returns (lookups compared, one line per lookup
     where they differ in status, archive, target or code-object bytes). Usable on any
-    installed tree, e.g. a release installed with dpkg into a throwaway root."""
+    installed tree, e.g. a release installed with dpkg into a throwaway root. The candidates
+    asked are compared in order, each archive once (the runtime lists an archive reached by
+    two paths twice; asking it twice changes nothing)."""
     from kpack.loader import filesystem_opener, find_kernel, load_kernel
 
     opener = filesystem_opener()
@@ -128,9 +132,10 @@ def compare_with_loader(oracle: ReferenceLoader, binaries: list[tuple[str, objec
     differ = []
     for (path, isa, index), theirs in zip(requests, oracle.lookup(requests)):
         ours = find_kernel(markers[path], path, isa, index, opener)
+        tried = tuple(dict.fromkeys(f"{os.path.realpath(a)}@{t}" for a, t in ours.tried))
         mine = (ours.runtime_code, os.path.realpath(ours.archive) if ours.archive else None, ours.target,
-                hashlib.sha256(load_kernel(ours)).hexdigest() if ours.found else None)
-        runtime = (theirs.code, theirs.archive, theirs.target, theirs.sha256)
+                hashlib.sha256(load_kernel(ours)).hexdigest() if ours.found else None, tried)
+        runtime = (theirs.code, theirs.archive, theirs.target, theirs.sha256, tuple(dict.fromkeys(theirs.tried)))
         if mine != runtime:
             differ.append(f"{path} on {isa} #{index}: kpack.loader {mine} ({ours.explain()}), runtime {runtime}")
     return len(requests), differ

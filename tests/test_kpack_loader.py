@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from kpack.errors import InvalidTargetError
-from kpack.loader import (FOUND, KERNEL_NOT_FOUND, NO_ARCHIVE, NO_TARGET, ArchiveIndex, compatible_targets,
-                          filesystem_opener, find_kernel, load_kernel, search_order)
+from kpack.loader import (FOUND, KERNEL_NOT_FOUND, NO_ARCHIVE, NO_TARGET, STRICT, ArchiveIndex, compatible_targets,
+                          filesystem_opener, find_candidates, find_kernel, load_kernel, search_order)
 from kpack.marker import Marker
 from loader_trees import write_archive, write_host
 
@@ -59,7 +59,7 @@ def test_only_the_first_placeholder_is_expanded():
     assert search_order(marker, "/r/lib/libx.so", "gfx1100") == ["/r/gfx1100/x_@GFXARCH@.kpack"]
 
 
-def test_the_runtime_takes_the_most_specific_target_across_all_search_paths():
+def test_the_runtime_tries_the_most_specific_target_across_all_search_paths_first():
     marker = Marker(["../a/x_@GFXARCH@.kpack", "../b/x_@GFXARCH@.kpack"], "x/libx.so")
     opener = package_set({"/r/a/x_gfx942.kpack": (["gfx942"], {"x/libx.so#0": ["gfx942"]}),
                           "/r/b/x_gfx942:xnack+.kpack": (["gfx942:xnack+"], {"x/libx.so#0": ["gfx942:xnack+"]})})
@@ -68,14 +68,60 @@ def test_the_runtime_takes_the_most_specific_target_across_all_search_paths():
     assert find_kernel(marker, "/r/lib/libx.so", "gfx942:xnack-", 0, opener).archive == "/r/a/x_gfx942.kpack"
 
 
-def test_an_archive_listing_the_target_without_the_kernel_ends_the_search():
-    opener = package_set({
-        "/opt/rocm/.kpack/blas_lib_gfx90a:xnack+.kpack": (["gfx90a:xnack+"], {"other#0": ["gfx90a:xnack+"]}),
-        "/opt/rocm/.kpack/blas_lib_gfx90a.kpack": (["gfx90a"], {"blas/lib/librocblas.so.4#1": ["gfx90a"]})})
-    result = find_kernel(BLAS, BINARY, "gfx90a:xnack+", 1, opener)
+OVERLAY = {
+    "/opt/rocm/.kpack/blas_lib_gfx90a:xnack+.kpack": (["gfx90a:xnack+"], {"other#0": ["gfx90a:xnack+"]}),
+    "/opt/rocm/.kpack/blas_lib_gfx90a.kpack": (["gfx90a"], {"blas/lib/librocblas.so.4#1": ["gfx90a"]})}
+
+
+def test_a_kernel_the_overlay_lacks_falls_through_to_the_bare_archive():
+    result = find_kernel(BLAS, BINARY, "gfx90a:xnack+", 1, package_set(OVERLAY))
+    assert (result.status, result.archive, result.target) == (
+        FOUND, "/opt/rocm/.kpack/blas_lib_gfx90a.kpack", "gfx90a")
+    assert result.tried == [("/opt/rocm/.kpack/blas_lib_gfx90a:xnack+.kpack", "gfx90a:xnack+"),
+                            ("/opt/rocm/.kpack/blas_lib_gfx90a.kpack", "gfx90a")]
+    assert result.explain() == (
+        "on gfx90a:xnack+ the runtime finds no blas/lib/librocblas.so.4#1 in "
+        "/opt/rocm/.kpack/blas_lib_gfx90a:xnack+.kpack (for gfx90a:xnack+), then loads it from "
+        "/opt/rocm/.kpack/blas_lib_gfx90a.kpack for gfx90a")
+
+
+def test_strict_mode_is_the_runtime_before_the_fall_through():
+    result = find_kernel(BLAS, BINARY, "gfx90a:xnack+", 1, package_set(OVERLAY), mode=STRICT)
     assert result.status == KERNEL_NOT_FOUND and result.runtime_code == 5
     assert result.explain() == ("on gfx90a:xnack+ the runtime opens /opt/rocm/.kpack/blas_lib_gfx90a:xnack+.kpack "
                                 "and finds no kernel blas/lib/librocblas.so.4#1 for gfx90a:xnack+")
+
+
+def test_a_kernel_in_no_candidate_names_every_archive_tried_in_order():
+    result = find_kernel(BLAS, BINARY, "gfx90a:xnack+", 2, package_set(OVERLAY))
+    assert result.status == KERNEL_NOT_FOUND and result.runtime_code == 5
+    assert result.archive == "/opt/rocm/.kpack/blas_lib_gfx90a:xnack+.kpack"
+    assert result.explain() == (
+        "on gfx90a:xnack+ the runtime tries /opt/rocm/.kpack/blas_lib_gfx90a:xnack+.kpack (for gfx90a:xnack+), "
+        "then /opt/rocm/.kpack/blas_lib_gfx90a.kpack (for gfx90a) and none holds blas/lib/librocblas.so.4#2: "
+        "KERNEL_NOT_FOUND")
+
+
+def test_candidates_go_target_first_then_search_path_order():
+    marker = Marker(["../a/x_@GFXARCH@.kpack", "../b/x_@GFXARCH@.kpack"], "x/libx.so")
+    opener = package_set({"/r/a/x_gfx942.kpack": (["gfx942"], {"x/libx.so#0": ["gfx942"]}),
+                          "/r/a/x_gfx942:xnack+.kpack": (["gfx942:xnack+"], {}),
+                          "/r/b/x_gfx942.kpack": (["gfx942"], {"x/libx.so#1": ["gfx942"]}),
+                          "/r/b/x_gfx942:xnack+.kpack": (["gfx942:xnack+"], {})})
+    found = find_candidates(marker, "/r/lib/libx.so", "gfx942:xnack+", opener)
+    assert found.ordered == [("/r/a/x_gfx942:xnack+.kpack", "gfx942:xnack+"),
+                             ("/r/b/x_gfx942:xnack+.kpack", "gfx942:xnack+"),
+                             ("/r/a/x_gfx942.kpack", "gfx942"), ("/r/b/x_gfx942.kpack", "gfx942")]
+    assert found.find("x/libx.so#1").archive == "/r/b/x_gfx942.kpack"
+
+
+def test_the_next_arch_list_entry_is_tried_before_giving_up():
+    opener = package_set({"/opt/rocm/.kpack/blas_lib_gfx942.kpack": (["gfx942"], {"other#0": ["gfx942"]}),
+                          "/opt/rocm/.kpack/blas_lib_gfx90a.kpack": (["gfx90a"], {"blas/lib/librocblas.so.4#0": ["gfx90a"]})})
+    result = find_kernel(BLAS, BINARY, ["gfx942", "gfx90a"], 0, opener)
+    assert (result.status, result.target) == (FOUND, "gfx90a")
+    assert find_kernel(BLAS, BINARY, ["gfx942", "gfx90a"], 0, opener, mode=STRICT).status == KERNEL_NOT_FOUND
+    assert find_kernel(BLAS, BINARY, ["gfx1100", "gfx90a"], 0, opener).status == FOUND
 
 
 def test_a_variant_only_release_serves_variant_devices_and_no_bare_one():

@@ -141,3 +141,43 @@ def test_the_oracle_loads_a_kernel_and_names_its_archive(reference_loader, tmp_p
         ("SUCCESS", expected, str(archive.resolve()), "gfx1100")
     assert reference_loader(str(binary), "gfx1100", 1).name == "KERNEL_NOT_FOUND"
     assert reference_loader(str(binary), "gfx942", 0).name == "ARCHIVE_NOT_FOUND"
+
+
+def overlay_release(root: Path) -> None:
+    """TheRock's xnack split: the bare archive holds every kernel and variant archives are
+    small overlays over it. One host binary per shape of overlay."""
+    def case(name: str, archives: dict[str, dict[str, list[str]]], arches: dict[str, list[str]] | None = None) -> None:
+        write_host(root / name / "lib" / "libx.so", Marker(["../.kpack/x_@GFXARCH@.kpack"], f"{name}/libx.so"))
+        for archive, kernels in archives.items():
+            write_archive(root / name / ".kpack" / archive, kernels, (arches or {}).get(archive))
+
+    every = lambda name, arch: {f"{name}/libx.so#{n}": [arch] for n in (0, 1, 2)}  # noqa: E731
+    case("partial-overlay", {"x_gfx90a.kpack": every("partial-overlay", "gfx90a"),
+                             "x_gfx90a:xnack-.kpack": {"partial-overlay/libx.so#1": ["gfx90a:xnack-"]}})
+    case("empty-overlay", {"x_gfx90a.kpack": every("empty-overlay", "gfx90a"), "x_gfx90a:xnack+.kpack": {}},
+         arches={"x_gfx90a:xnack+.kpack": ["gfx90a:xnack+"]})
+    case("both-overlays", {"x_gfx90a.kpack": every("both-overlays", "gfx90a"),
+                           "x_gfx90a:xnack+.kpack": {"both-overlays/libx.so#0": ["gfx90a:xnack+"]},
+                           "x_gfx90a:xnack-.kpack": {"both-overlays/libx.so#2": ["gfx90a:xnack-"]}})
+    case("only-in-overlay", {"x_gfx90a.kpack": {"only-in-overlay/libx.so#0": ["gfx90a"]},
+                             "x_gfx90a:xnack-.kpack": {"only-in-overlay/libx.so#1": ["gfx90a:xnack-"]}})
+    case("in-no-archive", {"x_gfx90a.kpack": {"in-no-archive/libx.so#0": ["gfx90a"]},
+                           "x_gfx90a:xnack+.kpack": {"in-no-archive/libx.so#2": ["gfx90a:xnack+"]}})
+    case("sramecc-and-xnack", {"x_gfx942.kpack": every("sramecc-and-xnack", "gfx942"),
+                               "x_gfx942:sramecc+.kpack": {"sramecc-and-xnack/libx.so#1": ["gfx942:sramecc+"]},
+                               "x_gfx942:sramecc+:xnack-.kpack": {"sramecc-and-xnack/libx.so#0":
+                                                                  ["gfx942:sramecc+:xnack-"]}})
+
+
+def test_overlays_fall_through_exactly_as_the_runtime_does(reference_loader, tmp_path):
+    root = tmp_path / "overlays"
+    overlay_release(root)
+    binaries = host_binaries(root)
+    isas = device_isas(["gfx90a", "gfx942"])
+    compared, differ = compare_with_loader(reference_loader, binaries, isas, co_indexes=(0, 1, 2))
+    assert not differ, f"{len(differ)} of {compared} lookups differ:\n" + "\n".join(differ[:20])
+    results = reference_loader.lookup([(path, isa, n) for path, _ in binaries for isa in isas for n in (0, 1, 2)])
+    fell_through = [r for r in results if r.code == 0 and len(r.tried) > 1]
+    not_found = [r for r in results if r.name == "KERNEL_NOT_FOUND" and len(r.tried) > 1]
+    assert fell_through and not_found, "the tree exercises both the fall-through and a kernel in no candidate"
+    print(f"overlays: {compared} lookups compared, 0 disagreements; {len(fell_through)} fell through")

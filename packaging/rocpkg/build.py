@@ -50,6 +50,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
+from kpack.loader import FALLTHROUGH
 from rocpkg import gate
 from rocpkg import compression
 from rocpkg.compression import DEB_THREADS, ZSTD_MAX_THREADS, usable_cores
@@ -391,7 +392,8 @@ def build_release(plan, out_dir: str | os.PathLike, *, formats: Iterable[str] | 
             entries = [o.manifest_entry() for o in outcomes]
             record = releases.ReleaseRecord(*specs_version, targets=tuple(plan.targets), formats=tuple(formats),
                                             allowed=tuple(r.to_dict() for r in result.allowed), plan=_plan_digest(every),
-                                            date=options.source_date_epoch)
+                                            date=options.source_date_epoch,
+                                            kpack_lookup=plan.settings.get("kpack_lookup", FALLTHROUGH))
             if shard is None:
                 # the release joins the earlier ones in manifest.json (rocpkg.releases)
                 result.manifest = releases.write_release(out_dir, record, entries)

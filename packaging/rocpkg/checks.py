@@ -7,7 +7,7 @@ import posixpath
 
 from kpack import targets as kt
 from kpack.errors import KpackFormatError
-from kpack.loader import ArchiveIndex, compatible_targets, find_kernel, search_order
+from kpack.loader import STRICT, ArchiveIndex, compatible_targets, describe_candidates, find_candidates, search_order
 from kpack.marker import GFXARCH, Marker
 from rocpkg import model as m
 from rocpkg.catalog import ArchiveToc
@@ -133,9 +133,9 @@ class Checker:
                 providers = set()
                 for path, mk in markers:
                     for isa in device_isas(target):
-                        found = find_kernel(mk, path, isa, 0, opener)
-                        if found.archive and shipped.get(found.archive, device) != device:
-                            providers.add(shipped[found.archive])
+                        for archive, _ in find_candidates(mk, path, isa, opener).ordered:
+                            if shipped.get(archive, device) != device:
+                                providers.add(shipped[archive])
                 if not providers:
                     self.empty.add(device)
                     why = (f"and none of its dependencies ships the kpack archives the markers of {host}'s "
@@ -182,44 +182,57 @@ class Checker:
     def _check_one(self, spec, path, marker, isa, target, root, required) -> None:
         self.counts["lookups"] += 1
         shipped = self.shipped(root)
-        result = find_kernel(marker, path, isa, int(required[0].rpartition("#")[2]), self.opener(root))
+        candidates = find_candidates(marker, path, isa, self.opener(root))
         wanted = self._release_variant(isa, target)
         needed_by = f"needed by {path} (in {spec.name})"
         on = self._on_isas
-        if result.archive is None:
-            exact = self._exact_paths(marker, path, wanted)
-            if spec.kind != m.KIND_HOST:
-                on(isa, "generic-binary", spec.name, path, wanted,
-                   f"needs per-target kernels ({exact[0]}) but {spec.name} has no device packages and its closure "
-                   f"ships no archive for {wanted}: on {{isas}} the runtime finds none")
-            elif result.opened:
-                listed = sorted({a for p in result.opened for a in self.archive_owner[p][1].arches})
-                on(isa, "archive-target", shipped.get(result.opened[0], root), result.opened[0], wanted,
-                   f"on {{isas}} the runtime opens {', '.join(posixpath.basename(p) for p in result.opened)} but "
-                   f"its gfx_arches list {', '.join(listed) or '(none)'}, not {wanted}: ARCH_NOT_FOUND; {needed_by}")
-            else:
-                on(isa, "archive-missing", root, exact[0], wanted,
-                   f"{path} (in {spec.name}) finds no kpack archive on {{isas}}: neither {root} nor its "
-                   f"dependencies ship {', '.join(exact)}")
+        ordered = candidates.ordered[:1] if self.r.lookup == STRICT else candidates.ordered
+        if not ordered:
+            self._no_candidate(spec, path, marker, candidates, wanted, root, needed_by)
             return
-        owner, info = self.archive_owner[result.archive]
-        if result.target != wanted:
+        first_archive, first_target = ordered[0]
+        if wanted not in {t for _, t in ordered}:
             on(isa, "variant-missing", root, self._exact_paths(marker, path, wanted)[0], wanted,
                f"the release builds {wanted} but {root} and its dependencies ship no archive for it: on {{isas}} "
-               f"the runtime loads {posixpath.basename(result.archive)} (built for {result.target}) instead; "
+               f"the runtime loads {posixpath.basename(first_archive)} (built for {first_target}) instead; "
                f"{needed_by}")
-        index = self._index(result.archive, info)
         self.counts["kernels_checked"] += len(required)
-        missing = [k for k in required if not index.has_kernel(k, result.target)]
-        if len(missing) == len(required):
-            on(isa, "kernel-missing", owner, result.archive, result.target,
-               f"holds no {marker.kernel_name}#N kernel for {result.target}: on {{isas}} the runtime opens this "
-               f"archive and fails with KERNEL_NOT_FOUND; {needed_by}")
-        elif missing:
-            shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
-            on(isa, "kernel-missing", owner, result.archive, result.target,
-               f"lacks {shown} for {result.target} (other archives of the prefix hold them): on {{isas}} the "
-               f"runtime opens this archive and fails with KERNEL_NOT_FOUND; {needed_by}")
+        missing = [k for k in required if not candidates.find(k, self.r.lookup).found]
+        if not missing:
+            return
+        owner = self.archive_owner[first_archive][0]
+        tried = describe_candidates((posixpath.basename(a), t) for a, t in ordered)
+        what = (f"holds no {marker.kernel_name}#N kernel" if len(missing) == len(required) else
+                f"lacks {', '.join(missing[:5])}" + (f" and {len(missing) - 5} more" if len(missing) > 5 else ""))
+        if len(ordered) == 1:
+            how = f"on {{isas}} the runtime opens this archive and fails with KERNEL_NOT_FOUND"
+        else:
+            how = (f"on {{isas}} the runtime tries {tried} and none holds "
+                   f"{'them' if len(missing) > 1 else 'it'}: KERNEL_NOT_FOUND")
+        others = "" if len(missing) == len(required) else " (other archives of the prefix hold them)"
+        on(isa, "kernel-missing", owner, first_archive, first_target,
+           f"{what} for {first_target}{others}: {how}; {needed_by}")
+
+    def _no_candidate(self, spec, path, marker, candidates, wanted, root, needed_by) -> None:
+        """No archive the runtime opens lists a target of the GPU: which mistake it is."""
+        on = self._on_isas
+        isa = candidates.isas[0]
+        shipped = self.shipped(root)
+        exact = self._exact_paths(marker, path, wanted)
+        opened = [p for p, _ in candidates.opened]
+        if spec.kind != m.KIND_HOST:
+            on(isa, "generic-binary", spec.name, path, wanted,
+               f"needs per-target kernels ({exact[0]}) but {spec.name} has no device packages and its closure "
+               f"ships no archive for {wanted}: on {{isas}} the runtime finds none")
+        elif opened:
+            listed = sorted({a for p in opened for a in self.archive_owner[p][1].arches})
+            on(isa, "archive-target", shipped.get(opened[0], root), opened[0], wanted,
+               f"on {{isas}} the runtime opens {', '.join(posixpath.basename(p) for p in opened)} but "
+               f"its gfx_arches list {', '.join(listed) or '(none)'}, not {wanted}: ARCH_NOT_FOUND; {needed_by}")
+        else:
+            on(isa, "archive-missing", root, exact[0], wanted,
+               f"{path} (in {spec.name}) finds no kpack archive on {{isas}}: neither {root} nor its "
+               f"dependencies ship {', '.join(exact)}")
 
     def _on_isas(self, isa: str, check: str, package: str, path: str, target: str, template: str) -> None:
         """One problem, one line: the GPUs (ISAs) that meet the same problem are listed in it."""

@@ -79,7 +79,8 @@ def _cmd_sample_artifacts(args) -> int:
 
     config = load_config(args.config)
     summary = make_sample_artifacts(args.dir, config, targets=split_list(args.targets), layout=args.layout,
-                                    size_mb=args.size_mb, seed=args.seed, clean=args.clean)
+                                    size_mb=args.size_mb, seed=args.seed, clean=args.clean,
+                                    overlays=args.xnack_overlays)
     print(f"{summary.root}: {len(summary.dirs)} artifact dirs, {summary.files} files, "
           f"{human_bytes(summary.bytes)}, targets {', '.join(summary.targets)} ({summary.layout} layout)")
     return 0
@@ -122,7 +123,7 @@ def _cmd_verify(args) -> int:
             raise RocpkgInputError(("verify", "give either OUT (a built tree) or -c/-a (a plan), not both"))
         from rocpkg.integrity import check_integrity
 
-        report = verify_tree(args.out, formats=formats(args), release=args.release)
+        report = verify_tree(args.out, formats=formats(args), release=args.release, lookup=args.kpack_lookup)
         report.problems += check_integrity(args.out, keyring=args.keyring, formats=formats(args))
     elif args.artifacts:
         config = load_config_of(args)
@@ -177,6 +178,8 @@ def _register_commands(sub) -> None:
     p.add_argument("dir", help="directory to create the artifacts in")
     p.add_argument("-c", "--config", default=None, help="package.json (default: the bundled one)")
     p.add_argument("--targets", default=None, help="comma-separated targets (default gfx942,gfx1100,gfx1101); a bare target also gets its xnack+ build, a feature build (gfx90a:xnack-) named alone gets no bare one")
+    p.add_argument("--xnack-overlays", action="store_true",
+                   help="feature builds (gfx90a:xnack-) hold one kernel per binary over the bare build's archive")
     p.add_argument("--layout", choices=("split", "recombined"), default="split",
                    help="one artifact dir per target (split, default) or per family (recombined)")
     p.add_argument("--size-mb", type=float, default=1.0, help="approximate payload size")

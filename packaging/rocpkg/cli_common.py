@@ -44,6 +44,10 @@ def add_plan_options(p: argparse.ArgumentParser, artifacts_required: bool = True
     p.add_argument("--unknown-keys", choices=("error", "warn"), default=None,
                    help="an unknown package.json key is an error (default) or a warning "
                         "(overrides settings.unknown_keys)")
+    p.add_argument("--kpack-lookup", choices=("fallthrough", "strict"), default=None,
+                   help="check kernels as this runtime finds them: fallthrough (the runtime ROCm ships) or "
+                        "strict (before the fall-through); overrides settings.kpack_lookup and, for verify "
+                        "OUT, what the release's record says")
 
 
 def add_subset_options(p: argparse.ArgumentParser) -> None:
@@ -81,7 +85,7 @@ def formats(args) -> list[str]:
 
 
 def load_config_of(args):
-    """package.json of -c, with --unknown-keys and --install-prefix applied."""
+    """package.json of -c, with --unknown-keys, --install-prefix and --kpack-lookup applied."""
     from rocpkg.config import load_config
 
     config = load_config(args.config, unknown_keys=getattr(args, "unknown_keys", None))
@@ -93,6 +97,8 @@ def load_config_of(args):
         if problem:
             raise RocpkgInputError(("--install-prefix", problem))
         config.settings["prefix"] = prefix
+    if getattr(args, "kpack_lookup", None):
+        config.settings["kpack_lookup"] = args.kpack_lookup
     for line in config.warnings:
         print(f"warning: {line}", file=sys.stderr)
     return config

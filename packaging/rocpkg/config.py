@@ -19,6 +19,7 @@ import re
 import string
 from dataclasses import dataclass, field
 
+from kpack.loader import LOOKUP_MODES
 from rocpkg import preflight as pf
 from rocpkg.compression import KINDS as COMPRESSIONS, level_problem
 from rocpkg.errors import RocpkgInputError
@@ -108,6 +109,9 @@ SETTINGS_DEFAULTS: dict[str, object] = {
     # DT_RUNPATH -> DT_RPATH in every host ELF packed (rocpkg.rpath); TheRock's list form
     # turns it on, as TheRock's packaging does
     "runpath_to_rpath": False,
+    # the runtime the release ships: "fallthrough" (rocm-kpack since August 2026: every
+    # archive matching the GPU, in order) or "strict" (before it: the most specific one only)
+    "kpack_lookup": "fallthrough",
 }
 SETTINGS_TYPES = {
     "version": str, "release": str, "epoch": int, "prefix": str, "naming": dict,
@@ -115,7 +119,7 @@ SETTINGS_TYPES = {
     "targets": (list, type(None)), "compression": str, "compression_level": int, "suite": str,
     "maintainer": str, "vendor": str, "homepage": str, "license": str, "deb_arch": str,
     "rpm_arch": str, "external": list, "allow_unsatisfied": bool,
-    "unknown_keys": str, "runpath_to_rpath": bool,
+    "unknown_keys": str, "runpath_to_rpath": bool, "kpack_lookup": str,
 }
 UNKNOWN_KEY_MODES = ("error", "warn")
 ARTIFACT_KEYS = ("Artifact", "Artifact_Subdir", "Artifact_Gfxarch")
@@ -316,6 +320,8 @@ def validate_settings(settings: dict, where_prefix: str = "settings") -> list[tu
         problems.append((f"{where_prefix}.release", f"{settings['release']!r} is not a valid release"))
     if settings["unknown_keys"] not in UNKNOWN_KEY_MODES:
         problems.append((f"{where_prefix}.unknown_keys", f"must be one of {', '.join(UNKNOWN_KEY_MODES)}"))
+    if settings["kpack_lookup"] not in LOOKUP_MODES:
+        problems.append((f"{where_prefix}.kpack_lookup", f"must be one of {', '.join(LOOKUP_MODES)}"))
     if settings["compression"] not in COMPRESSIONS:
         problems.append((f"{where_prefix}.compression", f"must be one of {', '.join(COMPRESSIONS)}"))
     elif level_problem(settings["compression"], settings["compression_level"]):

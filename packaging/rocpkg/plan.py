@@ -606,9 +606,10 @@ class _PlanBuilder:
         archive under its first stage prefix only; a release may build only feature
         variants, `gfx90a:xnack+` and `gfx90a:xnack-`). Markers and archive TOCs are the
         catalog's facts: no artifact is reopened here."""
-        from kpack.loader import find_kernel
+        from kpack.loader import STRICT, find_candidates
 
         index_cache: dict[str, object] = {}
+        strict = self.settings.get("kpack_lookup") == STRICT
 
         for fmt, specs in plan.packages.items():
             shipped: dict[str, m.FileEntry] = {}
@@ -642,10 +643,11 @@ class _PlanBuilder:
                     if marker is None:
                         continue
                     for isa in device_isas(p.target):
-                        found = find_kernel(marker, fe.path, isa, 0, open_archive)
-                        provider = owner.get(found.archive or "")
-                        if provider and provider != p.name and provider not in providers:
-                            providers.append(provider)
+                        ordered = find_candidates(marker, fe.path, isa, open_archive).ordered
+                        for archive, _ in ordered[:1] if strict else ordered:
+                            provider = owner.get(archive)
+                            if provider and provider != p.name and provider not in providers:
+                                providers.append(provider)
                 for provider in providers:
                     dep = self._pin(fmt, provider)
                     if dep not in p.depends:

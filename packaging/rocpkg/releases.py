@@ -22,6 +22,7 @@ import os
 from dataclasses import asdict, dataclass, replace
 from typing import Iterable
 
+from kpack.loader import FALLTHROUGH
 from rocpkg.errors import RocpkgInputError
 from rocpkg.indexes import PackageRef, published_entries
 from rocpkg.streams import AtomicOutput
@@ -42,6 +43,7 @@ class ReleaseRecord:
     plan: str = ""
     files: tuple[str, ...] = ()         # package files, relative to OUT
     date: int = 0                       # the SOURCE_DATE_EPOCH it was built with
+    kpack_lookup: str = FALLTHROUGH     # the runtime its checks modelled (kpack.loader)
 
     @property
     def id(self) -> str:
@@ -53,6 +55,8 @@ class ReleaseRecord:
 
     def to_dict(self) -> dict:
         doc = {"id": self.id, **asdict(self)}
+        if self.kpack_lookup == FALLTHROUGH:   # the default is not written: older manifests lack it
+            del doc["kpack_lookup"]
         return {k: list(v) if isinstance(v, tuple) else v for k, v in doc.items()}
 
     @classmethod
@@ -60,7 +64,8 @@ class ReleaseRecord:
         return cls(version=str(doc["version"]), release=str(doc["release"]),
                    targets=tuple(doc.get("targets", ())), formats=tuple(doc.get("formats", ())),
                    allowed=tuple(doc.get("allowed", ())), plan=str(doc.get("plan", "")),
-                   files=tuple(doc.get("files", ())), date=int(doc.get("date") or 0))
+                   files=tuple(doc.get("files", ())), date=int(doc.get("date") or 0),
+                   kpack_lookup=str(doc.get("kpack_lookup", FALLTHROUGH)))
 
 
 def release_series(version: str) -> str:

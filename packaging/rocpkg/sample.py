@@ -52,8 +52,9 @@ def _is_device_artifact(config: Config, artifact: str, component: str) -> bool:
 
 class _Generator:
     def __init__(self, root: str, config: Config, targets: list[str], layout: str, size_mb: float, seed: int,
-                 scheme: str, variants: dict[str, list[str]] | None = None):
+                 scheme: str, variants: dict[str, list[str]] | None = None, overlays: bool = False):
         self.root = root
+        self.overlays = overlays
         self.config = config
         self.targets = targets
         self.variants = variants or {}
@@ -182,14 +183,21 @@ class _Generator:
                                         sramecc=tid.features.get("sramecc"),
                                         payload=self._payload(max(256, int(self.kernel_size * weight))))
 
+    def _overlay(self, variant: str) -> bool:
+        """A feature build beside a bare one is an overlay: it holds kernel #0 of each binary
+        and the runtime falls through to the bare archive for the others."""
+        processor = kt.parse_target(variant).processor
+        return self.overlays and variant != processor and processor in self._variants(processor)
+
     def _archive(self, stage: str, artifact: str, component: str, variant: str) -> None:
         path = os.path.join(stage, ".kpack", f"{artifact}_{component}_{variant}.kpack")
+        kernels = 1 if self._overlay(variant) else KERNELS_PER_BINARY
         os.makedirs(os.path.dirname(path), exist_ok=True)
         family = kt.family_of(kt.parse_target(variant).processor) or variant
         with KpackWriter(path, group_name=f"{artifact}_{component}", gfx_arch_family=family,
                          gfx_arches=[variant], scheme=self.scheme) as writer:
             for subdir in self.groups[(artifact, component)]:
-                for n in range(KERNELS_PER_BINARY):
+                for n in range(kernels):
                     writer.add(f"{self.kernel_name(artifact, subdir)}#{n}", variant,
                                self._code_object(variant, self.weights.get((artifact, subdir), 1.0)))
         self.summary.files += 1
@@ -257,9 +265,12 @@ class _Generator:
 
 def make_sample_artifacts(root: str | os.PathLike, config: Config, *, targets: list[str] | None = None,
                           layout: str = "split", size_mb: float = 1.0, seed: int = 0,
-                          scheme: str = "zstd-per-kernel", clean: bool = False) -> SampleSummary:
+                          scheme: str = "zstd-per-kernel", clean: bool = False,
+                          overlays: bool = False) -> SampleSummary:
     """Write a sample artifacts tree for `config` into root (which must be empty or absent
-    unless clean=True)."""
+    unless clean=True). With overlays=True a feature build of a target that also has a bare
+    build holds one kernel per binary (TheRock's xnack split: an overlay over the bare
+    archive, which holds them all)."""
     root = os.path.abspath(os.fspath(root))
     problems = []
     if layout not in ("split", "recombined"):
@@ -290,4 +301,4 @@ def make_sample_artifacts(root: str | os.PathLike, config: Config, *, targets: l
     if problems:
         raise RocpkgInputError(*problems)
     os.makedirs(root, exist_ok=True)
-    return _Generator(root, config, parsed, layout, size_mb, seed, scheme, variants).run()
+    return _Generator(root, config, parsed, layout, size_mb, seed, scheme, variants, overlays).run()

@@ -17,10 +17,12 @@ naming the ISAs that meet it):
                     ships no archive for it: the runtime would load another build
   archive-target    the archives found do not list the target in their gfx_arches
                     (the runtime's ARCH_NOT_FOUND)
-  kernel-missing    the archive lacks a `kernel_name#N` the binary needs. The binary needs
-                    every N that any archive of the same prefix (any target, any variant)
-                    holds for its kernel_name: a key present in the gfx1100 archive and
-                    absent from the gfx942 one is a kernel missing for gfx942.
+  kernel-missing    no archive the runtime tries holds a `kernel_name#N` the binary needs
+                    (with the fall-through every candidate, in order: an overlay may lack
+                    what the bare archive holds; with kpack_lookup strict the first one).
+                    The binary needs every N that any archive of the same prefix (any
+                    target, any variant) holds for its kernel_name: a key present in the
+                    gfx1100 archive and absent from the gfx942 one is missing for gfx942.
   generic-binary    a binary needing per-target kernels sits in a package that has no
                     device packages, and its closure ships no archive for a target
 packages and relations:
@@ -67,6 +69,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Iterable
 
 from kpack import targets as kt
+from kpack.loader import FALLTHROUGH
 from rocpkg import model as m
 from rocpkg.catalog import FileFacts
 from rocpkg.checks import check_release
@@ -91,7 +94,8 @@ def verify_plan(plan, config=None) -> VerifyReport:
     report = VerifyReport(source="plan", formats=sorted(plan.packages), warnings=list(plan.warnings))
     rewrite_runpath = plan.settings.get("runpath_to_rpath", False)
     for fmt in report.formats:
-        release = ReleaseView(fmt, plan.by_name(fmt), external, families)
+        release = ReleaseView(fmt, plan.by_name(fmt), external, families,
+                              lookup=plan.settings.get("kpack_lookup", FALLTHROUGH))
         for spec in release.specs.values():
             for fe in payload(spec):
                 if fe.type != m.FILE:
@@ -145,7 +149,7 @@ def _check_placement(release: ReleaseView, report: VerifyReport, spec: m.Package
 # -- a built tree ---------------------------------------------------------------------------
 
 def verify_tree(out_dir: str | os.PathLike, *, formats: Iterable[str] = ("deb", "rpm"), jobs: int = 0,
-                release: str | None = None) -> VerifyReport:
+                release: str | None = None, lookup: str | None = None) -> VerifyReport:
     """Check the packages under OUT/deb/pool/main and OUT/rpm/<arch>/ as built: names,
     relations and files from their metadata, markers and archives from their payloads.
     Which package is whose device package is read from the relations themselves: a device
@@ -161,6 +165,7 @@ def verify_tree(out_dir: str | os.PathLike, *, formats: Iterable[str] = ("deb", 
         raise RocpkgInputError((out_dir, "no .deb under deb/pool/main and no .rpm under rpm/<arch>/: nothing to verify"))
     report = VerifyReport(source=out_dir, formats=[f for f in ("deb", "rpm") if found[f] and f in formats])
     groups = _release_groups(out_dir, found, release)
+    lookups = {} if lookup else _recorded_lookups(out_dir)
     workers = jobs or min(8, os.cpu_count() or 1)
     views: list[tuple[str, ReleaseView]] = []
     with tempfile.TemporaryDirectory(prefix="rocpkg-verify-") as spill, ThreadPoolExecutor(workers) as pool:
@@ -169,6 +174,7 @@ def verify_tree(out_dir: str | os.PathLike, *, formats: Iterable[str] = ("deb", 
                 if not files.get(fmt):
                     continue
                 view = read_tree_release(fmt, files[fmt], pool, spill)
+                view.lookup = lookup or lookups.get(label, lookups.get("", FALLTHROUGH))
                 before = len(report.problems)
                 check_release(view, report)
                 if label and len(groups) > 1:  # say which release a problem is in
@@ -179,6 +185,18 @@ def verify_tree(out_dir: str | os.PathLike, *, formats: Iterable[str] = ("deb", 
         _check_union(views, report)
     finish(report)
     return report
+
+
+def _recorded_lookups(out_dir: str) -> dict[str, str]:
+    """Release id -> the runtime lookup its record names ("" -> the one release's, when the
+    manifest records exactly one)."""
+    from rocpkg.releases import manifest_releases, read_manifest
+
+    records = manifest_releases(read_manifest(out_dir))
+    found = {r.id: r.kpack_lookup for r in records}
+    if len(records) == 1:
+        found[""] = records[0].kpack_lookup
+    return found
 
 
 def _release_groups(out_dir: str, found: dict[str, list[str]], wanted: str | None) -> list[tuple[str, dict]]:

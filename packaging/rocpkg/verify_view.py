@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Callable
 
 from kpack import targets as kt
+from kpack.loader import FALLTHROUGH
 from kpack.marker import Marker
 from rocpkg import model as m
 from rocpkg.catalog import ArchiveToc
@@ -89,6 +90,7 @@ class ReleaseView:
     markers: dict[tuple[str, str], Marker] = field(default_factory=dict)   # (package, path)
     archives: dict[tuple[str, str], ArchiveToc] = field(default_factory=dict)
     problems: list[Problem] = field(default_factory=list)
+    lookup: str = FALLTHROUGH    # the release's runtime: kpack.loader.FALLTHROUGH or STRICT
 
     def problem(self, check: str, package: str, path: str, target: str, message: str) -> None:
         self.problems.append(Problem(check, package, path or "-", target or "-", message, self.fmt))
