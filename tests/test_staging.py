@@ -343,87 +343,6 @@ def test_held_checks_start_behind_each_workers_first_package_and_all_finish(tmp_
     assert {"package 0", "package 1"} <= set(started[:first_check])
 
 
-class _Named(NamedTuple):
-    format: str
-    name: str
-    payload_size: int = 0
-    kind: str = "device"
-
-
-class _LoggedTask(NamedTuple):
-    """What build._Ahead needs of a task (its spec's format, name, size and kind), logged as it starts."""
-    kind: str
-    number: int
-    log: str
-    seconds: float
-    spec: _Named
-
-
-def _lines(log: str) -> list[str]:
-    return Path(log).read_text().splitlines() if os.path.exists(log) else []
-
-
-def _logged(task: _LoggedTask):
-    return _started(task.kind, task.number, task.log, task.seconds)
-
-
-def test_one_worker_waits_for_the_plan_and_takes_its_biggest_package_before_the_checks(tmp_path, monkeypatch):
-    """Written ahead on all workers but one; the plan's first package goes to that one
-    before the held checks (a host library bigger than any device package would otherwise
-    start once a package written ahead is done, and end the build alone)."""
-    from rocpkg import build
-    from rocpkg.workers import Workers
-
-    log = str(tmp_path / "log")
-    monkeypatch.setattr(build, "_build_one", _logged)
-    ahead_tasks = [_LoggedTask("ahead", n, log, 1.5, _Named("deb", f"device{n}")) for n in range(4)]
-    with Workers(3, hold=True) as workers:
-        checks = workers.starmap_async(_started, [("check", n, log) for n in range(4)])
-        ahead = build._Ahead(workers)
-        ahead.add(ahead_tasks)
-        deadline = time.monotonic() + 30            # the plan is being made
-        while len(_lines(log)) < 2 and time.monotonic() < deadline:
-            time.sleep(0.02)
-        time.sleep(0.2)
-        assert sorted(_lines(log)) == ["ahead 0", "ahead 1"]     # the third worker waits
-        kept = ahead.kept([t.spec for t in ahead_tasks])
-        assert kept == {("deb", "device0"), ("deb", "device1")}
-        rest = [_LoggedTask("rest", n, log, 0.0, _Named("deb", f"generic{n}")) for n in range(3)]
-        finished = list(ahead.answers(kept, rest))
-        assert checks() == [("check", n) for n in range(4)]
-    assert sorted(finished) == [("ahead", 0), ("ahead", 1), ("rest", 0), ("rest", 1), ("rest", 2)]
-    started = _lines(log)
-    assert sorted(started[:2]) == ["ahead 0", "ahead 1"] and started[2] == "rest 0"
-    assert started.index("rest 1") > started.index("check 0")
-
-
-def test_a_later_part_queues_biggest_first_and_never_starts_a_name_twice(tmp_path, monkeypatch):
-    """The first target's packages start at once; the walk of every device dir adds the
-    rest, biggest first, and the ones already started again (not written twice)."""
-    from rocpkg import build
-    from rocpkg.workers import Workers
-
-    log = str(tmp_path / "log")
-    monkeypatch.setattr(build, "_build_one", _logged)
-    first = [_LoggedTask("first", 0, log, 0.5, _Named("deb", "a", 10))]
-    every = [first[0]._replace(number=1)] + [
-        _LoggedTask("every", n, log, 0.0, _Named("deb", name, size))
-        for n, (name, size) in enumerate([("small", 1), ("big", 100), ("middle", 50)], 2)]
-    with Workers(3, hold=True) as workers:
-        ahead = build._Ahead(workers)
-        ahead.add(first)
-        ahead.add(every)
-        deadline = time.monotonic() + 30            # the plan is being made
-        while len(_lines(log)) < 4 and time.monotonic() < deadline:
-            time.sleep(0.02)
-        kept = ahead.kept([t.spec for t in every])
-        finished = list(ahead.answers(kept, []))
-    assert sorted(finished) == [("every", 2), ("every", 3), ("every", 4), ("first", 0)]
-    started = _lines(log)       # the first part's runs beside the rest: either may log first
-    assert sorted(started) == ["every 2", "every 3", "every 4", "first 0"]
-    assert [line for line in started if line.startswith("every")] == ["every 3", "every 4", "every 2"]
-
-
 def test_a_held_check_waited_for_before_any_package_runs_at_once(tmp_path):
     from rocpkg.workers import Workers
 
@@ -473,189 +392,57 @@ def test_a_staging_area_planted_as_a_symlink_is_not_written_through(artifacts, t
     assert list((out / "deb" / "pool" / "main").glob("*.deb"))
 
 
-# -- device packages written while the plan is made (build._Ahead) --------------------------
-
-
-def _device_dirs_and_early(artifacts: Path, formats: list[str]):
-    from rocpkg.catalog import scan_device_dirs
-    from rocpkg.plan import early_device_specs
-
-    config = load_config(None)
-    device_dirs = scan_device_dirs(str(artifacts), config.settings["families"])
-    return config, device_dirs, early_device_specs(config, device_dirs, formats=formats)
-
-
-def _wait_for_files_ahead(out: Path, names: set[str] | None = None, seconds: float = 60) -> list[str]:
-    """The packages finished in the staging area's ahead dirs, once there is one (or all of names)."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        found = [p.name for fmt in ("deb", "rpm") if (out / STAGING_DIR / f"{fmt}-ahead").is_dir()
-                 for p in (out / STAGING_DIR / f"{fmt}-ahead").iterdir() if p.name.endswith((".deb", ".rpm"))]
-        if found and (names is None or names <= set(found)):
-            return found
-        time.sleep(0.01)
-    return []
-
-
-def _published(out: Path) -> dict:
-    """The packages, control files and manifest of OUT (state files hold inodes and times)."""
-    return {rel: what for rel, what in snapshot(out).items()
-            if rel.split(os.sep)[0] in ("deb", "rpm", "control") or rel == "manifest.json"}
-
-
-def _lazy_build(artifacts: Path, out: Path, config, device_dirs, early, formats, wait_for=None, refuse=False):
-    """build_release with the plan made while the early specs are written: the plan waits
-    until packages are finished ahead (wait_for: these names), so they were written first."""
-    from rocpkg.workers import Workers
-
-    seen: list[str] = []
-    with Workers(2, hold=True) as workers:
-        def plan():
-            seen.extend(_wait_for_files_ahead(out, wait_for))
-            if refuse:
-                raise RocpkgInputError(("package.json", "refused while packages were written ahead"))
-            return make_plan(config, scan(str(artifacts), config.settings["families"], embedded_objects=False,
-                                          starmap_async=workers.starmap_async, prior=device_dirs), formats=formats)
-
-        result = build_release(plan, out, formats=formats, options=OPTIONS, workers=workers, early=[early])
-    return result, seen
-
-
-def test_device_packages_are_written_while_the_plan_is_made_and_kept(artifacts, tmp_path):
-    formats = ["deb", "rpm"]
-    config, device_dirs, early = _device_dirs_and_early(artifacts, formats)
-    assert early
-    out, reference = tmp_path / "out", tmp_path / "reference"
-
-    result, seen = _lazy_build(artifacts, out, config, device_dirs, early, formats)
-
-    assert seen, "no package was finished before the plan was made"
-    build_release(make_plan(config, scan(str(artifacts)), formats=formats), reference, formats=formats,
-                  options=OPTIONS, jobs=2)
-    assert _published(out) == _published(reference)
-    assert all(os.path.isfile(out / o.file) for o in result.packages) and result.packages
-    assert not (out / STAGING_DIR).exists()
-
-
-def test_packages_written_ahead_take_their_fair_part_of_the_cores(artifacts, tmp_path):
-    """A part of the walk is no measure of the work left: a first target's biggest package
-    would otherwise take most of the cores' zstd threads while every worker is busy."""
-    from rocpkg import build
-    from rocpkg.outdir import Staging
-
-    _, _, early = _device_dirs_and_early(artifacts, ["deb", "rpm"])
-    rpm = [s for s in early if s.format == "rpm"]
-    staging = Staging(str(tmp_path / "out"), ["rpm"])
-    ahead = build._tasks(rpm, OPTIONS, None, staging, None, 16, 16, "b", ahead=True)
-    assert [t.options.threads for t in ahead] == [1] * len(rpm)
-    assert all(t.staging == staging.dir("rpm", ahead=True) for t in ahead)
-    assert {t.options.threads for t in build._tasks(rpm, OPTIONS, None, staging, None, 4, 16, "b", ahead=True)} == {4}
-    # one package left to the plan gets every core; one of a first part, its fair part
-    assert build._tasks(rpm[:1], OPTIONS, None, staging, None, 16, 16, "b")[0].options.threads == 16
-    assert build._tasks(rpm[:1], OPTIONS, None, staging, None, 16, 16, "b", ahead=True)[0].options.threads == 1
-
-
-def test_a_package_written_ahead_that_the_plan_does_not_hold_is_not_published(artifacts, tmp_path):
-    """Written from a spec the whole plan changed (or does not have): left in the staging
-    area, which goes; the plan's own spec is written and published."""
-    import dataclasses
-
-    formats = ["deb", "rpm"]
-    config, device_dirs, early = _device_dirs_and_early(artifacts, formats)
-    changed = dataclasses.replace(early[0], description=early[0].description + "\n\nNot the plan's.")
-    stranger = dataclasses.replace(early[1], name=early[1].name + "-stranger")
-    out, reference = tmp_path / "out", tmp_path / "reference"
-
-    _, seen = _lazy_build(artifacts, out, config, device_dirs, [changed, stranger], formats,
-                          wait_for={changed.filename, stranger.filename})
-
-    assert {changed.filename, stranger.filename} <= set(seen)
-    build_release(make_plan(config, scan(str(artifacts)), formats=formats), reference, formats=formats,
-                  options=OPTIONS, jobs=2)
-    assert _published(out) == _published(reference)
-    assert not list(out.rglob("*-stranger*"))
-    assert not (out / STAGING_DIR).exists()
-
-
-def test_a_plan_refused_after_packages_were_written_ahead_leaves_no_directory(artifacts, tmp_path):
-    formats = ["deb"]
-    config, device_dirs, early = _device_dirs_and_early(artifacts, formats)
-    out = tmp_path / "new" / "out"
-
-    with pytest.raises(RocpkgInputError, match="refused while packages were written ahead"):
-        _lazy_build(artifacts, out, config, device_dirs, early, formats, refuse=True)
-
-    assert not (tmp_path / "new").exists()
-
-
-def test_rocpkg_build_writes_the_biggest_device_packages_ahead_and_only_what_is_stale(artifacts, tmp_path):
-    import json
-
-    out = tmp_path / "out"
-    first = rocpkg("build", "-a", artifacts, "-o", out, "--formats", "deb,rpm", "-j", "3", "--json")
-    assert first.returncode == 0, first.stderr
-    summary = json.loads(first.stdout)
-    assert summary["written_ahead"] >= 2      # one per worker but one starts before the plan is whole
-    assert summary["totals"]["built"] == len(summary["packages"])
-
-    again = rocpkg("build", "-a", artifacts, "-o", out, "--formats", "deb,rpm", "-j", "2", "--json")
-    assert again.returncode == 0, again.stderr
-    summary = json.loads(again.stdout)
-    assert summary["written_ahead"] == 0 and summary["totals"]["built"] == 0
-    assert not (out / STAGING_DIR).exists()
-
-
-# -- host libraries written while the plan is made (rocpkg.plan.early_host_specs) ----------
+# -- the host ELFs' search rides on the writers; publication waits for the whole set -------
 
 
 def _build_in_process(artifacts: Path, out: Path, *extra: str) -> int:
     """`rocpkg build -j 2` as the command runs it, in this process (its workers forked
-    from here see this test's patches): early parts, host libraries ahead."""
+    from here see this test's patches)."""
     from rocpkg.cli import main
 
     return main(["build", "-a", str(artifacts), "-o", str(out), "--formats", "deb,rpm", "-j", "2", "-q", *extra])
 
 
-def test_the_host_libraries_are_written_ahead_and_their_elfs_searched_once(artifacts, tmp_path, monkeypatch):
-    """The host packages start with the first target's device packages (before the other
-    dirs are walked), each host ELF searched by the writer that packs it, never read again
-    for the search (found_in); the plan keeps every one of them as written. Every package
-    written ahead, host libraries too, has its fair part of the cores (on busy cores a
-    second thread for a host library cost 11-20% more CPU and ended it no sooner)."""
+def test_each_host_elf_is_searched_by_the_writer_that_packs_it_never_read_again(artifacts, tmp_path, monkeypatch):
+    """Every host ELF a stale package ships is searched as its writer reads it (one writer
+    per file: of a library's .deb and .rpm, the first), never read again for the search."""
     import json
 
-    from rocpkg import build, host_code
-    from rocpkg.compression import usable_cores
+    from rocpkg import host_code
 
     def read_again(*args):
         raise AssertionError(f"{args[0]} was read again for its search")
 
-    started = []
-    original = build._Ahead.add
-
-    def add(self, tasks):
-        started.extend((t.spec.kind, t.spec.name, t.host_scan is not None) for t in tasks)
-        threads.update(t.options.threads for t in tasks)
-        return original(self, tasks)
-
-    threads = set()
-
     monkeypatch.setattr(host_code, "found_in", read_again)
-    monkeypatch.setattr(build._Ahead, "add", add)
     out = tmp_path / "out"
     assert _build_in_process(artifacts, out, "--json") == 0
-    hosts = [(name, scans) for kind, name, scans in started if kind == "host"]
-    # each host ELF is searched by one package: of a library's .deb and .rpm, the first
-    assert hosts and all(any(s for n, s in hosts if n == name) for name, _ in hosts)
-    first_host = next(i for i, (kind, _, _) in enumerate(started) if kind == "host")
-    assert all(kind == "device" for kind, _, _ in started[:first_host])     # the first target's come first
     manifest = json.loads((out / "manifest.json").read_text())
-    published = {(p["format"], p["name"]) for p in manifest["packages"]}
-    assert {name for name, _ in hosts} <= {name for _, name in published}
-    assert threads == {max(1, usable_cores() // 2)}
+    assert any(p["kind"] == "host" for p in manifest["packages"])
+    assert not (out / STAGING_DIR).exists()
 
 
-def test_device_code_in_a_host_library_written_ahead_refuses_the_build(artifacts, tmp_path, capsys):
+def test_publication_waits_for_the_whole_set_of_searched_files():
+    """_HostVerdict: in once every file of the set has been searched, whatever the number
+    or order of answers (a package searching no file, or one answering twice, counts for
+    nothing)."""
+    from rocpkg import build
+    from rocpkg.packing import PackageOutcome, Written
+
+    outcome = PackageOutcome("deb", "x", "1", "1", "amd64", "host", "", "", "x.deb", 1, "", (), 1, True, 0.0)
+
+    def answer(*files):
+        return Written(outcome, "", {}, "", (), frozenset(files))
+
+    checks = []
+    verdict = build._HostVerdict({"/a", "/b", "/c"}, None, lambda: checks.append(1))
+    assert not verdict.take(answer("/a", "/b"))
+    assert not verdict.take(answer())
+    assert not verdict.take(answer("/a"))
+    assert verdict.take(answer("/c"))
+    assert checks == []     # nothing found: the checks that ran before stand
+
+
+def test_device_code_in_a_host_library_a_writer_searches_refuses_the_build(artifacts, tmp_path, capsys):
     library = str(carry_fat_binary(artifacts))
     out = tmp_path / "out"
     assert _build_in_process(artifacts, out) == 2

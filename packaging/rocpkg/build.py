@@ -16,12 +16,10 @@ Why it is shaped this way:
   starts gets that share of the cores, so the last big package is not left alone on one
   core while the others idle. zstd's output never depends on the
   thread count (rocpkg.compression), so neither -j nor the machine changes a byte.
-- the checks a release must pass (rocpkg.gate) run while the packages are written into
-  a staging area; they are moved into place once the checks have passed (rocpkg.outdir).
-- the biggest packages (device packages with their own kpack archive) do not wait for the
-  plan: `rocpkg build` plans them from the target and family dirs and they are written
-  while the rest is walked and planned; the whole plan keeps each one whose spec it holds
-  unchanged, and writes the others anew (_Ahead).
+- the plan is made once, whole, before any package is handed out; the checks a release
+  must pass (rocpkg.gate) run while the packages are written into a staging area; they
+  are moved into place once the checks have passed and the set of host ELFs handed to
+  the writers has been searched (rocpkg.outdir, _HostVerdict).
 - a package is rebuilt only when its fingerprint changes: the whole PackageSpec, the
   encoding options, the signing key, rocpkg's own writer code and templates, and every
   source file's (path, size, mtime_ns, inode). Its state is recorded after the
@@ -42,10 +40,8 @@ import hashlib
 import itertools
 import json
 import os
-import queue
 import re
 import shutil
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
@@ -63,7 +59,7 @@ from rocpkg.fingerprint import package_fingerprint
 from rocpkg.host_code import HostScan
 from rocpkg.streams import AtomicOutput
 from rocpkg.outdir import LOCK_FILE, MANIFEST_PARTS, OutLock, Staging  # noqa: F401 (API)
-from rocpkg.workers import Workers, as_finished
+from rocpkg.workers import Workers
 # one package, in a worker (rocpkg.packing): the names this module has always used
 from rocpkg.packing import PackageOutcome  # noqa: F401 (API)
 from rocpkg.packing import Task as _Task, Written as _Written, build_one as _build_one
@@ -102,7 +98,6 @@ class BuildResult:
     thread_range: tuple[int, int] = (1, 1)   # fewest and most zstd workers per package
     seconds: float = 0.0
     allowed: list = field(default_factory=list)   # gate.Refusal the maintainer allowed
-    written_ahead: int = 0      # packages written while the plan was made, and kept (_Ahead)
 
     @property
     def concurrency(self) -> str:
@@ -152,8 +147,8 @@ def published_source_date_epoch(out_dir: str, environ=None) -> int | None:
             # the newest date a recorded release was built with (rocpkg.releases)
             dated = max((int(r.get("date") or 0) for r in doc.get("releases", [])), default=0) or None
             break
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
+        except (OSError, ValueError, KeyError, TypeError, RocpkgInputError):
+            continue            # the commands that read it whole refuse it, naming the field
     value = (os.environ if environ is None else environ).get("SOURCE_DATE_EPOCH", "").strip()
     if value or settings:
         return source_date_epoch(settings or {"version": "0"}, environ, default=dated)
@@ -262,9 +257,7 @@ def build_release(plan, out_dir: str | os.PathLike, *, formats: Iterable[str] | 
                   options: m.BuildOptions, jobs: int | None = None, shard: tuple[int, int] | None = None,
                   progress: Callable[[BuildProgress], None] | None = None, signer=None,
                   allow: Iterable[str] = (), config=None, only=None, deep_check: bool = False,
-                  workers: Workers | None = None,
-                  early: Iterable[list[m.PackageSpec]] = (),
-                  early_host_elfs: Callable[[], set[str]] | None = None) -> BuildResult:
+                  workers: Workers | None = None) -> BuildResult:
     """Build the plan's packages of `formats` (default: all planned) into out_dir.
 
     jobs: worker processes (default: the cores this process may run on); shard: (I, N), 1-based, builds only
@@ -274,27 +267,21 @@ def build_release(plan, out_dir: str | os.PathLike, *, formats: Iterable[str] | 
     decode every kernel of every packed archive before writing (gate.refusals); workers:
     a rocpkg.workers.Workers already running (the caller's, which planned on it), else
     the build forks its own.
-    plan may be the function that makes it (with formats and workers given): `early`
-    (parts of rocpkg.plan.early_device_specs, the biggest device packages, each part
-    taken when the last is started: rocpkg.cli_common.early_specs) are then written while
-    it runs, and each is kept where the plan holds the same spec (_Ahead). A host package
-    among them (rocpkg.plan.early_host_specs) searches the host ELFs of early_host_elfs()
-    (the dirs walked so far) as its writer reads them, as the plan's writers do.
     The checks of rocpkg.gate run over the plan while the packages are written into a
-    staging area (rocpkg.outdir): a problem whose check is not in `allow` raises
-    RocpkgInputError and the staged packages go (OUT as it was); allowed ones
-    are recorded with the release in the manifest (rocpkg.releases) and in
+    staging area (rocpkg.outdir); every host ELF the plan's search hands to the writers is
+    searched for device code by the writer that packs it first (_search_in_writers). The
+    packages move into place only when the set of those files has been searched, every
+    check has passed and every package is staged (_HostVerdict): a problem whose check is
+    not in `allow` raises RocpkgInputError and the staged packages go (OUT as it was);
+    allowed ones are recorded with the release in the manifest (rocpkg.releases) and in
     result.allowed. `config` decides which relation names are external (as for verify).
     Raises RocpkgInputError with every package's problems after building the others.
     """
     started = time.perf_counter()
     compression.keep_frame_buffers()  # before the workers fork: they inherit it
     out_dir = os.path.abspath(os.fspath(out_dir))
-    make_plan = plan if callable(plan) else None
-    if make_plan is not None and (not formats or workers is None):
-        raise ValueError("a plan made while the build runs needs the build's formats and workers")
     formats = list(formats or plan.packages)
-    chosen = None if make_plan else _chosen(plan, formats, shard, only)
+    chosen = _chosen(plan, formats, shard, only)
     cores = usable_cores()
     allow = gate.check_allow(allow)
     signer_id = signer.fingerprint if signer is not None else ""
@@ -312,33 +299,9 @@ def build_release(plan, out_dir: str | os.PathLike, *, formats: Iterable[str] | 
     with contextlib.nullcontext(workers) if workers else Workers(max(1, min(jobs or cores, len(chosen))),
                                                                  chosen) as workers:
         with Staging(out_dir, formats) as staging:
-            ahead = None
             try:
                 releases.read_manifest(out_dir)     # a damaged manifest is refused before a byte is written
                 states = _recorded_states(out_dir, formats)
-                looked_up: dict[tuple[str, str], tuple[m.PackageSpec, PackageOutcome | None]] = {}
-
-                def up_to_date(spec: m.PackageSpec) -> PackageOutcome | None:
-                    """_up_to_date, once per spec: one asked early and held unchanged by
-                    the plan is not looked up again (its state read, its fingerprint)."""
-                    key = spec.format, spec.name
-                    if key not in looked_up or looked_up[key][0] != spec:
-                        looked_up[key] = spec, _up_to_date(spec, out_dir, fingerprint_of, states)
-                    return looked_up[key][1]
-
-                if make_plan is not None:
-                    for part in early if workers.pool is not None else ():
-                        stale_ahead = sorted((s for s in part if s.format in formats and up_to_date(s) is None),
-                                             key=lambda s: (-s.payload_size, s.format, s.name))
-                        if ahead is None:
-                            ahead = _Ahead(workers)
-                        tasks = _tasks(stale_ahead, options, signer, staging, None, workers.size, cores, build,
-                                       ahead=True)
-                        if any(t.spec.kind == m.KIND_HOST for t in tasks):
-                            tasks = _host_scans_ahead(tasks, early_host_elfs() if early_host_elfs else set())
-                        ahead.add(tasks)
-                    plan = make_plan()
-                    chosen = _chosen(plan, formats, shard, only)
                 every = [s for fmt in formats for s in plan.packages[fmt]]
                 archives = gate.archive_checks(plan, formats, whole_kernels=deep_check,
                                                starmap_async=workers.starmap_async)
@@ -346,7 +309,7 @@ def build_release(plan, out_dir: str | os.PathLike, *, formats: Iterable[str] | 
                 stale, recorded = [], []
                 for spec in order:
                     # a stale package's fingerprint is taken while it is written (_build_one)
-                    outcome = up_to_date(spec)
+                    outcome = _up_to_date(spec, out_dir, fingerprint_of, states)
                     if outcome is not None:
                         recorded.append(outcome)
                     else:
@@ -359,14 +322,8 @@ def build_release(plan, out_dir: str | os.PathLike, *, formats: Iterable[str] | 
                     stale = []
                 result = BuildResult(out_dir, "", shard=shard)
                 tasks = _tasks(stale, options, signer, staging, result, jobs or cores, cores, build)
-                kept = ahead.kept(stale) if ahead is not None else set()
-                kept_scans = ahead.kept_scans(kept) if ahead is not None else []
-                tasks, searching = _search_in_writers(plan, [t for t in tasks if (t.spec.format, t.spec.name)
-                                                             not in kept], kept_scans)
-                if ahead is not None:
-                    result.written_ahead = len(kept)
-                    answers = ahead.answers(kept, _started_in_order(tasks, workers.size))
-                elif workers.pool is None or len(tasks) <= 1:
+                tasks, searched = _search_in_writers(plan, tasks)
+                if workers.pool is None or len(tasks) <= 1:
                     answers = (_build_one(task) for task in tasks)     # after the checks
                 else:
                     answers = workers.unordered_with_checks(_build_one, _started_in_order(tasks, workers.size))
@@ -378,7 +335,7 @@ def build_release(plan, out_dir: str | os.PathLike, *, formats: Iterable[str] | 
                 check()     # the host ELFs the writers search count as clean until they report
                 if conflicts:
                     raise RocpkgInputError(*conflicts)
-                verdict = _HostVerdict(searching, plan.host_search, check) if searching else None
+                verdict = _HostVerdict(searched, plan.host_search, check) if searched else None
                 outcomes, problems = _collect(out_dir, order, recorded, answers, staging,
                                               lambda: StateJournal(out_dir, shard, formats), progress, verdict)
             except BaseException:
@@ -426,92 +383,6 @@ def _chosen(plan, formats: list[str], shard: tuple[int, int] | None, only) -> li
     return chosen
 
 
-class _Ahead:
-    """Packages written while the plan is made: the device packages that ship their own
-    kpack archive (rocpkg.plan.early_device_specs), biggest first, at most one per
-    worker at a time, so that what the plan queues next (the checks first) waits behind
-    no more than that. Once the plan is whole, a package it holds with the same spec is
-    kept as written (kept); the others are left in the staging area, which goes with
-    the build. On a 16-core machine the plan of a 6.2 GiB release took 0.3-0.4 s of a
-    2.4 s build; the workers wrote nothing meanwhile. They come in parts (add): the first
-    target's, walked in a few ms, then every target's (the walk of all device dirs took
-    0.1-0.2 s of TheRock's 0.3 s start there).
-
-    One worker is left free (of two or more): the plan's biggest package may be one the
-    device dirs do not know (a host library), and it starts there the moment the plan is
-    whole, before the checks (answers), not once a worker finishes a package written
-    ahead (16 cores, 6.2 GiB: at 1.1-1.3 s of a 2.7-3.2 s .deb build, its 1.6 s alone at
-    the end). The parent making the plan meanwhile has that core."""
-
-    def __init__(self, workers: Workers):
-        self.workers = workers
-        self.waiting: list[_Task] = []      # popped from the end: biggest first
-        self.started: dict[tuple[str, str], _Task] = {}
-        self.finished: queue.SimpleQueue = queue.SimpleQueue()   # Workers.submit's answers
-        self.lock = threading.Lock()
-        self.feeding = True
-        self.running = 0
-        self.slots = workers.size - (1 if workers.size > 1 else 0)
-        self.free = workers.size - self.slots
-
-    def add(self, tasks: list[_Task]) -> None:
-        """More packages to write ahead (a later part of the walk), in size order with
-        those still waiting; one already started keeps its task (a second write of one
-        name would clash in the staging area): the plan decides whether it is kept. Once
-        the host libraries come (rocpkg.plan.early_host_specs), no worker is kept free."""
-        with self.lock:
-            if any(t.spec.kind == m.KIND_HOST for t in tasks):
-                self.slots, self.free = self.workers.size, 0
-            waiting = {(t.spec.format, t.spec.name): t for t in self.waiting}
-            waiting.update(((t.spec.format, t.spec.name), t) for t in tasks
-                           if (t.spec.format, t.spec.name) not in self.started)
-            self.waiting = sorted(waiting.values(),
-                                  key=lambda t: (-t.spec.payload_size, t.spec.format, t.spec.name))[::-1]
-            while self.running < self.slots and self._start_next():
-                pass
-
-    def _finished_one(self) -> None:
-        """A worker is free (called by the pool's result thread): its next package."""
-        with self.lock:
-            self.running -= 1
-            self._start_next()
-
-    def _start_next(self) -> bool:
-        if not (self.feeding and self.waiting):
-            return False
-        task = self.waiting.pop()
-        key = (task.spec.format, task.spec.name)
-        try:
-            self.workers.submit(_build_one, task, self.finished, key=key, then=self._finished_one)
-        except ValueError:      # the pool was stopped (the build failed): start no more
-            self.feeding = False
-            return False
-        self.started[key] = task
-        self.running += 1
-        return True
-
-    def kept(self, stale: list[m.PackageSpec]) -> set[tuple[str, str]]:
-        """Stop starting packages; (format, name) of those of `stale` written (or being
-        written) from the very same spec."""
-        with self.lock:
-            self.feeding = False
-        wanted = {(s.format, s.name): s for s in stale}
-        return {key for key, task in self.started.items() if wanted.get(key) == task.spec}
-
-    def kept_scans(self, kept: set[tuple[str, str]]) -> list[HostScan]:
-        """The HostScans of the kept packages whose writers search host ELFs."""
-        return [self.started[key].host_scan for key in kept if self.started[key].host_scan is not None]
-
-    def answers(self, kept: set[tuple[str, str]], tasks: list[_Task]):
-        """The answers of the kept packages and of `tasks` (started now, not when the
-        answers are first asked for, after the checks), as they finish, so that each is
-        moved into place as soon as the checks allow; those the plan did not keep are
-        waited for and dropped: written from a spec the plan changed, never published.
-        The free worker's package is queued before the held checks, the others after."""
-        self.workers.submit_around_checks(_build_one, tasks, self.finished, before=self.free)
-        return as_finished(self.finished, len(self.started) + len(tasks), dropped=self.started.keys() - kept)
-
-
 def _started_in_order(tasks: list[_Task], workers: int) -> list[_Task]:
     """`tasks` (largest first) in the order they start (schedule.start_order): one per
     worker first, then the small ones, then the rest."""
@@ -519,28 +390,22 @@ def _started_in_order(tasks: list[_Task], workers: int) -> list[_Task]:
 
 
 def _tasks(stale: list[m.PackageSpec], options: m.BuildOptions, signer, staging: Staging,
-           result: BuildResult | None, jobs: int, cores: int, build: str, ahead: bool = False) -> list[_Task]:
+           result: BuildResult, jobs: int, cores: int, build: str) -> list[_Task]:
     """One task per stale package, each with its zstd threads and the build's id; the
-    result learns the jobs and threads (what the summary prints). ahead: staged apart
-    (_Ahead: the plan may not keep them), each on its fair part of the cores: they start
-    first, with every worker busy, and a part of the walk is no measure of the work left
-    (a first target's 280 MiB package took 11 of 16 cores' threads, against 2 when the
-    whole walk was one part)."""
-    fair = max(1, cores // max(1, jobs))
+    result learns the jobs and threads (what the summary prints)."""
     jobs = max(1, min(jobs, len(stale) or 1))
     # threads never change a byte (rocpkg.compression), so they are chosen for what is left to do
-    if options.threads or ahead:
-        threads = [options.threads or fair] * len(stale)
+    if options.threads:
+        threads = [options.threads] * len(stale)
     else:
         threads = zstd_threads([s.payload_size for s in stale], cores, jobs, ZSTD_MAX_THREADS)
     # a .deb's one zstd frame has one thread, its md5s another (compression.DEB)
     threads = [min(n, DEB_THREADS) if s.format == "deb" else n for s, n in zip(stale, threads)]
-    if result is not None:
-        result.jobs = jobs
-        result.thread_range = (min(threads, default=1), max(threads, default=1))
-        result.threads = result.thread_range[1]
+    result.jobs = jobs
+    result.thread_range = (min(threads, default=1), max(threads, default=1))
+    result.threads = result.thread_range[1]
     return [_Task(spec, staging.out_dir, dataclasses.replace(options, threads=n), signer,
-                  staging.dir(spec.format, ahead=ahead), build) for spec, n in zip(stale, threads)]
+                  staging.dir(spec.format), build) for spec, n in zip(stale, threads)]
 
 
 def _first_packers(tasks: list[_Task], searched) -> list[frozenset]:
@@ -556,61 +421,39 @@ def _first_packers(tasks: list[_Task], searched) -> list[frozenset]:
     return mine
 
 
-def _search_in_writers(plan, tasks: list[_Task], kept_scans: list[HostScan] = ()) -> tuple[list[_Task], int]:
+def _search_in_writers(plan, tasks: list[_Task]) -> tuple[list[_Task], set[str]]:
     """Each host ELF the tasks write is searched for device code by the writer of the
     first task that packs it, as it reads the file anyway (rocpkg.host_code); the plan's
-    other host ELFs are searched by reading them. kept_scans: the host scans of packages
-    written ahead and kept: their writers search those files (the same walk found them),
-    no other task does. The tasks, and how many packages search (the answers the build
-    waits for)."""
+    other host ELFs are searched by reading them. The tasks, and the set of files their
+    writers search (the verdict waits for each of them)."""
     search = getattr(plan, "host_search", None)
     if search is None:
-        return tasks, 0
-    if any(scan.embedded_objects != search.embedded_objects for scan in kept_scans):
-        raise AssertionError("a package written ahead searched its host ELFs for other magics than the plan's search")
-    ahead = {source for scan in kept_scans for source in scan.sources}
-    # (a file of `ahead` the search no longer hands out is also searched by reading: twice, never not)
-    streamed = search.hand_out({fe.source for t in tasks for fe in t.spec.files if fe.type == m.FILE} | ahead)
-    mine = _first_packers(tasks, streamed - ahead)
-    searching = sum(1 for files in mine if files) + sum(1 for scan in kept_scans if scan.sources)
+        return tasks, set()
+    streamed = search.hand_out({fe.source for t in tasks for fe in t.spec.files if fe.type == m.FILE})
+    mine = _first_packers(tasks, streamed)
+    searched = set().union(*mine)
     return [dataclasses.replace(t, host_scan=HostScan(files, search.embedded_objects)) if files else t
-            for t, files in zip(tasks, mine)], searching
-
-
-def _host_scans_ahead(tasks: list[_Task], host_elfs: set[str]) -> list[_Task]:
-    """Host packages written ahead (rocpkg.plan.early_host_specs) search the host ELFs they
-    pack as they read them (HostScan, as _search_in_writers gives the plan's packages; the
-    build's search of host data sections looks for offload bundles only), each file by the
-    first package packing it. They keep their fair part of the cores, like every package
-    written ahead: a second thread (the .deb's md5s beside its zstd frame) pays where a
-    core is free, and none is while packages are written ahead. On 16 cores at -j16 the
-    host libraries on two threads each took 11-20% more CPU than the floor's one thread
-    (the threads hand each chunk over under the GIL, on cores every worker wants), and the
-    biggest, 419 MiB, ended later than the floor's on one (2.0 s against 1.84 s)."""
-    host_files = iter(_first_packers([t for t in tasks if t.spec.kind == m.KIND_HOST], host_elfs))
-    out = []
-    for task in tasks:
-        files = next(host_files) if task.spec.kind == m.KIND_HOST else None
-        out.append(dataclasses.replace(task, host_scan=HostScan(files)) if files else task)
-    return out
+            for t, files in zip(tasks, mine)], searched
 
 
 class _HostVerdict:
-    """The build's checks once every writer that searches host ELFs has answered: until
-    then no package is moved into place (a package with device code in a host ELF refuses
-    the whole build, and OUT must stay as it was). The answers are counted as they come:
-    those of the searching packages carry what they found."""
+    """The build's checks once every host ELF handed to the writers has been searched:
+    until then no package is moved into place (a package with device code in a host ELF
+    refuses the whole build, and OUT must stay as it was). `pending` is the set of files
+    not yet searched; each searching writer's answer names the files it searched
+    (Written.searched) and what it found."""
 
-    def __init__(self, searching: int, host_search, check):
-        self.searching, self.host_search, self.check = searching, host_search, check
+    def __init__(self, pending: set[str], host_search, check):
+        self.pending, self.host_search, self.check = set(pending), host_search, check
         self.carries = False    # a writer found device code: the checks run again
 
     def take(self, answer) -> bool:
-        """Count an answer; True once the verdict is in (RocpkgInputError: refused)."""
-        if isinstance(answer, _Written) and answer.host_code:
-            self.carries = self.host_search.record(answer.host_code) or self.carries
-            self.searching -= 1
-        if self.searching > 0:
+        """Take an answer; True once every file is searched (RocpkgInputError: refused)."""
+        if isinstance(answer, _Written) and answer.searched:
+            if answer.host_code:
+                self.carries = self.host_search.record(answer.host_code) or self.carries
+            self.pending -= answer.searched
+        if self.pending:
             return False
         self.close()
         return True
@@ -723,9 +566,7 @@ def assemble_manifest(out_dir: str | os.PathLike) -> str | None:
     first = docs[0][1]
     count = first["shard"][1]
     for name, doc in docs:
-        if doc.get("schema") != MANIFEST_SCHEMA:
-            problems.append((name, f"not a {MANIFEST_SCHEMA} manifest part"))
-        elif (doc["plan"], doc["version"], doc["release"], doc["shard"][1]) != \
+        if (doc["plan"], doc["version"], doc["release"], doc["shard"][1]) != \
                 (first["plan"], first["version"], first["release"], count):
             problems.append((name, f"built from another plan or split than {docs[0][0]}"))
     have = {doc["shard"][0] for _, doc in docs}

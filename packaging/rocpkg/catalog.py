@@ -151,8 +151,6 @@ class Catalog:
     dirs: dict[tuple[str, str], list[ArtifactDir]] = field(default_factory=dict)
     facts: dict[str, FileFacts] = field(default_factory=dict)   # source path -> its facts
     pending: object = None      # the host ELFs' device code still being searched (settle)
-    # scan_device_dirs: dirname -> (ArtifactDir, its files' facts, its host ELFs), for scan(prior=)
-    walked: dict = field(default_factory=dict, repr=False)
 
     def settle(self) -> None:
         """Wait for the search of the host ELFs' data sections (rocpkg.host_code) and add
@@ -161,11 +159,6 @@ class Catalog:
         problems = pending() if pending is not None else []
         if problems:
             raise RocpkgInputError(*problems)
-
-    def walked_host_elfs(self) -> set[str]:
-        """The host ELFs of the dirs walked so far (scan_device_dirs, scan_generic_dirs):
-        the files scan() hands to the host search (rocpkg.host_code)."""
-        return {source for _, _, elfs in self.walked.values() for source in elfs}
 
     def facts_of(self, source: str) -> FileFacts:
         """The facts of one artifact file (empty facts for a path the catalog never saw)."""
@@ -258,15 +251,13 @@ def classify_suffix(suffix: str, families: dict[str, list[str]]) -> str | None:
 
 
 def scan(root: str | os.PathLike, families: dict[str, list[str]] | None = None, *,
-         embedded_objects: bool = True, starmap_async=None, prior: Catalog | None = None,
-         writers: bool = False) -> Catalog:
+         embedded_objects: bool = True, starmap_async=None, writers: bool = False) -> Catalog:
     """Index every artifact dir under root; all problems are reported together. With
     embedded_objects=False host data sections are searched for offload bundles only.
     starmap_async: worker processes that search the host ELFs' data sections while the
     caller goes on (catalog.settle() waits for them; rocpkg.host_code). writers: a build,
-    whose writers search the host ELFs they read (catalog.pending.hand_out). prior: a
-    scan_device_dirs() of the same root, whose dirs are taken as it walked them."""
-    catalog, problems, host_elfs = _index(root, families or kt.FAMILIES, prior=prior)
+    whose writers search the host ELFs they read (catalog.pending.hand_out)."""
+    catalog, problems, host_elfs = _index(root, families or kt.FAMILIES)
     if problems:
         raise RocpkgInputError(*problems)
     catalog.pending = search(catalog.facts, host_elfs, embedded_objects, starmap_async, writers=writers)
@@ -275,76 +266,8 @@ def scan(root: str | os.PathLike, families: dict[str, list[str]] | None = None, 
     return catalog
 
 
-def scan_generic_dirs(root: str | os.PathLike, families: dict[str, list[str]] | None = None, *,
-                      prior: Catalog | None = None) -> Catalog | None:
-    """The generic dirs (host code) with the dirs prior walked (a build's first target's):
-    all that the host packages of the per-target definitions come from
-    (rocpkg.plan.early_host_specs), so that a build starts the host libraries, a release's
-    biggest packages, before the other device dirs are walked. Each dir is kept as walked,
-    as scan_device_dirs keeps them. None when anything is wrong: the whole scan says what."""
-    return _scan_selected(root, families or kt.FAMILIES, lambda kind, suffix: kind == "generic", prior)
-
-
-def scan_device_dirs(root: str | os.PathLike, families: dict[str, list[str]] | None = None, *,
-                     targets: set[str] | None = None, prior: Catalog | None = None) -> Catalog | None:
-    """The target and family dirs alone: all that a device package's files, and the
-    classes and targets of the plan, come from (rocpkg.plan.early_device_specs), so that
-    a build starts its biggest packages before the generic dirs are walked. targets
-    (bare names): only their dirs and the family dirs that route files to one of them
-    (the first part of a build's walk: a few ms where all of them take 0.1-0.5 s).
-    Each dir is kept as walked for scan(prior=) and for a later call's prior, which
-    walk the others. None when anything is wrong: the whole scan says what."""
-    families = families or kt.FAMILIES
-
-    def wanted(kind: str, suffix: str) -> bool:
-        if kind == "generic":
-            return False
-        if targets is None:
-            return True
-        if kind == "family":
-            return not targets.isdisjoint(families[suffix])
-        return kt.bare_processor(suffix) in targets
-
-    return _scan_selected(root, families, wanted, prior)
-
-
-def _scan_selected(root, families: dict[str, list[str]], select, prior: Catalog | None) -> Catalog | None:
-    """The dirs select(kind, suffix) takes and those prior walked, each kept as walked;
-    None on any problem (the whole scan reports it)."""
-    try:
-        catalog, problems, _ = _index(root, families, select=select, prior=prior)
-    except RocpkgInputError:
-        return None
-    return None if problems else catalog
-
-
-def device_targets(root: str | os.PathLike, families: dict[str, list[str]] | None = None) -> list[str]:
-    """The bare targets that target dirs under root are named for, in table order, from
-    the names alone (nothing is opened below root); [] when there is none or root cannot
-    be listed (the whole scan says why)."""
-    families = families or kt.FAMILIES
-    found = set()
-    try:
-        names = os.listdir(root)
-    except OSError:
-        return []
-    for dirname in names:
-        parsed = parse_dirname(dirname)
-        if parsed is not None and classify_suffix(parsed[2], families) == "target":
-            found.add(kt.bare_processor(parsed[2]))
-    return sort_targets(found)
-
-
-def first_device_target(root: str | os.PathLike, families: dict[str, list[str]] | None = None) -> str | None:
-    """The first of device_targets (None when there is none)."""
-    ordered = device_targets(root, families)
-    return ordered[0] if ordered else None
-
-
-def _index(root, families: dict[str, list[str]], *, select=None, prior: Catalog | None = None):
-    """The catalog of root's artifact dirs that select(kind, suffix) takes (all without
-    one), those in prior.walked taken from there; with the problems and the host ELFs
-    found. With select, each dir is kept in catalog.walked (scan(prior=))."""
+def _index(root, families: dict[str, list[str]]):
+    """The catalog of root's artifact dirs, with the problems and the host ELFs found."""
     root = os.path.abspath(os.fspath(root))
     try:  # the root the user named may itself be a symlink; nothing below it is followed
         root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
@@ -353,13 +276,10 @@ def _index(root, families: dict[str, list[str]], *, select=None, prior: Catalog 
     except OSError as exc:
         raise RocpkgInputError((root, f"cannot open: {exc.strerror}")) from None
     catalog = Catalog(root=root, families=families)
-    walked = prior.walked if prior is not None and prior.root == root and prior.families == families else {}
     problems: list[tuple[str, str]] = []
     host_elfs: list[str] = []
 
     def take(adir: ArtifactDir, dir_facts: dict[str, FileFacts], dir_elfs: list[str]) -> None:
-        if select is not None:
-            catalog.walked[adir.dirname] = (adir, dir_facts, dir_elfs)
         catalog.facts.update(dir_facts)
         host_elfs.extend(dir_elfs)
         catalog.dirs.setdefault((adir.artifact, adir.component), []).append(adir)
@@ -368,9 +288,6 @@ def _index(root, families: dict[str, list[str]], *, select=None, prior: Catalog 
         for dirname in sorted(os.listdir(root_fd)):
             path = os.path.join(root, dirname)
             if dirname.startswith("."):
-                continue
-            if dirname in walked:
-                take(*walked[dirname])
                 continue
             try:
                 st = os.stat(dirname, dir_fd=root_fd, follow_symlinks=False)
@@ -392,8 +309,6 @@ def _index(root, families: dict[str, list[str]], *, select=None, prior: Catalog 
             if kind is None:
                 problems.append((printable(path), f"suffix {printable(suffix)!r} is neither 'generic', a known "
                                                   "target nor a family"))
-                continue
-            if select is not None and not select(kind, suffix):
                 continue
             adir = ArtifactDir(dirname, artifact, component, suffix, kind, path)
             try:

@@ -12,7 +12,7 @@ import time
 from kpack import targets as kt
 
 from rocpkg import compression
-from rocpkg.cli_common import (add_plan_options, add_subset_options, check_artifacts_dir, early_specs, formats,
+from rocpkg.cli_common import (add_plan_options, add_subset_options, formats,
                                human_bytes, interactive, load_config_of,
                                load_plan, print_snippets,
                                selected_packages, verbosity, warn_if_unsigned)
@@ -92,7 +92,7 @@ def build_summary(result) -> dict:
         "rows": rows_list,
         "totals": {k: sum(r[k] for r in rows_list) for k in _COUNTS},
         "seconds": round(result.seconds, 3), "jobs": result.jobs, "threads": result.threads,
-        "written_ahead": result.written_ahead,
+        "written_ahead": 0,     # schema rocpkg-build/1 keeps its fields: nothing is written before the plan
         "shard": list(result.shard) if result.shard else None,
         "payload_rate": round(rebuilt_in / result.seconds) if result.seconds and rebuilt_in else 0,
         "packages": [{"format": p.format, "name": p.name, "kind": p.kind, "file": p.file, "rebuilt": p.rebuilt,
@@ -146,13 +146,12 @@ def _cmd_build(args) -> int:
         raise RocpkgInputError(("--repo", "a shard is part of a release: merge the shards' OUT trees, "
                                          "then run `rocpkg repo OUT` (docs/sharding.md)"))
     _check_jobs(args)
-    # what the plan imports, before the fork: this process needs it before its first package
-    # is handed out anyway, and the workers, which need most of it too (the kpack readers),
-    # then have it without importing it each (16 ms of their 120 before they can write)
+    # what the plan imports, before the fork: the workers need most of it too (the kpack
+    # readers) and so inherit it
     from rocpkg import host_code, plan  # noqa: F401
 
-    # the workers first: they load the writers while the plan is made; the checks the plan
-    # starts (the host ELFs' search) wait behind each worker's first package (rocpkg.workers)
+    # the workers first: they load the writers while the plan is made, and the plan's
+    # walk of the artifacts runs on them (catalog.scan's starmap_async)
     with Workers(args.jobs or usable_cores(), hold=True, formats=formats(args)) as workers:
         return _build(args, shard, workers)
 
@@ -160,29 +159,12 @@ def _cmd_build(args) -> int:
 def _build(args, shard, workers) -> int:
     from rocpkg import build as b
     from rocpkg.model import BuildOptions
-    from rocpkg.plan import release_settings
     from rocpkg.releases import inputs_date
 
     config = load_config_of(args)
-    early_host_elfs = None
-    if shard or args.pkg_names:     # the packages to write are known once the plan is whole
-        plan = load_plan(args, config, embedded_objects=False, starmap_async=workers.starmap_async, writers=True)
-        only, early, settings = selected_packages(args, plan), [], plan.settings
-        _print_plan_notes(args, plan)
-    else:                           # the biggest start while the plan is made (build_release)
-        check_artifacts_dir(args.artifacts)
-        early, walked = early_specs(args, config, enough=workers.size, hosts=True)
-
-        def early_host_elfs() -> set[str]:
-            return walked().walked_host_elfs() if walked() is not None else set()
-        settings = release_settings(config, args.pkg_version, args.release)
-
-        def plan() -> object:
-            made = load_plan(args, config, embedded_objects=False, starmap_async=workers.starmap_async,
-                             prior=walked(), writers=True)
-            _print_plan_notes(args, made)
-            return made
-        only = selected_packages(args, None)    # None; refuses --with-deps alone
+    plan = load_plan(args, config, embedded_objects=False, starmap_async=workers.starmap_async, writers=True)
+    only, settings = selected_packages(args, plan), plan.settings
+    _print_plan_notes(args, plan)
     sde = b.source_date_epoch(settings, default=inputs_date(args.config, args.artifacts))
     options = BuildOptions(source_date_epoch=sde, **_compression(args, settings))
     signer = _signer(args, sde)
@@ -190,8 +172,7 @@ def _build(args, shard, workers) -> int:
     try:
         result = b.build_release(plan, args.output, formats=formats(args), options=options, jobs=args.jobs,
                                  shard=shard, progress=display, signer=signer, allow=args.allow or (), only=only,
-                                 deep_check=args.deep_check, workers=workers, early=early,
-                                 early_host_elfs=early_host_elfs)
+                                 deep_check=args.deep_check, workers=workers)
     finally:
         display.close()
     summary = build_summary(result)

@@ -104,84 +104,21 @@ def load_config_of(args):
     return config
 
 
-def load_plan(args, config=None, *, embedded_objects: bool = True, starmap_async=None, prior=None,
-              writers: bool = False):
+def load_plan(args, config=None, *, embedded_objects: bool = True, starmap_async=None, writers: bool = False):
     """The plan of the plan options (config: load_config_of(args) when already loaded);
-    embedded_objects, starmap_async, prior, writers: catalog.scan's (False for build: those
-    findings only warn; the build's workers; early_specs' catalog; True for build)."""
+    embedded_objects, starmap_async, writers: catalog.scan's (False for build: those
+    findings only warn; the build's workers; True for build)."""
     from rocpkg.catalog import scan
     from rocpkg.plan import make_plan
 
     check_artifacts_dir(args.artifacts)
     config = config or load_config_of(args)
     catalog = scan(args.artifacts, config.settings["families"], embedded_objects=embedded_objects,
-                   starmap_async=starmap_async, prior=prior, writers=writers)
+                   starmap_async=starmap_async, writers=writers)
     if not catalog.dirs:
         raise RocpkgInputError((args.artifacts, "no artifact directories (<name>_<component>_<suffix>) in it"))
     return make_plan(config, catalog, version=args.pkg_version, release=args.release,
                      targets=split_list(args.targets), formats=formats(args))
-
-
-def early_specs(args, config, enough: int = 1, hosts: bool = False):
-    """The device packages a build can write before its plan is whole
-    (rocpkg.plan.early_device_specs), as parts to take in turn: those of the first
-    target's dirs (walked in a few ms, so that the first write waits for no more), then
-    of the next target's, one target a part, until `enough` packages are out (the build
-    passes its workers: with one target's 5 packages for 16 workers, 11 of them waited
-    0.08-0.1 s for the walk of every dir), then those of every target and family dir;
-    and the function that gives the catalog of the dirs walked so far (load_plan's prior
-    once the parts are taken; None when a walk found a problem: the whole scan says what).
-    hosts: right after the first target's part, the generic dirs are walked and the
-    per-target definitions' host packages are a part (rocpkg.plan.early_host_specs): a
-    release's biggest packages, which otherwise started only once the plan was whole (on
-    16 cores a 419 MiB host library started 0.33 s into a .deb build and ended it at
-    2.1-2.2 s; the floor's began at 0.1 s)."""
-    from kpack import targets as kt
-    from rocpkg.catalog import device_targets, scan_device_dirs, scan_generic_dirs
-    from rocpkg.plan import early_device_specs, early_host_specs
-
-    families = config.settings["families"]
-    wanted = split_list(args.targets)
-    walked = {"catalog": None}
-
-    def planned(catalog, targets):
-        return early_device_specs(config, catalog, version=args.pkg_version, release=args.release,
-                                  targets=targets, formats=formats(args))
-
-    def bare(target: str) -> str | None:
-        try:
-            return kt.bare_processor(target)
-        except ValueError:      # the plan says what is wrong with it
-            return None
-
-    def parts():
-        out, hosted = 0, not hosts
-        for target in device_targets(args.artifacts, families):
-            if out >= enough:
-                break
-            named = [t for t in wanted or [target] if bare(t) == target]
-            if not named:
-                continue
-            walked["catalog"] = scan_device_dirs(args.artifacts, families, targets={target}, prior=walked["catalog"])
-            if walked["catalog"] is None:
-                break
-            part = planned(walked["catalog"], named)
-            out += len(part)
-            yield part
-            if not hosted:     # after the first target's: the host libraries
-                hosted = True
-                walked["catalog"] = scan_generic_dirs(args.artifacts, families, prior=walked["catalog"])
-                if walked["catalog"] is None:
-                    break
-                part = early_host_specs(config, walked["catalog"], version=args.pkg_version, release=args.release,
-                                        targets=named, formats=formats(args))
-                out += len(part)
-                yield part
-        walked["catalog"] = scan_device_dirs(args.artifacts, families, prior=walked["catalog"])
-        if walked["catalog"] is not None:
-            yield planned(walked["catalog"], wanted)
-
-    return parts(), lambda: walked["catalog"]
 
 
 def check_artifacts_dir(path: str) -> None:

@@ -102,9 +102,9 @@ class Staging:
         self.committed = 0
         self._dirs: set[str] = set()
 
-    def dir(self, fmt: str, ahead: bool = False) -> str:
-        """Where a format's packages wait; ahead: those written before the plan was whole."""
-        return os.path.join(self.out_dir, STAGING_DIR, f"{fmt}-ahead" if ahead else fmt)
+    def dir(self, fmt: str) -> str:
+        """Where a format's packages wait for the build's checks."""
+        return os.path.join(self.out_dir, STAGING_DIR, fmt)
 
     def __enter__(self) -> "Staging":
         self._make(os.path.join(self.out_dir, os.path.dirname(LOCK_FILE)))
@@ -119,7 +119,6 @@ class Staging:
             remove_stale_temporaries(self.out_dir)
             for fmt in self.formats:
                 os.makedirs(self.dir(fmt))
-                os.mkdir(self.dir(fmt, ahead=True))
         except BaseException as exc:
             self.__exit__(type(exc), exc, exc.__traceback__)
             raise

@@ -86,6 +86,7 @@ class Written:
     state: dict         # what the next build compares (rocpkg.build._up_to_date)
     staged: str         # where it waits until the build's checks have passed
     host_code: tuple = ()   # BuiltPackage.host_code: what its writer found in the host ELFs it searched
+    searched: frozenset = frozenset()   # the host ELFs its writer searched (Task.host_scan's sources)
 
 
 def build_one(task: Task) -> Written | list[tuple[str, str]]:
@@ -123,4 +124,5 @@ def build_one(task: Task) -> Written | list[tuple[str, str]]:
     fingerprint = package_fingerprint(spec, task.options, code_fingerprint_of(task.build), signer_id, sources)
     state = {"fingerprint": fingerprint, "file": done.file, "size": built.size, "sha256": built.sha256,
              "mtime_ns": st.st_mtime_ns, "ino": st.st_ino}
-    return Written(done, built.metadata, state, built.path, built.host_code)
+    searched = task.host_scan.sources if task.host_scan is not None else frozenset()
+    return Written(done, built.metadata, state, built.path, built.host_code, searched)

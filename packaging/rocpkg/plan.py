@@ -128,69 +128,6 @@ def release_settings(config: Config, version: str | None = None, release: str | 
     return settings
 
 
-def early_device_specs(config: Config, catalog: Catalog, *, version: str | None = None,
-                       release: str | None = None, targets: list[str] | None = None,
-                       formats=FORMATS) -> list[m.PackageSpec]:
-    """The device packages that ship a kpack archive of their own (a release's biggest),
-    planned from scan_device_dirs' catalog: such a package's files, names and relations
-    come from the device dirs, the config and the target list alone (the archive-less
-    ones depend on archives found through host binaries, _link_archive_providers). A
-    build writes them while the rest of the plan is made, and keeps each only where the
-    whole plan has the same spec. [] on any problem: the whole plan reports it."""
-    builder = _early_builder(config, catalog, version, release, targets)
-    if builder is None:
-        return []
-    namers = {fmt: _Namer(builder.settings, builder.abi, fmt) for fmt in formats}
-    specs = []
-    for d in builder.defs.values():
-        if builder.classes[d.name] != PER_TARGET:
-            continue
-        for t in builder.targets:
-            files = builder._collect(d, t, f"{d.name}[{t}]")
-            if not any(fe.type == m.FILE and fe.path.endswith(".kpack") for fe in files):
-                continue
-            for fmt in formats:
-                spec = builder._device_spec(fmt, d, namers[fmt], t, files)
-                if fmt == "deb":
-                    builder._add_libc_dependency([spec])
-                specs.append(spec)
-    return [] if builder.problems else specs
-
-
-def early_host_specs(config: Config, catalog: Catalog, *, version: str | None = None,
-                     release: str | None = None, targets: list[str] | None = None,
-                     formats=FORMATS) -> list[m.PackageSpec]:
-    """The host packages of the per-target definitions (a release's biggest: the host
-    libraries), planned from scan_generic_dirs' catalog (the generic dirs and a first
-    target's): their files, names and relations come from the generic dirs, the config and
-    a definition's having device dirs at all. A build writes them while the rest of the
-    plan is made and keeps each only where the whole plan has the same spec (a definition
-    whose device dirs the first target lacks is not planned as per-target here: its
-    package is planned again). [] on any problem: the whole plan reports it."""
-    builder = _early_builder(config, catalog, version, release, targets)
-    if builder is None:
-        return []
-    namers = {fmt: _Namer(builder.settings, builder.abi, fmt) for fmt in formats}
-    specs = []
-    for d in builder.defs.values():
-        if builder.classes[d.name] == PER_TARGET:
-            files = builder._collect(d, None, d.name)     # one list for both formats, as make_plan
-            specs.extend(builder._host_spec(fmt, d, namers[fmt], files) for fmt in formats)
-    builder._add_libc_dependency([s for s in specs if s.format == "deb"])
-    return [] if builder.problems else specs
-
-
-def _early_builder(config: Config, catalog: Catalog, version: str | None, release: str | None,
-                   targets: list[str] | None) -> "_PlanBuilder | None":
-    """The plan builder of an early part (early_device_specs, early_host_specs); None when
-    the release's settings or targets are wrong (the whole plan reports it)."""
-    try:
-        settings = release_settings(config, version, release)
-        return _PlanBuilder(config, catalog, settings, targets or settings.get("targets"))
-    except RocpkgInputError:
-        return None
-
-
 class _PlanBuilder:
     def __init__(self, config: Config, catalog: Catalog, settings: dict, targets: list[str] | None):
         self.config = config
@@ -548,15 +485,13 @@ class _PlanBuilder:
         return out
 
     def _host_spec(self, fmt: str, d: Definition, namer: _Namer, files) -> m.PackageSpec:
-        """The host package of a per-target definition (also planned early, before the
-        other device dirs are walked: early_host_specs)."""
+        """The host package of a per-target definition."""
         host = self._spec(fmt, d, namer.host(d.name), m.KIND_HOST, files=files, summary_note="host code",
                           long_note="This package holds the host code; the GPU kernels are in one package per target.")
         return self._apply(host, self._relations(fmt, d, namer, "host"))
 
     def _device_spec(self, fmt: str, d: Definition, namer: _Namer, target: str, files) -> m.PackageSpec:
-        """The device package of a per-target definition for one target (also planned
-        early, before the generic dirs are walked: early_device_specs)."""
+        """The device package of a per-target definition for one target."""
         dev = self._spec(fmt, d, namer.device(d.name, target), m.KIND_DEVICE, files=files, target=target,
                          summary_note=f"{target} kernels",
                          long_note=f"GPU kernels and tuning databases of {d.name} for {target}.")

@@ -24,18 +24,14 @@ class Workers:
 
     hold=True (the build) holds back the checks started before the packages are known:
     they run after the first package of each worker (unordered_with_checks), not ahead
-    of every package. Queued first, they kept all the workers from writing for 0.1-0.4 s
-    (16 and 2 cores); the longest packages, which decide when the build ends, now start
-    at once, and the checks take the slots the first packages free. A held call that is
-    waited for before then starts at once."""
+    of every package, so that the longest packages, which decide when the build ends,
+    start at once and the checks take the slots the first packages free. A held call
+    that is waited for before then starts at once."""
 
     # The pool's threads in this process hand each task to a worker and take each answer
-    # back (pickling, a pipe, the callback that starts the next package), and each needs
-    # the GIL for it. While the main thread plans or records, a thread waiting for the GIL
-    # gets it only after the switch interval, 5 ms by default, and again after every write
-    # to a pipe: 4 tasks handed to 2 idle workers by a busy main thread reached them 5-54 ms
-    # late, 1-6 ms at 0.5 ms. (A whole build on 16 cores showed no change: its first write
-    # waits for the workers' own imports, not for this.)
+    # back, and each needs the GIL for it; a thread waiting for the GIL while the main
+    # thread plans or records gets it only after the switch interval (5 ms by default), so
+    # the build runs with a shorter one.
     SWITCH_INTERVAL = 0.0005
 
     def __init__(self, size: int, specs: list[m.PackageSpec] | None = None, hold: bool = False,
@@ -97,53 +93,36 @@ class Workers:
         Pool.imap_unordered): one task per worker first, then the held checks, then the
         other tasks, all queued now. A task's exception is raised where its result would be."""
         finished: queue.SimpleQueue = queue.SimpleQueue()
-        self.submit_around_checks(function, tasks, finished, before=self.size)
-        return as_finished(finished, len(tasks))
 
-    def submit_around_checks(self, function, tasks: list, finished: queue.SimpleQueue, before: int) -> None:
-        """submit() each task: the first `before`, then the held checks, then the rest."""
-        for task in tasks[:before]:
-            self.submit(function, task, finished)
+        def submit(task) -> None:
+            self.pool.apply_async(function, (task,), callback=lambda answer: finished.put((True, answer)),
+                                  error_callback=lambda exc: finished.put((False, exc)))
+
+        def answers():
+            for _ in tasks:
+                ok, answer = finished.get()
+                if not ok:
+                    raise answer
+                yield answer
+
+        for task in tasks[:self.size]:
+            submit(task)
         self.release_held()
-        for task in tasks[before:]:
-            self.submit(function, task, finished)
-
-    def submit(self, function, task, finished: queue.SimpleQueue, key=None, then=None) -> None:
-        """Start function(task) on a worker; its answer goes into `finished` as (key, ok,
-        answer or exception), then then() runs (in the pool's result thread)."""
-        def done(ok: bool, answer) -> None:
-            finished.put((key, ok, answer))
-            if then is not None:
-                then()
-
-        self.pool.apply_async(function, (task,), callback=lambda answer: done(True, answer),
-                              error_callback=lambda exc: done(False, exc))
+        for task in tasks[self.size:]:
+            submit(task)
+        return answers()
 
 
 class _Pool(Pool):
     """multiprocessing's Pool, but its worker-handler thread is not woken by every answer.
-    It waits on the answers' pipe too (Pool._get_sentinels): an answer makes the pipe
+    Pool waits on the answers' pipe too (Pool._get_sentinels): an answer makes the pipe
     readable until the result-handler thread has read it, and the worker handler spins
-    through its loop (a waitpid for each worker) meanwhile: 0.07 s of the parent's CPU in
-    a 2-core build of 147 packages, more at 16 workers. It still wakes when a worker exits
-    (the workers' sentinels) and when the pool's state or its last task changes (the
+    through its loop (a waitpid for each worker) meanwhile. This one wakes when a worker
+    exits (the workers' sentinels) and when the pool's state or its last task changes (the
     change notifier), all it acts on: what multiprocessing's own ThreadPool waits on."""
 
     def _get_sentinels(self):
         return [self._change_notifier._reader]
-
-
-def as_finished(finished: queue.SimpleQueue, count: int, dropped=frozenset()):
-    """The next `count` answers of `finished` (Workers.submit) as they come, but those whose
-    key is in `dropped` (waited for, never yielded, their failures too); a task's
-    exception is raised where its answer would be."""
-    for _ in range(count):
-        key, ok, answer = finished.get()
-        if key in dropped:
-            continue
-        if not ok:
-            raise answer
-        yield answer
 
 
 class _Held:
