@@ -444,20 +444,31 @@ class KpackReader:
             raise exc.with_path(self.path)
         return sum(self._blob_table[1])
 
+    def read_at(self, offset: int, size: int) -> bytes:
+        """`size` bytes of the archive file at `offset` (KpackFormatError past its end)."""
+        return self._src.read_at(offset, size)
+
+    @property
+    def fd(self) -> int | None:
+        """The archive file's descriptor for positional reads (None for bytes in memory)."""
+        return self._src.fd
+
+    def blob_extent(self, ordinal: int) -> tuple[int, int]:
+        """(offset, size) of a stored blob, its descriptor checked against the blob area."""
+        return self._blob(ordinal)
+
+    def frame_extent(self, ordinal: int) -> tuple[int, int]:
+        """(offset, size) of a zstd frame, from the chain of size prefixes."""
+        return self._frame(ordinal)
+
+    def index_blobs(self) -> None:
+        """Read and check every blob descriptor now (KpackFormatError on the first bad one)."""
+        self._build_blob_table()
+
     def _build_blob_table(self) -> None:
         if self._blob_table is None:
             self._blob_lookups = WALKS_BEFORE_INDEX  # the next lookup indexes every blob
             self._blob(0)
-
-    # -- verify -------------------------------------------------------------------------
-
-    def verify(self) -> None:
-        """Check everything the format promises; raise the first problem check_archive finds."""
-        from kpack.check import check_reader
-
-        problems = check_reader(self, require_code_objects=False)
-        if problems:
-            raise problems[0]
 
     # -- lifetime -----------------------------------------------------------------------
 

@@ -22,7 +22,7 @@ from typing import BinaryIO, Callable, NamedTuple
 
 import zstandard
 
-from kpack.codeobject import _Source, decode_code_object
+from kpack.codeobject import CodeSource, decode_code_object
 from kpack.errors import KpackFormatError
 from kpack.format import ByteSource, Window
 from kpack.targets import is_target, parse_target
@@ -129,7 +129,7 @@ def bundle_entries(handle: BinaryIO, *, base: int = 0, size: int | None = None,
             if entry.target is None or not entry.size:
                 continue
             where = base + entry.offset
-            actual = decode_code_object(_Source(handle, where, entry.size), where=where)
+            actual = decode_code_object(CodeSource(handle, where, entry.size), where=where)
             if actual is None:
                 raise KpackFormatError(f"bundle entry {entry.index} ({entry.entry_id}) is not an AMDGPU "
                                        f"code object", where=where)

@@ -56,6 +56,14 @@ def check_archive(path: str | os.PathLike, expected_target: str | None = None, *
         return [KpackFormatError(exc.strerror or str(exc), path=name)]
 
 
+def verify_reader(reader: KpackReader) -> None:
+    """Check everything the format promises of an open archive (kernels may be opaque
+    payloads); raise the first problem check_reader finds."""
+    problems = check_reader(reader, require_code_objects=False)
+    if problems:
+        raise problems[0]
+
+
 def check_reader(reader: KpackReader, expected_target: str | None = None, *, decode_objects: bool = True,
                  require_code_objects: bool = True, whole_kernels: bool = True) -> list[KpackFormatError]:
     """check_archive for an archive that is already open."""
@@ -74,7 +82,7 @@ def check_reader(reader: KpackReader, expected_target: str | None = None, *, dec
 
 def _check(reader: KpackReader, expected: str | None, decode: bool, require_objects: bool,
            problems: list[KpackFormatError], whole: bool = True) -> None:
-    padding = reader._src.read_at(HEADER_SIZE, BLOB_AREA_START - HEADER_SIZE)
+    padding = reader.read_at(HEADER_SIZE, BLOB_AREA_START - HEADER_SIZE)
     if any(padding):
         first = next(i for i, byte in enumerate(padding) if byte)
         raise KpackFormatError("header padding is not zero", where=HEADER_SIZE + first)
@@ -121,9 +129,9 @@ def _check_storage(reader: KpackReader, entries: list[Entry], problems: list[Kpa
     """Blob and frame bounds and the sizes they declare, without decompressing."""
     if reader.scheme == SCHEME_NONE:
         if reader.kernel_count:
-            reader._build_blob_table()  # validates every blob descriptor
+            reader.index_blobs()  # validates every blob descriptor
         for entry in entries:
-            _, size = reader._blob(entry.ordinal)
+            _, size = reader.blob_extent(entry.ordinal)
             if size != entry.original_size:
                 problems.append(KpackFormatError(f"blob is {size} bytes but original_size is {entry.original_size}",
                                                  where=f"toc[{entry.key!r}][{entry.arch!r}].original_size"))
@@ -131,20 +139,20 @@ def _check_storage(reader: KpackReader, entries: list[Entry], problems: list[Kpa
     end = reader.zstd_offset + reader.zstd_size
     frames_end = reader.zstd_offset + 4
     if reader.kernel_count:
-        last_offset, last_size = reader._frame(reader.kernel_count - 1)
+        last_offset, last_size = reader.frame_extent(reader.kernel_count - 1)
         frames_end = last_offset + last_size
     if frames_end != end:
         raise KpackFormatError(f"{reader.kernel_count} frames end at {frames_end} but the zstd area "
                                f"ends at {end} (wrong frame count?)", where=frames_end)
     for entry in entries:
-        offset, size = reader._frame(entry.ordinal)
+        offset, size = reader.frame_extent(entry.ordinal)
         where = f"toc[{entry.key!r}][{entry.arch!r}]"
         if entry.original_size > ZSTD_MAX_RATIO * size:
             problems.append(KpackFormatError(f"original_size {entry.original_size} is more than a {size}-byte "
                                              f"zstd frame can hold", where=f"{where}.original_size"))
             continue
         try:
-            params = zstandard.get_frame_parameters(reader._src.read_at(offset, min(size, ZSTD_FRAME_HEADER_MAX)))
+            params = zstandard.get_frame_parameters(reader.read_at(offset, min(size, ZSTD_FRAME_HEADER_MAX)))
         except zstandard.ZstdError as exc:
             problems.append(KpackFormatError(f"not a zstd frame ({exc})", where=offset))
             continue
@@ -237,8 +245,8 @@ def _check_frame_blocks(reader: KpackReader, entry: Entry) -> None:
     (`kpack verify`, `rocpkg build --deep-check`)."""
     if reader.scheme == SCHEME_NONE:
         return  # a stored blob: its size was compared with original_size (_check_storage)
-    offset, size = reader._frame(entry.ordinal)
-    src, end = reader._src, offset + size
+    offset, size = reader.frame_extent(entry.ordinal)
+    src, end = reader, offset + size
     head = src.read_at(offset, min(size, 18))
     try:
         params = zstandard.get_frame_parameters(head)

@@ -26,7 +26,7 @@ from typing import BinaryIO
 
 import msgpack
 
-from kpack.elf import _EHDR, _PHDR, _SHDR, CODE_OBJECT_BY_ABI_VERSION, EF_AMDGPU_MACH, ELFOSABI_AMDGPU_HSA, EM_AMDGPU
+from kpack.elf import ELF64_EHDR, ELF64_PHDR, ELF64_SHDR, CODE_OBJECT_BY_ABI_VERSION, EF_AMDGPU_MACH, ELFOSABI_AMDGPU_HSA, EM_AMDGPU
 from kpack.elf import FEATURE_SHIFT as FEATURE_SHIFT_V4  # two bits each: unsupported, any, off, on
 from kpack.errors import KpackFormatError
 from kpack.targets import PROCESSOR_BY_MACH, PROCESSORS, R600_BY_MACH
@@ -54,7 +54,7 @@ _V2_PROCESSOR = {
 _V2_XNACK_ON = {(8, 0, 1), (8, 1, 0), (9, 0, 1), (9, 0, 3), (9, 0, 5), (9, 0, 7)}
 
 
-class _Source:
+class CodeSource:
     """Bounded positioned reads of one object: bytes in memory, or [base, base+size) of a
     seekable binary file."""
 
@@ -80,22 +80,22 @@ def _features_text(features: dict[str, bool]) -> str:
     return "".join(f":{name}{'+' if on else '-'}" for name, on in sorted(features.items()))
 
 
-def _notes(src: _Source, where: int):
+def _notes(src: CodeSource, where: int):
     """(owner, type, desc) of every note in PT_NOTE segments, else SHT_NOTE sections."""
     header = src.read(0, 64)
-    fields = _EHDR.unpack(header)
+    fields = ELF64_EHDR.unpack(header)
     phoff, shoff, phentsize, phnum, shentsize, shnum = fields[5], fields[6], fields[9], fields[10], fields[11], fields[12]
     ranges = []
-    if phoff and phentsize == _PHDR.size and phoff + phnum * _PHDR.size <= src.size:
-        table = src.read(phoff, phnum * _PHDR.size)
+    if phoff and phentsize == ELF64_PHDR.size and phoff + phnum * ELF64_PHDR.size <= src.size:
+        table = src.read(phoff, phnum * ELF64_PHDR.size)
         for index in range(phnum):
-            p_type, _, p_offset, _, _, p_filesz, _, _ = _PHDR.unpack_from(table, index * _PHDR.size)
+            p_type, _, p_offset, _, _, p_filesz, _, _ = ELF64_PHDR.unpack_from(table, index * ELF64_PHDR.size)
             if p_type == PT_NOTE:
                 ranges.append((p_offset, p_filesz))
-    if not ranges and shoff and shentsize == _SHDR.size and shoff + shnum * _SHDR.size <= src.size:
-        table = src.read(shoff, shnum * _SHDR.size)
+    if not ranges and shoff and shentsize == ELF64_SHDR.size and shoff + shnum * ELF64_SHDR.size <= src.size:
+        table = src.read(shoff, shnum * ELF64_SHDR.size)
         for index in range(shnum):
-            _, sh_type, _, _, sh_offset, sh_size, _, _, _, _ = _SHDR.unpack_from(table, index * _SHDR.size)
+            _, sh_type, _, _, sh_offset, sh_size, _, _, _, _ = ELF64_SHDR.unpack_from(table, index * ELF64_SHDR.size)
             if sh_type == SHT_NOTE:
                 ranges.append((sh_offset, sh_size))
     budget = MAX_NOTES
@@ -117,7 +117,7 @@ def _notes(src: _Source, where: int):
             position = end
 
 
-def _v2_target(src: _Source, flags: int, where: int) -> str:
+def _v2_target(src: CodeSource, flags: int, where: int) -> str:
     isa = None
     version = hsail = False
     for owner, note_type, desc in _notes(src, where):
@@ -153,7 +153,7 @@ def _v2_target(src: _Source, flags: int, where: int) -> str:
     return processor + _features_text(features)
 
 
-def _metadata_target(src: _Source, where: int) -> str | None:
+def _metadata_target(src: CodeSource, where: int) -> str | None:
     """`amdhsa.target` of the NT_AMDGPU_METADATA note (prefix stripped), or None."""
     for owner, note_type, desc in _notes(src, where):
         if owner == b"AMDGPU" and note_type == NT_AMDGPU_METADATA:
@@ -168,7 +168,7 @@ def _metadata_target(src: _Source, where: int) -> str | None:
     return None
 
 
-def decode_code_object(src: _Source, *, where: int = 0, check_notes: bool = True) -> str | None:
+def decode_code_object(src: CodeSource, *, where: int = 0, check_notes: bool = True) -> str | None:
     """Target ID of the object in `src`; None when it is not an AMDGPU ELF at all."""
     header = src.read(0, 64)
     if header[:4] != ELF_MAGIC or len(header) < 20:
@@ -239,7 +239,7 @@ def code_object_target(source: bytes | bytearray | memoryview | BinaryIO | str |
                 raise exc.with_path(source)
     if isinstance(source, io.TextIOBase):
         raise TypeError("code_object_target needs bytes or a binary file")
-    target = decode_code_object(_Source(source, offset, size), where=offset)
+    target = decode_code_object(CodeSource(source, offset, size), where=offset)
     if target is None:
         raise KpackFormatError("not an AMDGPU code object (no ELF header with e_machine 224)", where=offset)
     return target

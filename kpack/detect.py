@@ -25,7 +25,7 @@ from kpack.archive import MAGIC as KPACK_MAGIC
 from kpack.archive import KpackReader
 from kpack.bundle import BUNDLE_MAGIC, CCOB_MAGIC, SCAN_CHUNK, bundle_entries, compressed_bundle_entries
 from kpack.bundle import entry_target as bundle_entry_target
-from kpack.codeobject import ELF_MAGIC, _Source, decode_code_object
+from kpack.codeobject import ELF_MAGIC, CodeSource, decode_code_object
 from kpack.errors import KpackFormatError
 
 EMBEDDING_SUFFIXES = (".mxr",)
@@ -57,7 +57,7 @@ def elf_target(header: bytes, *, where: int = 0) -> str | None:
     """Target ID of an AMDGPU code object from its bytes (64 are enough for code object v3
     and later; v2 needs its notes); None when they are not an AMDGPU ELF. Raises
     KpackFormatError for an AMDGPU ELF it cannot read."""
-    return decode_code_object(_Source(header), where=where)
+    return decode_code_object(CodeSource(header), where=where)
 
 
 def scan_code_objects(handle: BinaryIO, start: int = 0, end: int | None = None):
@@ -72,7 +72,7 @@ def scan_code_objects(handle: BinaryIO, start: int = 0, end: int | None = None):
         while 0 <= hit < SCAN_CHUNK:
             at = position + hit
             try:
-                target = decode_code_object(_Source(handle, at, end - at), where=at, check_notes=False)
+                target = decode_code_object(CodeSource(handle, at, end - at), where=at, check_notes=False)
             except KpackFormatError:
                 target = None
             if target is not None:
@@ -85,7 +85,7 @@ def _detect(handle: BinaryIO, scan_embedded: bool) -> Detection:
     handle.seek(0)
     head = handle.read(64)
     if head.startswith(ELF_MAGIC):
-        target = decode_code_object(_Source(handle))
+        target = decode_code_object(CodeSource(handle))
         if target is not None:
             return Detection(KIND_CODE_OBJECT, [target])
     elif head.startswith(BUNDLE_MAGIC):

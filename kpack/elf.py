@@ -35,9 +35,9 @@ DT_NULL, DT_NEEDED, DT_HASH, DT_STRTAB, DT_SYMTAB, DT_STRSZ, DT_SYMENT, DT_SONAM
 DT_RPATH, DT_RUNPATH = 15, 29
 
 PT_GNU_STACK = 0x6474E551
-_EHDR = struct.Struct("<16sHHIQQQIHHHHHH")
-_PHDR = struct.Struct("<IIQQQQQQ")
-_SHDR = struct.Struct("<IIQQQQIIQQ")
+ELF64_EHDR = struct.Struct("<16sHHIQQQIHHHHHH")
+ELF64_PHDR = struct.Struct("<IIQQQQQQ")
+ELF64_SHDR = struct.Struct("<IIQQQQIIQQ")
 
 
 def _align(value: int, alignment: int) -> int:
@@ -59,12 +59,12 @@ def _build_elf(*, machine: int, osabi: int, abi_version: int, flags: int,
         name_offsets[name] = len(shstrtab)
         shstrtab += name.encode() + b"\0"
     phnum = 1 + (dynamic is not None) + gnu_stack
-    offset = _EHDR.size + phnum * _PHDR.size
+    offset = ELF64_EHDR.size + phnum * ELF64_PHDR.size
     body = bytearray()
     placed = []  # (offset, size)
     for _, _, _, data, _, _ in sections:
         offset = _align(offset, 16)
-        body += b"\0" * (offset - _EHDR.size - phnum * _PHDR.size - len(body))
+        body += b"\0" * (offset - ELF64_EHDR.size - phnum * ELF64_PHDR.size - len(body))
         placed.append((offset, len(data)))
         body += data
         offset += len(data)
@@ -75,24 +75,24 @@ def _build_elf(*, machine: int, osabi: int, abi_version: int, flags: int,
     shoff = _align(offset, 8)
     body += b"\0" * (shoff - offset)
 
-    shdrs = [_SHDR.pack(0, 0, 0, 0, 0, 0, 0, 0, 0, 0)]
+    shdrs = [ELF64_SHDR.pack(0, 0, 0, 0, 0, 0, 0, 0, 0, 0)]
     for (name, sh_type, sh_flags, _, link, entsize), (sec_offset, size) in zip(sections, placed):
         addr = sec_offset if sh_flags & SHF_ALLOC else 0
-        shdrs.append(_SHDR.pack(name_offsets[name], sh_type, sh_flags, addr, sec_offset, size,
+        shdrs.append(ELF64_SHDR.pack(name_offsets[name], sh_type, sh_flags, addr, sec_offset, size,
                                 link, 0, 8 if sh_type == SHT_DYNAMIC else 1, entsize))
-    shdrs.append(_SHDR.pack(name_offsets[".shstrtab"], SHT_STRTAB, 0, 0, shstrtab_offset,
+    shdrs.append(ELF64_SHDR.pack(name_offsets[".shstrtab"], SHT_STRTAB, 0, 0, shstrtab_offset,
                             len(shstrtab), 0, 0, 1, 0))
 
-    phdrs = [_PHDR.pack(PT_LOAD, 0x4 | 0x2, 0, 0, 0, load_end, load_end, 0x1000)]
+    phdrs = [ELF64_PHDR.pack(PT_LOAD, 0x4 | 0x2, 0, 0, 0, load_end, load_end, 0x1000)]
     if dynamic is not None:
         dyn_offset, dyn_size = placed[dynamic - 1]
-        phdrs.append(_PHDR.pack(PT_DYNAMIC, 0x4 | 0x2, dyn_offset, dyn_offset, dyn_offset,
+        phdrs.append(ELF64_PHDR.pack(PT_DYNAMIC, 0x4 | 0x2, dyn_offset, dyn_offset, dyn_offset,
                                 dyn_size, dyn_size, 8))
     if gnu_stack:  # a non-executable stack, as every toolchain marks host objects
-        phdrs.append(_PHDR.pack(PT_GNU_STACK, 0x4 | 0x2, 0, 0, 0, 0, 0, 16))
+        phdrs.append(ELF64_PHDR.pack(PT_GNU_STACK, 0x4 | 0x2, 0, 0, 0, 0, 0, 16))
     ident = b"\x7fELF" + bytes([2, 1, 1, osabi, abi_version]) + b"\0" * 7
-    header = _EHDR.pack(ident, ET_DYN, machine, 1, 0, _EHDR.size, shoff, flags, _EHDR.size,
-                        _PHDR.size, phnum, _SHDR.size, len(shdrs), len(shdrs) - 1)
+    header = ELF64_EHDR.pack(ident, ET_DYN, machine, 1, 0, ELF64_EHDR.size, shoff, flags, ELF64_EHDR.size,
+                        ELF64_PHDR.size, phnum, ELF64_SHDR.size, len(shdrs), len(shdrs) - 1)
     return header + b"".join(phdrs) + bytes(body) + b"".join(shdrs)
 
 
@@ -139,9 +139,9 @@ def build_host_elf(sections: dict[str, bytes], *, soname: str | None = None, run
 
 
 def _section_offset(image: bytes, index: int) -> int:
-    fields = _EHDR.unpack_from(image)
+    fields = ELF64_EHDR.unpack_from(image)
     shoff = fields[6]
-    return _SHDR.unpack_from(image, shoff + index * _SHDR.size)[4]
+    return ELF64_SHDR.unpack_from(image, shoff + index * ELF64_SHDR.size)[4]
 
 
 def _feature_bits(name: str, value: bool | None, processor: str) -> int:

@@ -24,7 +24,7 @@ from kpack import elfread, memsearch
 from kpack.archive import KpackReader
 from kpack.bundle import BUNDLE_MAGIC, SCAN_CHUNK, BundleEntry, bundle_end, bundle_entries
 from kpack.bundle import compressed_bundle_entries
-from kpack.codeobject import ELF_MAGIC, EM_AMDGPU, _Source, decode_code_object
+from kpack.codeobject import ELF_MAGIC, EM_AMDGPU, CodeSource, decode_code_object
 from kpack.detect import KIND_BUNDLE, KIND_CODE_OBJECT, KIND_COMPRESSED_BUNDLE, KIND_EMBEDDED, KIND_KPACK
 from kpack.detect import ELF64_LE, detect, scan_code_objects
 from kpack.elf import SHF_ALLOC, SHF_EXECINSTR, SHT_PROGBITS
@@ -158,7 +158,7 @@ def host_device_code(path: str | os.PathLike, *, embedded_objects: bool = True) 
             if layout is None:
                 return []
             if layout == CODE_OBJECT:
-                target = decode_code_object(_Source(handle))
+                target = decode_code_object(CodeSource(handle))
                 return [Finding(CODE_OBJECT, "", 0, size, [target])]
             findings = []
             for name, offset, length in layout:
@@ -272,7 +272,7 @@ def device_code_objects(path: str | os.PathLike) -> list[tuple[str, str]]:
     try:
         with open(path, "rb") as handle:
             if kind == KIND_CODE_OBJECT:
-                return [("", decode_code_object(_Source(handle)))]
+                return [("", decode_code_object(CodeSource(handle)))]
             if kind in (KIND_BUNDLE, KIND_COMPRESSED_BUNDLE):
                 entries = bundle_entries(handle) if kind == KIND_BUNDLE else compressed_bundle_entries(handle)
                 return [(f"bundle entry {e.index} ({e.entry_id})", e.target) for e in entries if e.target]

@@ -77,3 +77,25 @@ def test_kpack_imports_nothing_of_rocpkg():
     offenders = {name: sorted(n for n in imported(path, set()) if n.split(".")[0] == "rocpkg")
                  for name, path in modules("kpack").items()}
     assert {name: found for name, found in offenders.items() if found} == {}
+
+
+def test_kpack_modules_import_each_other_without_a_circle():
+    known = modules("kpack")
+    graph = {name: {n for n in imported(path, set(known)) if n in known and n != name}
+             for name, path in known.items()}
+    assert cycle(graph) is None, " -> ".join(cycle(graph))
+
+
+def private_imports(package: str) -> list[str]:
+    """`from M import _name` across modules of a package (a private name is its module's own)."""
+    found = []
+    for name, path in modules(package).items():
+        for node in ast.walk(ast.parse(path.read_bytes(), str(path))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in ROOTS:
+                found += [f"{name} imports {node.module}.{alias.name}" for alias in node.names
+                          if alias.name.startswith("_")]
+    return found
+
+
+def test_no_private_name_is_imported_across_modules():
+    assert private_imports("rocpkg") + private_imports("kpack") == []

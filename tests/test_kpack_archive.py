@@ -10,6 +10,7 @@ import msgpack
 import pytest
 import zstandard
 
+from kpack.check import verify_reader
 from kpack.archive import CountingReader, KpackReader, KpackWriter, read_toc_arches
 from kpack.errors import KpackFormatError
 
@@ -90,7 +91,7 @@ def test_noop_reference_kernels_are_read_verbatim(fixture_copy):
 @pytest.mark.parametrize("name", ["test_noop.kpack", "test_zstd.kpack"])
 def test_reference_archives_verify(fixture_copy, name):
     with KpackReader(fixture_copy(name)) as reader:
-        reader.verify()
+        verify_reader(reader)
 
 
 def test_read_toc_arches_reads_the_arch_list(fixture_copy):
@@ -127,7 +128,7 @@ def test_zstd_reference_archive_round_trips_to_identical_content(fixture_copy, t
 def test_written_archive_reads_back_every_kernel(tmp_path, scheme):
     kernels = write_sample(tmp_path / "a.kpack", scheme)
     with KpackReader(tmp_path / "a.kpack") as reader:
-        reader.verify()
+        verify_reader(reader)
         assert reader.scheme == scheme
         assert reader.gfx_arches == ["gfx1100", "gfx1101"]
         assert reader.binaries == ["lib/libfoo.so#0", "bin/tool#0", "lib/libfoo.so#1"]
@@ -359,7 +360,7 @@ def damaged_archive(tmp_path, scheme, damage):
 
 def open_and_check_everything(path):
     with KpackReader(path) as reader:
-        reader.verify()
+        verify_reader(reader)
         for entry in reader.entries():
             reader.get(entry.key, entry.arch)
 
@@ -518,7 +519,7 @@ def test_an_empty_archive_like_the_reference_writer_makes_is_valid(tmp_path):
         path = elf_archive(tmp_path / f"empty-{scheme}.kpack", {}, gfx_arches=["gfx942"], scheme=scheme)
         assert check_archive(path, "gfx942") == []
         with KpackReader(path) as reader:
-            reader.verify()
+            verify_reader(reader)
 
 
 def test_a_gfx942_code_object_in_a_gfx1100_archive_is_named_with_its_target(tmp_path):

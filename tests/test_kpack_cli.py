@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from kpack.check import verify_reader
 from kpack.archive import KpackReader
 from kpack.cli import main, pack_key
 from kpack.elf import build_amdgpu_code_object, build_compressed_bundle, build_host_elf, build_offload_bundle
@@ -95,7 +96,7 @@ def test_pack_takes_targets_from_the_code_objects(tmp_path, capsys):
     assert main(["pack", str(tmp_path / "tree"), "-o", str(out), "--family", "gfx94X"]) == 0
     assert "1 other files skipped" in capsys.readouterr().out
     with KpackReader(out) as reader:
-        reader.verify()
+        verify_reader(reader)
         assert reader.group_name == "tree" and reader.gfx_arch_family == "gfx94X"
         assert [(e.key, e.arch, e.ordinal) for e in reader.entries()] == [
             ("lib/libfoo.so#0", "gfx90a", 0),

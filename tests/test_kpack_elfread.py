@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kpack import elfread
-from kpack.elf import _EHDR, _PHDR, _SHDR, SHT_DYNAMIC, SHT_HASH, build_host_elf
+from kpack.elf import ELF64_EHDR, ELF64_PHDR, ELF64_SHDR, SHT_DYNAMIC, SHT_HASH, build_host_elf
 from kpack.errors import KpackFormatError
 from kpack.marker import MARKER_LIMIT, MARKER_SECTION, Marker, encode_marker, read_marker
 
@@ -97,16 +97,16 @@ def test_elf32_copies_read_as_pyelftools_reads_them(tmp_path, target):
 def _big_endian(image: bytes) -> bytes:
     """The same ELF64 with every header, section header, dynamic entry and hash word in big-endian."""
     out = bytearray(image)
-    header = list(_EHDR.unpack_from(image))
+    header = list(ELF64_EHDR.unpack_from(image))
     header[0] = header[0][:5] + b"\x02" + header[0][6:]
-    struct.pack_into(">" + _EHDR.format[1:], out, 0, *header)
+    struct.pack_into(">" + ELF64_EHDR.format[1:], out, 0, *header)
     phoff, shoff, phnum, shnum = header[5], header[6], header[10], header[12]
     for index in range(phnum):
-        struct.pack_into(">" + _PHDR.format[1:], out, phoff + index * _PHDR.size,
-                         *_PHDR.unpack_from(image, phoff + index * _PHDR.size))
+        struct.pack_into(">" + ELF64_PHDR.format[1:], out, phoff + index * ELF64_PHDR.size,
+                         *ELF64_PHDR.unpack_from(image, phoff + index * ELF64_PHDR.size))
     for index in range(shnum):
-        fields = _SHDR.unpack_from(image, shoff + index * _SHDR.size)
-        struct.pack_into(">" + _SHDR.format[1:], out, shoff + index * _SHDR.size, *fields)
+        fields = ELF64_SHDR.unpack_from(image, shoff + index * ELF64_SHDR.size)
+        struct.pack_into(">" + ELF64_SHDR.format[1:], out, shoff + index * ELF64_SHDR.size, *fields)
         if fields[1] == SHT_DYNAMIC:
             for at in range(fields[4], fields[4] + fields[5], 16):
                 struct.pack_into(">qQ", out, at, *struct.unpack_from("<qQ", image, at))
@@ -128,9 +128,9 @@ def test_big_endian_host_elf_reads_as_pyelftools_reads_it(tmp_path):
 
 def _rewrite_section(image: bytes, name: str, **fields) -> bytes:
     """The image with one section header's sh_type / sh_offset / sh_size changed."""
-    header = _EHDR.unpack_from(image)
+    header = ELF64_EHDR.unpack_from(image)
     shoff, shnum, names_index = header[6], header[12], header[13]
-    rows = [list(_SHDR.unpack_from(image, shoff + i * _SHDR.size)) for i in range(shnum)]
+    rows = [list(ELF64_SHDR.unpack_from(image, shoff + i * ELF64_SHDR.size)) for i in range(shnum)]
     names_at = rows[names_index][4]
     out = bytearray(image)
     for index, row in enumerate(rows):
@@ -138,7 +138,7 @@ def _rewrite_section(image: bytes, name: str, **fields) -> bytes:
         if image[start:image.index(b"\0", start)].decode() == name:
             for key, value in fields.items():
                 row[{"type": 1, "offset": 4, "size": 5}[key]] = value
-            _SHDR.pack_into(out, shoff + index * _SHDR.size, *row)
+            ELF64_SHDR.pack_into(out, shoff + index * ELF64_SHDR.size, *row)
     return bytes(out)
 
 
@@ -197,9 +197,9 @@ def test_a_damaged_host_elf_raises_only_kpack_format_error(tmp_path, changes, cu
 
 def test_a_section_count_past_what_is_read_is_refused_though_the_file_holds_it(tmp_path):
     image = build_host_elf({".text": b"\xc3"}, soname="libx.so")
-    shoff = _EHDR.unpack_from(image)[6]
+    shoff = ELF64_EHDR.unpack_from(image)[6]
     count = elfread.SECTION_LIMIT + 1
-    damaged = bytearray(image + bytes(count * _SHDR.size))     # the file is big enough for the table it declares
+    damaged = bytearray(image + bytes(count * ELF64_SHDR.size))     # the file is big enough for the table it declares
     struct.pack_into("<H", damaged, 60, 0)                      # e_shnum 0: the count is section 0's sh_size
     struct.pack_into("<Q", damaged, shoff + 32, count)
     with open(tmp_path / "libx.so", "wb") as fh:
@@ -216,13 +216,13 @@ def test_a_dynamic_table_without_its_end_is_read_no_further_than_a_real_one_goes
     table_at = len(image)
     padded = image + struct.pack("<qQ", 21, 0) * entries        # DT_DEBUG, never DT_NULL
     damaged = bytearray(_rewrite_section(padded, ".dynamic", offset=table_at, size=entries * 16))
-    header = _EHDR.unpack_from(damaged)
+    header = ELF64_EHDR.unpack_from(damaged)
     for index in range(header[10]):                             # PT_DYNAMIC: the table the loader reads
-        at = header[5] + index * _PHDR.size
-        fields = list(_PHDR.unpack_from(damaged, at))
+        at = header[5] + index * ELF64_PHDR.size
+        fields = list(ELF64_PHDR.unpack_from(damaged, at))
         if fields[0] == 2:
             fields[2], fields[5] = table_at, entries * 16
-            _PHDR.pack_into(damaged, at, *fields)
+            ELF64_PHDR.pack_into(damaged, at, *fields)
     path = tmp_path / "libx.so"
     path.write_bytes(bytes(damaged))
     with open(path, "rb") as handle:

@@ -10,6 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from real_binaries import debian_package_root, library, load_comgr, read_range, require_clang
 
+from kpack.check import verify_reader
 from kpack.archive import KpackReader
 from kpack.cli import main as kpack_main
 from kpack.codeobject import code_object_target
@@ -137,7 +138,7 @@ def test_kpack_pack_of_rocrand_bundles_files_each_object_under_its_bundle_target
         (tree / f"librocrand.so.1.1#{index}").write_bytes(read_range(rocrand, bundle.offset, bundle.size))
     assert kpack_main(["pack", str(tmp_path / "tree"), "-o", str(tmp_path / "rand.kpack"), "--family", "rand"]) == 0
     with KpackReader(tmp_path / "rand.kpack") as reader:
-        reader.verify()
+        verify_reader(reader)
         filed = {(entry.key, entry.arch) for entry in reader.entries()}
         expected = {(f"lib/librocrand.so.1.1#{index}", entry.target)
                     for index, bundle in enumerate(bundles) for entry in bundle.entries if entry.target}

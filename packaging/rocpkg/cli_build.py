@@ -123,7 +123,7 @@ def print_summary(result, stream=None) -> None:
           f"with {result.concurrency}{shard}; manifest {result.manifest}", file=stream)
 
 
-def _signer(args, source_date_epoch: int):
+def signer_of_args(args, source_date_epoch: int):
     if args.gpg_home and not args.sign_key:
         raise RocpkgInputError(("--gpg-home", "given without --sign-key"))
     if not args.sign_key:
@@ -167,7 +167,7 @@ def _build(args, shard, workers) -> int:
     _print_plan_notes(args, plan)
     sde = b.source_date_epoch(settings, default=inputs_date(args.config, args.artifacts))
     options = BuildOptions(source_date_epoch=sde, **_compression(args, settings))
-    signer = _signer(args, sde)
+    signer = signer_of_args(args, sde)
     display = ProgressDisplay(verbosity=verbosity(args))
     try:
         result = b.build_release(plan, args.output, formats=formats(args), options=options, jobs=args.jobs,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from rocpkg.cli_build import _signer
+from rocpkg.cli_build import signer_of_args
 from rocpkg.cli_common import human_bytes, print_snippets
 
 
@@ -20,7 +20,7 @@ def _add_index_options(p) -> None:
 def _index_signer(args, out_dir: str):
     from rocpkg.build import published_source_date_epoch
 
-    return _signer(args, published_source_date_epoch(out_dir))
+    return signer_of_args(args, published_source_date_epoch(out_dir))
 
 
 def _cmd_prune(args) -> int:
