@@ -245,6 +245,19 @@ def test_a_missing_shard_is_refused_when_merging(artifacts, tmp_path):
         assemble_manifest(out)
 
 
+def test_shards_of_different_dates_are_refused_when_merging(artifacts, tmp_path):
+    """Runners that dated their shards differently (SOURCE_DATE_EPOCH unset, inputs unpacked
+    with new times) made packages that differ from one build's: the merge says so."""
+    merged = tmp_path / "merged"
+    for index, date in ((1, "1700000000"), (2, "1700000001")):
+        out = tmp_path / f"runner{index}"
+        rocpkg("build", "-a", artifacts, "-o", out, "--shard", f"{index}/2", "--formats", "deb",
+               env={**os.environ, "SOURCE_DATE_EPOCH": date})
+        shutil.copytree(out, merged, dirs_exist_ok=True)
+    with pytest.raises(RocpkgInputError, match="set the same SOURCE_DATE_EPOCH on every runner"):
+        assemble_manifest(merged)
+
+
 def test_bad_shard_and_jobs_are_input_errors(artifacts, tmp_path):
     for args, message in ((["--shard", "3/2"], "--shard"), (["--shard", "x"], "--shard"), (["-j", "0"], "-j")):
         result = rocpkg("build", "-a", artifacts, "-o", tmp_path / "o", *args, check=False)

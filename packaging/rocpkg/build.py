@@ -549,7 +549,7 @@ def _remember_digests(out_dir: str, outcomes: list[PackageOutcome]) -> None:
 def assemble_manifest(out_dir: str | os.PathLike) -> str | None:
     """Join OUT/manifest.d/shard-*-of-N.json (N runners' trees copied into one OUT) into
     OUT/manifest.json, the same file an unsharded build writes. Refuses a missing shard
-    or parts of different plans. Returns the path, or None when there are no parts."""
+    or parts of different plans or dates. Returns the path, or None when there are no parts."""
     out_dir = os.fspath(out_dir)
     parts_dir = os.path.join(out_dir, MANIFEST_PARTS)
     try:
@@ -565,10 +565,16 @@ def assemble_manifest(out_dir: str | os.PathLike) -> str | None:
     problems = []
     first = docs[0][1]
     count = first["shard"][1]
+    def date(doc: dict):
+        return (doc.get("release_record") or {}).get("date")
+
     for name, doc in docs:
         if (doc["plan"], doc["version"], doc["release"], doc["shard"][1]) != \
                 (first["plan"], first["version"], first["release"], count):
             problems.append((name, f"built from another plan or split than {docs[0][0]}"))
+        elif date(doc) != date(first):
+            problems.append((name, f"dated {date(doc)} (SOURCE_DATE_EPOCH), {docs[0][0]} {date(first)}: "
+                                   f"set the same SOURCE_DATE_EPOCH on every runner"))
     have = {doc["shard"][0] for _, doc in docs}
     for index in range(1, count + 1):
         if index not in have:
