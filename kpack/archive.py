@@ -18,7 +18,7 @@ Reading costs (the reason for the lazy design below):
 - zstd frame offsets are not in the TOC and cannot be derived from it. They are found by
   walking the u32 size prefixes from the start of the zstd area up to the wanted ordinal
   (one 4-byte positioned read per frame) and cached, so each prefix is read at most once
-  per reader. Fetching ordinal N first costs N+1 small reads (20,000 frames: ~30 ms,
+  per reader. Fetching ordinal N first costs N+1 small reads (20,000 frames:
   80 KB requested; on a cold page cache each read still pulls in a 4 KiB page, which is
   why readahead is switched off with POSIX_FADV_RANDOM). The `none` scheme needs none of
   this: its blob offsets are in the TOC.

@@ -256,7 +256,7 @@ def _check_frame_blocks(reader: KpackReader, entry: Entry) -> None:
     low = high = 0
     # one pread per block header (16,000 of them per GiB): through the descriptor when
     # there is one, without read_at's bounds check and loop (the frame was checked to lie
-    # inside the file), which took half of the walk's time
+    # inside the file), which would otherwise be a large part of the walk's time
     fd = src.fd
     read = (lambda at: os.pread(fd, 3, at)) if fd is not None else (lambda at: src.read_at(at, 3))
     while True:

@@ -99,3 +99,20 @@ def private_imports(package: str) -> list[str]:
 
 def test_no_private_name_is_imported_across_modules():
     assert private_imports("rocpkg") + private_imports("kpack") == []
+
+
+def test_the_writers_are_pure_functions_of_a_spec():
+    """The .deb and .rpm writers, and everything they import, know nothing of ROCm: no
+    kpack, no host-code search, no catalog, plan or build. What a build wants to see of
+    a file's bytes reaches them as an observer (rocpkg.streams.Observe)."""
+    known = modules("rocpkg")
+    graph = {name: imported(path, set(known)) for name, path in known.items()}
+    reached, todo = set(), ["rocpkg.deb", "rocpkg.rpm"]
+    while todo:
+        name = todo.pop()
+        if name not in reached:
+            reached.add(name)
+            todo.extend(n for n in graph.get(name, ()) if n in known or n.split(".")[0] == "kpack")
+    forbidden = {n for n in reached if n.split(".")[0] == "kpack"} | \
+        (reached & {"rocpkg.host_code", "rocpkg.catalog", "rocpkg.plan", "rocpkg.build", "rocpkg.gate"})
+    assert forbidden == set()

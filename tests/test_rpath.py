@@ -19,7 +19,7 @@ from rocpkg.deb import write_deb
 from rocpkg.errors import RocpkgInputError
 from rocpkg.model import FILE, BuildOptions
 from rocpkg.plan import make_plan
-from rocpkg.rpath import patch_chunks
+from rocpkg.streams import patch_chunks
 from rocpkg.rpm import write_rpm
 from rocpkg.sample import make_sample_artifacts
 from rocpkg.verify import verify_plan

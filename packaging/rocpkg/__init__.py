@@ -14,8 +14,8 @@ def bundled_dir(package: str) -> str:
     """The directory of one of rocpkg's data packages (rocpkg.templates, rocpkg.defaults):
     as installed, or the repository's own when rocpkg runs from a source checkout
     (PYTHONPATH=packaging), which has no such package. Found by the package's spec, not
-    importlib.resources: that import (zipfile, tempfile, pathlib) took 30 ms of the 0.3 s
-    before a build's first write, and as much again in each worker."""
+    importlib.resources: that import (zipfile, tempfile, pathlib) would be a large part of
+    what a build does before its first write, and again in each worker."""
     from importlib.util import find_spec
 
     spec = find_spec(package)

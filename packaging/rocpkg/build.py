@@ -58,6 +58,7 @@ from rocpkg.schedule import assign_shards, parse_shard, shard_weight, start_orde
 from rocpkg.fingerprint import package_fingerprint
 from rocpkg.host_code import HostScan
 from rocpkg.streams import AtomicOutput
+from rocpkg.journal import Change, recover
 from rocpkg.outdir import LOCK_FILE, MANIFEST_PARTS, OutLock, Staging  # noqa: F401 (API)
 from rocpkg.workers import Workers
 # one package, in a worker (rocpkg.packing): the names this module has always used
@@ -280,6 +281,7 @@ def build_release(plan, out_dir: str | os.PathLike, *, formats: Iterable[str] | 
     started = time.perf_counter()
     compression.keep_frame_buffers()  # before the workers fork: they inherit it
     out_dir = os.path.abspath(os.fspath(out_dir))
+    recover(out_dir, sweep=False)   # an interrupted change of OUT is undone before the build adds to it
     formats = list(formats or plan.packages)
     chosen = _chosen(plan, formats, shard, only)
     cores = usable_cores()
@@ -602,7 +604,8 @@ def publish_repositories(out_dir: str, *, suite: str, signer=None, source_date_e
                                           "it becomes a directory under deb/dists/)"))
     base = base_url.rstrip("/") if base_url else None
     snippets: dict[str, str] = {}
-    with OutLock(out_dir):
+    # one journaled change (rocpkg.journal): indexes, signatures and snippets all new, or all as they were
+    with Change(out_dir, "repo", {"suite": suite, "signed": signer is not None}):
         if os.path.isdir(os.path.join(out_dir, "deb", "pool")):
             repo_apt.publish_apt(out_dir, suite=suite, signer=signer, source_date_epoch=source_date_epoch)
             snippets["deb"] = repo_apt.write_client_snippet(out_dir, suite=suite, base_url=base and f"{base}/deb")

@@ -212,10 +212,33 @@ def _register_commands(sub) -> None:
     cli_repo.register(sub)
 
 
+# the trees each command reads or writes, by argument name: repaired before it runs
+TREES = {"build": ("output",), "repo": ("out",), "verify": ("out",), "prune": ("out",),
+         "promote": ("src", "dst"), "publish": ("out",)}
+
+
+def _repair_trees(args) -> None:
+    """Before a command runs: an interrupted change of each tree it touches is rolled
+    back, the temporaries of dead runs swept (rocpkg.journal.recover), one line each on
+    stderr (stdout may be JSON)."""
+    from rocpkg.journal import recover
+
+    for name in TREES.get(args.command, ()):
+        tree = getattr(args, name, None)
+        for done in recover(tree, sweep=args.command != "build") if tree else ():
+            if done.action == "swept":
+                print(f"repaired: {tree}: removed {done.swept} temporaries of killed rocpkg runs", file=sys.stderr)
+            else:
+                print(f"repaired: {tree}: rolled back an interrupted rocpkg {done.command} (pid {done.pid}): "
+                      f"{done.restored} files put back, {done.removed} removed; the tree is as it was "
+                      f"before that command, run it again", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        _repair_trees(args)
         status = int(args.func(args) or 0)
         sys.stdout.flush()  # a closed pipe shows up here when the output fits the buffer
         return status

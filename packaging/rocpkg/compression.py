@@ -27,14 +27,13 @@ KINDS = tuple(SUFFIXES)
 # RPM zstd payloads are a run of independent frames of ZSTD_FRAME_SIZE input bytes each
 # (ZstdFrames): a frame's bytes depend on its input alone, so the output is the same for
 # any number of threads, and one thread compresses at single-threaded zstd's speed (zstd's
-# own multi-threaded mode, even with one worker, cost a third more CPU). 4 MiB is twice
+# own multi-threaded mode, even with one worker, costs markedly more CPU). 4 MiB is twice
 # zstd -3's window: a frame boundary costs a few hundred bytes of ratio. (.deb: Flavour.)
 ZSTD_FRAME_SIZE = 4 << 20
 ZSTD_MAX_THREADS = 16
-# Compressed output goes to the file in writes of at most 1 MiB. On the 6.18 kernel
-# measured (ext4), a write of 2 MiB or more cost 2.5-4.5x the kernel time of the same
-# bytes in 1 MiB writes (770 MiB: 0.53-1.0 s against 0.21 s of sys), most of an .rpm
-# build's kernel time over the floor's when its 4 MiB frames went out whole.
+# Compressed output goes to the file in writes of at most 1 MiB: on Linux (ext4), a
+# write of 2 MiB or more costs several times the kernel time of the same bytes in 1 MiB
+# writes, so an .rpm's 4 MiB frames are not written whole (benchmarks/RESULTS.md).
 STREAM_WRITE_SIZE = 1 << 20
 
 
@@ -72,8 +71,8 @@ _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3   # glibc's mallopt parameters
 def keep_frame_buffers() -> None:
     """Have glibc's malloc keep freed frame-sized buffers for the next frame. By default
     a 4 MiB block is mapped for each allocation and unmapped when freed (or the heap is
-    trimmed), so every frame's input and output faulted their pages in again: a third of
-    a build's CPU went to the kernel. Process-wide; a no-op without glibc."""
+    trimmed), so every frame's input and output would fault their pages in again and a
+    large part of a build's CPU would go to the kernel. Process-wide; a no-op without glibc."""
     try:
         mallopt = ctypes.CDLL(None).mallopt
     except (AttributeError, OSError):
@@ -109,7 +108,7 @@ class Compressor:
                 self.stream = ZstdFrames(sink, level, writer_threads(threads), flavour.zstd_checksum)
             else:
                 # output handed on in 1 MiB pieces, not zstd's 128 KiB: a .deb's data member
-                # went out in 40,000 writes per 6 GiB (the bytes are the same)
+                # goes out in an eighth of the writes (the bytes are the same)
                 self.stream = _context(level, flavour.zstd_checksum).stream_writer(
                     sink, closefd=False, write_return_read=True, write_size=STREAM_WRITE_SIZE)
         elif kind == "xz":
@@ -197,7 +196,7 @@ class ZstdFrames:
             self._emit(_compress_frame(self.level, self.checksum, block))
             return
         if self.pool is None:
-            # here: a build's first write need not wait for concurrent.futures (10 ms with logging)
+            # here: a build's first write need not wait for concurrent.futures (and logging)
             from concurrent.futures import ThreadPoolExecutor
 
             self.pool = ThreadPoolExecutor(self.threads, thread_name_prefix="zstd")

@@ -27,10 +27,9 @@ from typing import BinaryIO, Iterator
 from rocpkg import compression
 from rocpkg.errors import RocpkgInputError
 from rocpkg.filelist import check_sources, checked_files, with_parents
-from rocpkg.host_code import HostScan, streamed_facts
 from rocpkg.model import DIR, FILE, SYMLINK, BuildOptions, BuiltPackage, FileEntry, PackageSpec
 from rocpkg.render import render_deb
-from rocpkg.streams import CHUNK, AtomicOutput, DigestThread, SourceFile, digester, hash_open
+from rocpkg.streams import CHUNK, AtomicOutput, DigestThread, Observe, SourceFile, digester, hash_open, observed_file
 
 AR_MAGIC = b"!<arch>\n"
 AR_HEADER_SIZE = 60
@@ -197,12 +196,12 @@ def _normalised_mode(mode: int) -> int:
 
 
 def _write_payload_file(tar_out, md5: DigestThread, spec: PackageSpec, entry: FileEntry, sde: int,
-                        host_scan: HostScan | None, found: list) -> int:
-    """Header + bytes of one source file (its md5 taken beside, by the digest thread; a
-    host ELF of host_scan searched on the way, into found); returns the tar bytes written."""
+                        observe: Observe | None, found: list) -> int:
+    """Header + bytes of one source file (its md5 taken beside, by the digest thread; what
+    observe's observer of the file saw, into found); returns the tar bytes written."""
     where = f"{spec.name}: {entry.path}"
-    search = host_scan.watch(entry.source) if host_scan is not None else None
-    with SourceFile(where, entry.source, entry.size, entry.patches, entry.identity, search) as source:
+    observer = observed_file(observe, entry.source)
+    with SourceFile(where, entry.source, entry.size, entry.patches, entry.identity, observer) as source:
         header = _tar_header((_tar_name(entry.path), tarfile.REGTYPE,
                                       _normalised_mode(entry.mode), min(source.mtime, sde), entry.size))
         tar_out.write(header)
@@ -211,15 +210,15 @@ def _write_payload_file(tar_out, md5: DigestThread, spec: PackageSpec, entry: Fi
             tar_out.write(chunk)
             md5.write(chunk)
         md5.end(entry.path)
-        if search is not None:
-            found.append((entry.source, streamed_facts(search, source.handle, where)))
+        if observer is not None:
+            found.append((entry.source, observer.result(source.handle, where)))
     padding = _tar_padding(entry.size)
     tar_out.write(padding)
     return len(header) + entry.size + len(padding)
 
 
 def _write_data_tar(tar_out, spec: PackageSpec, tree: list[_DataEntry], sde: int, threads: int,
-                    host_scan: HostScan | None = None, found: list | None = None) -> dict[str, str]:
+                    observe: Observe | None = None, found: list | None = None) -> dict[str, str]:
     """Stream the whole data.tar into tar_out (a compressor); returns the md5 of every
     source file, taken on the way (streams.digester: md5 is slower than zstd -3, so
     beside the compressor's own workers when the package has cores to spare)."""
@@ -227,7 +226,7 @@ def _write_data_tar(tar_out, spec: PackageSpec, tree: list[_DataEntry], sde: int
     md5 = digester("md5", threads)
     try:
         for item in tree:
-            offset += _write_data_item(tar_out, md5, spec, item, sde, host_scan, found)
+            offset += _write_data_item(tar_out, md5, spec, item, sde, observe, found)
     except BaseException:
         md5.abandon()
         raise
@@ -236,12 +235,12 @@ def _write_data_tar(tar_out, spec: PackageSpec, tree: list[_DataEntry], sde: int
 
 
 def _write_data_item(tar_out, md5: DigestThread, spec: PackageSpec, item: _DataEntry, sde: int,
-                     host_scan: HostScan | None, found: list | None) -> int:
+                     observe: Observe | None, found: list | None) -> int:
     """One data.tar member; returns the bytes written."""
     entry = item.entry
     name = _tar_name(entry.path)
     if entry.type == FILE and item.content is None:
-        return _write_payload_file(tar_out, md5, spec, entry, sde, host_scan, found)
+        return _write_payload_file(tar_out, md5, spec, entry, sde, observe, found)
     if entry.type == FILE:
         header = _tar_header((name, tarfile.REGTYPE, _normalised_mode(entry.mode), sde, len(item.content)))
         block = header + item.content + _tar_padding(len(item.content))
@@ -278,10 +277,10 @@ def _ar_member(out: BinaryIO, name: str, data: bytes, mtime: int) -> None:
 
 
 def write_deb(spec: PackageSpec, out_dir: str, options: BuildOptions,
-              host_scan: HostScan | None = None) -> BuiltPackage:
+              observe: Observe | None = None) -> BuiltPackage:
     """Write `out_dir/<spec.filename>` atomically; bad input raises RocpkgInputError and
-    leaves no file behind. host_scan: the host ELFs to search for device code as they
-    are read (BuiltPackage.host_code)."""
+    leaves no file behind. observe: gives the observer of a source file's bytes as they
+    are read (rocpkg.streams.StreamObserver; what each saw: BuiltPackage.observed)."""
     if spec.format != "deb":
         raise RocpkgInputError((spec.name, f"a {spec.format!r} spec given to the .deb writer"))
     if options.compression not in compression.SUFFIXES:
@@ -302,7 +301,7 @@ def write_deb(spec: PackageSpec, out_dir: str, options: BuildOptions,
     found: list = []
     with AtomicOutput(path, "w+b") as out:
         try:
-            _write_ar(out, spec, control_member, tree, options, host_scan, found)
+            _write_ar(out, spec, control_member, tree, options, observe, found)
         except _MemberTooLarge as exc:
             raise RocpkgInputError((f"{spec.name}: {spec.filename}", str(exc))) from None
         # The .deb's sha256 (the Packages index and the manifest carry it) covers
@@ -313,11 +312,11 @@ def write_deb(spec: PackageSpec, out_dir: str, options: BuildOptions,
         size = hash_open(out, 0, sha256)
     installed = spec.payload_size + sum(len(d) for d in rendered.doc_files.values())
     return BuiltPackage(spec=spec, path=path, size=size, sha256=sha256.hexdigest(),
-                        installed_size=installed, metadata=rendered.control, host_code=tuple(found))
+                        installed_size=installed, metadata=rendered.control, observed=tuple(found))
 
 
 def _write_ar(out: BinaryIO, spec: PackageSpec, control_member, tree: list[_DataEntry],
-              options: BuildOptions, host_scan: HostScan | None = None, found: list | None = None) -> None:
+              options: BuildOptions, observe: Observe | None = None, found: list | None = None) -> None:
     """The ar archive: debian-binary, control.tar.gz with placeholder md5sums, then
     data.tar.* compressed straight into `out`; then the data member's size and the real
     md5sums are patched in place (both keep their length)."""
@@ -333,7 +332,7 @@ def _write_ar(out: BinaryIO, spec: PackageSpec, control_member, tree: list[_Data
     data_at = data_header_at + AR_HEADER_SIZE
     compressor = compression.compressor(options.compression, out, options, compression.DEB)
     digests = _write_data_tar(compressor, spec, tree, sde, compression.writer_threads(options.threads),
-                              host_scan, found)
+                              observe, found)
     compressor.close()
     data_size = out.tell() - data_at
     # no source file, no md5 to fill in: the placeholder is the member (not compressed again)
@@ -364,8 +363,8 @@ def _checked_control(spec: PackageSpec, text: str) -> str:
     with the required fields, each once, and the spec's own name and version (a template
     that broke the stanza is caught here). Canonical text is what python-debian's
     Deb822(text).dump() gives back, byte for byte (tests/test_deb.py holds it to that);
-    checked here without it, because importing python-debian took a third of what a
-    build's worker imports before its first write (45 ms here, 60-90 ms on 16 cores)."""
+    checked here without python-debian so that a build's workers do not import it before
+    their first write."""
     where = f"{spec.name}: control"
     lines = text.split("\n")
     odd = _OTHER_LINE_BREAK.search(text)

@@ -64,8 +64,8 @@ def _demo_key(out_dir: str) -> str | None:
 def _fresh_demo_dir(out_dir: str) -> None:
     """OUT new, empty, or an earlier demo's, which is emptied (its key kept): the demo
     makes new sample artifacts each run, and a release already published in OUT is never
-    rebuilt from changed inputs (rocpkg.releases), so a second run into the same OUT was
-    refused. Any other directory is refused, never emptied: `rocpkg demo ~/repo` must not
+    rebuilt from changed inputs (rocpkg.releases), so a second run into the same OUT would
+    be refused. Any other directory is refused, never emptied: `rocpkg demo ~/repo` must not
     touch a tree of the user's."""
     try:
         names = os.listdir(out_dir)

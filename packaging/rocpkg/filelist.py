@@ -87,7 +87,7 @@ def checked_files(owner: str, files: Iterable[FileEntry]) -> list[FileEntry]:
 
 def _parent(path: str) -> str:
     """posixpath.dirname of a normalised absolute path (what the entries hold once
-    checked), for a tenth of its cost: a small package spent most of its tree on it."""
+    checked), at a small part of its cost: it is called for every entry of the tree."""
     cut = path.rfind("/")
     return "" if cut < 0 else path[:cut] or "/"
 

@@ -71,7 +71,7 @@ def refusals(plan, formats, *, config=None, whole_kernels: bool = False, starmap
 
     Each kernel's frame is checked by its headers and its code object by its ELF header
     (kpack.check, whole_kernels=False): decoding every kernel would cost more CPU than
-    compressing the release (issue 15). whole_kernels=True (`build --deep-check`) decodes
+    compressing the release. whole_kernels=True (`build --deep-check`) decodes
     each one, as `kpack verify` does. archives: the waiter of archive_checks() started
     earlier (the build starts them on its workers, then its packages, then runs verify's
     checks here); by default they are started here (see archive_checks)."""

@@ -1,8 +1,9 @@
 """The device code a host ELF still carries (a fat binary the kpack split left, bundles in
 its data sections), searched after the catalog's walk.
 
-Why apart from the walk: a release's host data sections are GiBs, the largest search
-alone took longer than the rest of the catalog. A build's writers read each host ELF they
+Why apart from the walk: a release's host data sections are GiBs, and searching the
+largest alone takes longer than the rest of the catalog. A build's writers read each
+host ELF they
 pack anyway, so the search rides on that read (HostScan: kpack.placement.StreamedSearch
 over the chunks as they pass), and only the host ELFs no writer of the build reads (its
 packages up to date, another shard's) are read for it, on the build's worker processes.
@@ -84,18 +85,36 @@ class HostSearch:
 
 @dataclasses.dataclass(frozen=True)
 class HostScan:
-    """The host ELFs one package's writer searches as it reads them (HostSearch.hand_out)."""
+    """The host ELFs one package's writer searches as it reads them (HostSearch.hand_out):
+    the writer's `observe` hook (rocpkg.streams.Observe). Called with a source path, it
+    gives the observer that searches that file's bytes for device code, or None."""
 
     sources: frozenset
     embedded_objects: bool = False
 
-    def watch(self, source: str):
-        """A kpack.placement.StreamedSearch for a source this writer searches, else None."""
+    def __call__(self, source: str) -> "_SearchObserver | None":
         if source not in self.sources:
             return None
         from kpack.placement import StreamedSearch
 
-        return StreamedSearch(self.embedded_objects)
+        return _SearchObserver(StreamedSearch(self.embedded_objects))
+
+
+class _SearchObserver:
+    """A rocpkg.streams.StreamObserver over kpack.placement.StreamedSearch: its result is
+    the FileFacts fields of the device code the file still carries (streamed_facts)."""
+
+    def __init__(self, search):
+        self.search = search
+
+    def start(self, handle) -> None:
+        self.search.start(handle)
+
+    def watch(self, chunks):
+        return self.search.watch(chunks)
+
+    def result(self, handle, where: str) -> dict:
+        return streamed_facts(self.search, handle, where)
 
 
 def streamed_facts(search, fh, where: str) -> dict:

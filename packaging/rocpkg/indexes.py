@@ -46,7 +46,7 @@ def apt_suites(out_dir: str) -> list[str]:
 
 def release_files(suite_dir: str) -> dict[str, tuple[int, str]]:
     """name relative to the suite -> (size, sha256) as Release lists it."""
-    from debian import deb822   # here: a build's first write need not wait for it (~35 ms)
+    from debian import deb822   # here: a build's first write need not wait for its import
 
     with open(os.path.join(suite_dir, "Release"), encoding="utf-8") as fh:
         release = deb822.Release(fh)

@@ -1,6 +1,6 @@
 """Integrity end to end: every package file in OUT against manifest.json and against the
 APT (Release -> Packages) and DNF (repomd.xml -> primary) indexes that publish it, by size
-and SHA-256, and the index signatures against a key (issue 11 item 7, issue 13 item 2).
+and SHA-256, and the index signatures against a key.
 
 The checks, each its own name in verify's report:
   tampered          a package's bytes differ from what manifest.json recorded

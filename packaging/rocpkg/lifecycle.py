@@ -1,17 +1,20 @@
 """A repository's later life: prune old releases, promote a tested release into another
-channel. Both change OUT in one step that either completes or leaves OUT as it was.
+channel. Each changes OUT (DST) as one journaled change (rocpkg.journal): it completes, or
+OUT is left byte for byte as it was — packages, manifest, indexes, signatures, snippets
+and rocpkg's records — whether the change fails (a full disk, a missing key: undone on
+the way out) or is killed (undone by the next rocpkg command on that tree).
 
 prune: per release series (MAJOR.MINOR), keep the N newest releases and every release on
 the keep list; the others' package files leave the pool, the manifest forgets them and
-the indexes are rewritten, all under the OUT lock. The files are first moved aside
-(rename, same filesystem), so that the indexers, which index what the pool holds, do not
-list them; if re-indexing fails they are moved back and the manifest restored. They are
-deleted only once the new indexes are in place.
+the indexes are rewritten, all under the OUT lock. The files are first set aside into the
+journal (rename, same filesystem), so that the indexers, which index what the pool holds,
+do not list them; they are deleted with the journal once the new indexes are in place.
 
 promote: the release's package files are copied byte for byte (no rebuild) from SRC into
 DST at the same paths, after checking them against SRC's manifest; DST's manifest
 records the release and DST is re-indexed and re-signed with DST's key. A file DST
 already holds with other bytes under the same name is refused before anything is copied.
+A DST that promote created is removed again when the promote fails.
 """
 from __future__ import annotations
 
@@ -22,12 +25,10 @@ from typing import Iterable
 
 from rocpkg import releases
 from rocpkg.build import publish_repositories, published_source_date_epoch
-from rocpkg.outdir import OutLock
-from rocpkg.state import forget as forget_states
 from rocpkg.errors import RocpkgInputError
+from rocpkg.journal import Change
+from rocpkg.state import forget as forget_states
 from rocpkg.streams import AtomicOutput, copy_stream, hash_file
-
-TRASH = os.path.join(".rocpkg", "pruned")
 
 
 @dataclass
@@ -101,29 +102,21 @@ def prune(out_dir: str | os.PathLike, *, keep: int, keep_list: Iterable[str] = (
     if dry_run or not doomed:
         return result
     _require_signer_if_signed(out_dir, signer)
-    with OutLock(out_dir):
-        trash = os.path.join(out_dir, TRASH)
-        shutil.rmtree(trash, ignore_errors=True)            # left by a prune killed after its re-index
-        moved: list[str] = []
-        manifest_before = releases.manifest_bytes(doc)
-        try:
-            for rel in dropped:
-                source = os.path.join(out_dir, rel)
-                if os.path.exists(source):
-                    os.makedirs(os.path.dirname(os.path.join(trash, rel)), exist_ok=True)
-                    os.rename(source, os.path.join(trash, rel))
-                    moved.append(rel)
-            releases.write_manifest(out_dir, new_doc)
-            result.snippets = _reindex(out_dir, suite, signer, base_url)
-        except BaseException:
-            for rel in moved:
-                os.rename(os.path.join(trash, rel), os.path.join(out_dir, rel))
-            with AtomicOutput(os.path.join(out_dir, releases.MANIFEST)) as fh:
-                fh.write(manifest_before)
-            raise
-        shutil.rmtree(trash, ignore_errors=True)
+    intent = {"remove": [_described(doc, rel) for rel in dropped], "releases": result.removed}
+    with Change(out_dir, "prune", intent) as change:
+        for rel in dropped:
+            if os.path.lexists(os.path.join(out_dir, rel)):
+                change.set_aside(os.path.join(out_dir, rel))
+        releases.write_manifest(out_dir, new_doc)
+        result.snippets = _reindex(out_dir, suite, signer, base_url)
         forget_states(out_dir, set(dropped))
     return result
+
+
+def _described(doc: dict, rel: str) -> dict:
+    """A package file as the journal records it: path, size and SHA-256 from the manifest."""
+    entry = next((e for e in doc.get("packages", []) if e.get("file") == rel), {})
+    return {"file": rel, "size": entry.get("size"), "sha256": entry.get("sha256")}
 
 
 def promote(src: str | os.PathLike, dst: str | os.PathLike, release_id: str, *, suite: str = "stable",
@@ -164,27 +157,22 @@ def promote(src: str | os.PathLike, dst: str | os.PathLike, release_id: str, *, 
         todo.append(entry)
     if problems:
         raise RocpkgInputError(*problems)
+    made_dst = not os.path.lexists(dst)
     os.makedirs(dst, exist_ok=True)
-    _require_signer_if_signed(dst, signer)
-    with OutLock(dst):
-        before = releases.read_manifest(dst)
-        copied = []
-        try:
+    try:
+        _require_signer_if_signed(dst, signer)
+        intent = {"add": [{"file": e["file"], "size": e["size"], "sha256": e["sha256"]} for e in todo],
+                  "release": release_id, "from": src}
+        with Change(dst, "promote", intent):
             for entry in todo:
                 with open(os.path.join(src, entry["file"]), "rb") as fin, \
                         AtomicOutput(os.path.join(dst, entry["file"])) as fout:
                     copy_stream(fin, fout)
-                copied.append(entry["file"])
             releases.write_release(dst, record, entries)
             snippets = _reindex(dst, suite, signer, base_url)
-        except BaseException:
-            for rel in copied:
-                os.unlink(os.path.join(dst, rel))
-            if before is None:
-                if os.path.exists(os.path.join(dst, releases.MANIFEST)):
-                    os.unlink(os.path.join(dst, releases.MANIFEST))
-            else:
-                releases.write_manifest(dst, before)
-            raise
+    except BaseException:
+        if made_dst:
+            shutil.rmtree(dst, ignore_errors=True)
+        raise
     return LifecycleResult(kept=[r.id for r in releases.manifest_releases(releases.read_manifest(dst))],
-                           files=copied, snippets=snippets)
+                           files=[e["file"] for e in todo], snippets=snippets)

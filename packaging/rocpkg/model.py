@@ -128,4 +128,4 @@ class BuiltPackage:
     sha256: str
     installed_size: int = 0     # bytes of payload
     metadata: str = ""          # the rendered control stanza (deb) or spec (rpm), for OUT/control
-    host_code: tuple = ()       # (source, FileFacts fields) of each host ELF searched while read (rocpkg.host_code)
+    observed: tuple = ()        # (source, what its StreamObserver saw) of each source file watched while read

@@ -2,8 +2,8 @@
 temporary left behind, and a staging area where a build's packages wait for its checks.
 
 Why staging: the checks a build must pass before it publishes anything (rocpkg.gate)
-take as long as writing the small packages of a release; run first, they left every
-core but one idle for the first half-second of a 16-core build. So the packages are
+take as long as writing the small packages of a release; run first, they would leave
+every core but one idle at the start of a build. So the packages are
 written into OUT/.rocpkg/staging while the checks run, and moved to their places only
 once the checks have passed. A refused build removes what it staged and every directory
 it made, OUT itself included: OUT is as it was.

@@ -1,8 +1,8 @@
 """One package, written by a worker process: the task the build hands out, what comes
 back, and the function that writes it. Apart from rocpkg.build (the parent's side: the
 plan's hand-out, the checks, the moves, the manifest), so that a worker imports the
-writers and this alone: build's release, index and check modules cost each worker
-16 ms before its first write."""
+writers and this alone, not build's release, index and check modules, before its
+first write."""
 from __future__ import annotations
 
 import dataclasses
@@ -85,19 +85,20 @@ class Written:
     metadata: str       # the rendered control file / spec
     state: dict         # what the next build compares (rocpkg.build._up_to_date)
     staged: str         # where it waits until the build's checks have passed
-    host_code: tuple = ()   # BuiltPackage.host_code: what its writer found in the host ELFs it searched
+    host_code: tuple = ()   # BuiltPackage.observed: what its writer found in the host ELFs it searched
     searched: frozenset = frozenset()   # the host ELFs its writer searched (Task.host_scan's sources)
 
 
 def build_one(task: Task) -> Written | list[tuple[str, str]]:
     """Write one package into the staging area, with the state its next build compares.
-    Its fingerprint is taken here, in parallel (the parent spent 5% of its time on them),
-    from its sources' identities stat'ed before the write: a source changed while it was
+    Its fingerprint is taken here, in parallel (not in the parent, which moves and records
+    every package one at a time), from its sources' identities stat'ed before the write:
+    a source changed while it was
     read no longer matches, so the next build writes the package again. Bad input comes
     back as a problem list (exceptions lose their structure crossing processes). The
     parent moves it into place and writes its rendered metadata and its state
-    (rocpkg.build._record): sixteen workers creating small files at once spent more CPU
-    in the kernel's file system locks than on them."""
+    (rocpkg.build._record): many workers creating small files at once spend more CPU in
+    the kernel's file system locks than on the files."""
     spec = task.spec
     started = time.perf_counter()
     sources = source_identities(spec)
@@ -125,4 +126,4 @@ def build_one(task: Task) -> Written | list[tuple[str, str]]:
     state = {"fingerprint": fingerprint, "file": done.file, "size": built.size, "sha256": built.sha256,
              "mtime_ns": st.st_mtime_ns, "ino": st.st_ino}
     searched = task.host_scan.sources if task.host_scan is not None else frozenset()
-    return Written(done, built.metadata, state, built.path, built.host_code, searched)
+    return Written(done, built.metadata, state, built.path, built.observed, searched)

@@ -1,4 +1,4 @@
-"""Checks on a planned package set before a byte is written (issue 11 item 1).
+"""Checks on a planned package set before a byte is written.
 
 Everything that would otherwise fail half-way through a build, or worse, build and then
 fail on a user's machine, is checked here on plain data: installed paths (valid UTF-8, no

@@ -106,11 +106,11 @@ class _TemplateCache(jinja2.FileSystemBytecodeCache):
 def template_cache(environ=None) -> jinja2.BytecodeCache | None:
     """Compiled templates kept between runs: jinja2's bytecode cache, each entry checked
     against its template's source checksum, jinja2's bytecode format and Python's version
-    (an edited template is compiled again). Compiling the writer templates took 48 ms in
-    each worker of each build, loading them from here 4 ms. Code is loaded from it, so
+    (an edited template is compiled again). Loading the writer templates from here costs
+    each worker of each build a small part of compiling them. Code is loaded from it, so
     only a directory of this user's alone will do ($XDG_CACHE_HOME/rocpkg/templates, else
     ~/.cache/...; a directory, not a symlink, owned by this user, mode 0700); none where
-    that can't be had (the templates are then compiled in each process, as before)."""
+    that can't be had (the templates are then compiled in each process)."""
     environ = os.environ if environ is None else environ
     base = environ.get("XDG_CACHE_HOME", "")
     if not os.path.isabs(base):     # the XDG spec: a relative path is ignored
@@ -172,7 +172,7 @@ def deb_description(spec: PackageSpec) -> str:
 @functools.lru_cache(maxsize=512)
 def _folded_description(summary: str, description: str) -> str:
     """deb_description's text, once per summary and description: a definition's packages
-    for every target share them, and textwrap took a fifth of a small .deb's rendering."""
+    for every target share them, and textwrap is a large part of a small .deb's rendering."""
     paragraphs = [p for p in re.split(r"\n\s*\n", description.strip()) if p.strip()]
     lines = [deb_synopsis(summary)]
     for index, paragraph in enumerate(paragraphs):
@@ -201,8 +201,8 @@ _MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct",
 
 def changelog_date(source_date_epoch: int) -> str:
     """RFC 2822 date in UTC, as Debian changelogs want it: email.utils.format_datetime's
-    text (tests/test_deb.py holds it to that), spelled here because importing
-    email.utils cost a build's every worker 13 ms before its first write."""
+    text (tests/test_deb.py holds it to that), spelled here so that a build's workers
+    do not import email.utils before their first write."""
     at = datetime.fromtimestamp(source_date_epoch, tz=timezone.utc)
     return (f"{_WEEKDAYS[at.weekday()]}, {at.day:02d} {_MONTHS[at.month - 1]} {at.year:04d} "
             f"{at.hour:02d}:{at.minute:02d}:{at.second:02d} +0000")

@@ -14,6 +14,7 @@ import gzip
 import io
 import os
 import re
+import shutil
 import time
 import xml.etree.ElementTree as ET
 from concurrent.futures import ThreadPoolExecutor
@@ -22,6 +23,7 @@ from xml.sax.saxutils import XMLGenerator
 
 from rocpkg.digest_cache import DigestCache
 from rocpkg.errors import RocpkgInputError
+from rocpkg.journal import active_change
 from rocpkg.rpm import RpmPackageRecord, package_from_header, read_rpm, split_evr
 from rocpkg.rpm.record import DEPENDENCY_TAGS
 from rocpkg.rpm.relations import FLAG_NAMES, PRE_FLAGS
@@ -62,7 +64,8 @@ def publish_dnf(out_dir: str | os.PathLike, *, signer: Signer | None = None,
     files = _rpm_files(rpm_root)
     unsigned_digests: dict[str, str] = {}
     if sign_packages and signer is not None:
-        unsigned_digests = _sign_packages([os.path.join(rpm_root, rel) for rel in files], signer)
+        unsigned_digests = _sign_packages([os.path.join(rpm_root, rel) for rel in files], signer,
+                                          active_change(os.fspath(out_dir)))
         written += sorted(unsigned_digests)
     digests = DigestCache(out_dir, "rpm")
     packages, problems = [], []
@@ -163,7 +166,7 @@ def _read_package(rpm_root: str, rel: str, source_date_epoch: int | None,
     return _Package(record=record, href=href, checksum=sha256, size=size, file_time=mtime)
 
 
-def _sign_packages(paths: list[str], signer: Signer) -> dict[str, str]:
+def _sign_packages(paths: list[str], signer: Signer, change=None) -> dict[str, str]:
     """Header-sign every RPM that has no header signature yet (one gpg process per
     package, so several at once). Returns path -> sha256 of its bytes before signing,
     for the packages signed: signing a package published unsigned is no conflict."""
@@ -174,11 +177,29 @@ def _sign_packages(paths: list[str], signer: Signer) -> dict[str, str]:
         except RocpkgInputError:
             return None          # unreadable: reported with every other one when indexing
         before = hash_file(path).hexdigest()
-        return before if sign_rpm_header(path, signer) else None
+        return before if _signed_copy(path, signer, change) else None
 
     with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
         digests = list(pool.map(sign, paths))
     return {path: digest for path, digest in zip(paths, digests) if digest}
+
+
+def _signed_copy(path: str, signer: Signer, change) -> bool:
+    """Sign an RPM's header in a copy that then replaces it (a rename): a kill never
+    leaves a half-signed package, and the journaled change of OUT (change, a
+    rocpkg.journal.Change) keeps the unsigned one until it is complete. Returns whether
+    it signed."""
+    tmp = f"{path}.tmp-{os.getpid()}"
+    try:
+        shutil.copy2(path, tmp)
+        signed = sign_rpm_header(tmp, signer)
+        if signed:
+            if change is not None:
+                change.keep(path)
+            os.replace(tmp, path)
+    finally:
+        _unlink(tmp)
+    return signed
 
 
 def _has_header_signature(path: str) -> bool:

@@ -5,7 +5,7 @@ on by default) and its install test fails an installed ELF that still carries DT
 The change is one word per entry: the d_tag of a DT_RUNPATH entry of the dynamic table
 becomes DT_RPATH (the string it points at stays). The catalog finds those words
 (`runpath_tags`, from the open file it reads once); the plan copies them into
-FileEntry.patches; the writers pass each source's chunks through `patch_chunks` before
+FileEntry.patches; the writers pass each source's chunks through `streams.patch_chunks` before
 hashing, so sizes and digests are those of the bytes written.
 
 An ELF with both tags is refused: glibc ignores DT_RPATH when DT_RUNPATH is present, while
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import struct
-from typing import Iterable, Iterator
 
 from kpack.elfread import DYNAMIC_LIMIT, dynamic_entries, dynamic_entry
 from kpack.errors import KpackFormatError
@@ -87,37 +86,3 @@ def planned_patches(facts, enabled: bool) -> tuple[tuple[tuple[int, bytes], ...]
     if not enabled or facts is None:
         return (), ""
     return facts.runpath_tags, facts.runpath_error
-
-
-def patch_chunks(chunks: Iterable[bytes | memoryview], patches) -> Iterator[bytes | memoryview]:
-    """The chunks of one file with `patches` ((offset, bytes), sorted, not overlapping)
-    written over them as they stream by; a patch may straddle chunk boundaries. Chunks no
-    patch touches pass through untouched (no copy)."""
-    if not patches:
-        yield from chunks
-        return
-    position = 0
-    for chunk in chunks:
-        end = position + len(chunk)
-        touched = [(at, data) for at, data in patches if at < end and at + len(data) > position]
-        if touched:
-            chunk = bytearray(chunk)
-            for at, data in touched:
-                lo, hi = max(at, position), min(at + len(data), end)
-                chunk[lo - position:hi - position] = data[lo - at:hi - at]
-        yield chunk
-        position = end
-
-
-class PatchingWriter:
-    """A sink that writes `patches` over the bytes passing through it (for a writer that
-    copies a source into a sink rather than iterating its chunks)."""
-
-    def __init__(self, sink, patches):
-        self.sink, self.patches, self.position = sink, patches, 0
-
-    def write(self, data) -> int:
-        for chunk in patch_chunks([data], [(at - self.position, b) for at, b in self.patches]):
-            self.sink.write(chunk)
-        self.position += len(data)
-        return len(data)

@@ -46,11 +46,10 @@ def start_order(sizes: list[int], first: int) -> list[int]:
 
     The largest start first: one .deb is one zstd thread (rocpkg.compression), so the
     biggest package's own time is the least the build can take after it starts. The
-    small ones go next, not last: each costs its worker a few ms and the build's parent,
+    small ones go next, not last: each costs its worker little and the build's parent,
     which moves and records every package one at a time, about as much. Left to the end,
-    the hundreds a release has queued at the parent while the workers stood idle (16
-    cores, 412 packages: the last answer came 0.4 s after the last write); started
-    early, they are recorded while the big ones are still being written."""
+    the hundreds a release has would queue at the parent while the workers stand idle;
+    started early, they are recorded while the big ones are still being written."""
     indexes = list(range(len(sizes)))
     head, tail = indexes[:first], indexes[first:]
     return head + [i for i in tail if sizes[i] <= PACKAGE_OVERHEAD] + [i for i in tail if sizes[i] > PACKAGE_OVERHEAD]

@@ -8,15 +8,14 @@ import os
 import stat
 import queue
 import threading
-from typing import BinaryIO, Iterable, Iterator
+from typing import BinaryIO, Callable, Iterable, Iterator, Protocol
 
 from rocpkg.errors import RocpkgInputError
-from rocpkg.rpath import patch_chunks
 
 # 256 KiB: a chunk is read, then compressed and hashed while it is still in the core's L2
-# cache (1 MiB on the machines measured, with zstd's window and tables beside it). At
-# 1 MiB the writers spent 4-6% more CPU than at 256 KiB (16 cores, 6.2 GiB: deb -1.2 s
-# of 25 s user); the syscalls 4x as many cost less than that.
+# cache (1 MiB per core is common, with zstd's window and tables beside it). Larger
+# chunks leave the cache and cost the writers more CPU than the four times as many
+# syscalls of 256 KiB chunks do (benchmarks/RESULTS.md).
 CHUNK = 256 << 10
 
 
@@ -85,7 +84,7 @@ def hash_open(f: BinaryIO, start: int, *hashes) -> int:
     view = memoryview(buffer)
     count = 0
     # through a read-only descriptor of its own: reading back through the one still open
-    # for writing cost up to four times the kernel time (measured under gVisor)
+    # for writing costs several times the kernel time under gVisor
     with open(f.name, "rb", buffering=0) as reader:
         reader.seek(start)
         while n := reader.readinto(buffer):
@@ -241,6 +240,49 @@ def _chunks(source: BinaryIO, size: int) -> Iterator[bytes | memoryview]:
         raise _SourceChanged(f"it {'grew' if now > size else 'shrank'} while being packed: it has {now} bytes now")
 
 
+def patch_chunks(chunks: Iterable[bytes | memoryview], patches) -> Iterator[bytes | memoryview]:
+    """The chunks of one file with `patches` ((offset, bytes), sorted, not overlapping)
+    written over them as they stream by; a patch may straddle chunk boundaries. Chunks no
+    patch touches pass through untouched (no copy)."""
+    if not patches:
+        yield from chunks
+        return
+    position = 0
+    for chunk in chunks:
+        end = position + len(chunk)
+        touched = [(at, data) for at, data in patches if at < end and at + len(data) > position]
+        if touched:
+            chunk = bytearray(chunk)
+            for at, data in touched:
+                lo, hi = max(at, position), min(at + len(data), end)
+                chunk[lo - position:hi - position] = data[lo - at:hi - at]
+        yield chunk
+        position = end
+
+
+class StreamObserver(Protocol):
+    """What a build hands a writer to see one source file's bytes as they stream past
+    (Observe): the writer knows nothing of what it looks for. start() gets the open file
+    before its first byte; watch() wraps the chunks the writer reads (it may not change
+    them); result() is asked once the file is read, with the file still open, and what it
+    returns is recorded in BuiltPackage.observed."""
+
+    def start(self, handle: BinaryIO) -> None: ...
+
+    def watch(self, chunks: Iterator[bytes]) -> Iterator[bytes]: ...
+
+    def result(self, handle: BinaryIO, where: str) -> object: ...
+
+
+# Source path -> the observer of that file's bytes, or None for a file nobody watches.
+Observe = Callable[[str], "StreamObserver | None"]
+
+
+def observed_file(observe: "Observe | None", source: str) -> "StreamObserver | None":
+    """The observer `observe` gives `source` (None without one)."""
+    return observe(source) if observe is not None else None
+
+
 class SourceFile:
     """One planned source file, opened for its single read: both writers read their
     sources through chunks() and nowhere else, so the planned byte patches
@@ -249,9 +291,9 @@ class SourceFile:
     size (before or while it is read) is bad input naming `where` and the file."""
 
     def __init__(self, where: str, source: str, size: int, patches=(), identity: tuple[int, int] = (0, 0),
-                 watch=None):
+                 watch: "StreamObserver | None" = None):
         self.where, self.source, self.size, self.patches = where, source, size, patches
-        self.watch = watch     # sees the file's own bytes as they pass (kpack.placement.StreamedSearch)
+        self.watch = watch     # sees the file's own bytes as they pass (a StreamObserver)
         try:  # never through a symlink swapped in since the catalog read the file
             fd = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         except FileNotFoundError:

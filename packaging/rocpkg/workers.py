@@ -150,8 +150,8 @@ def _start_worker(writers_loaded: bool, formats=WRITERS) -> None:
     """Ignore Ctrl-C (the parent stops the workers); keep zstd's frame buffers
     (rocpkg.compression); load what the tasks run, unless the parent did before forking:
     the writers of `formats` only. An .rpm build's workers do not import the .deb writer,
-    python-debian and charset_normalizer (0.07-0.09 s each on the 16-core machine, before
-    its first write); a format's writer is still imported when a task needs it."""
+    python-debian and charset_normalizer before their first write; a format's writer is
+    still imported when a task needs it."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     from rocpkg import compression
 

@@ -10,7 +10,6 @@ import os
 from rocpkg import compression
 from rocpkg.errors import RocpkgInputError
 from rocpkg.filelist import check_sources, checked_files
-from rocpkg.host_code import HostScan, streamed_facts
 from rocpkg.model import DIR, FILE, SYMLINK, BuildOptions, BuiltPackage, FileEntry, PackageSpec
 from rocpkg.render import render_spec
 from rocpkg.rpm.cpio import CpioWriter
@@ -20,7 +19,7 @@ from rocpkg.rpm.signature import LEAD_SIZE, encode_lead, encode_signature, signa
 from rocpkg.rpm.spec import RELATION_KEYS, SCRIPT_SENSE, ParsedSpec, parse_spec
 from rocpkg.rpm.tags import (LARGE_SIZE, PGPHASHALGO_SHA256, RPMFILE_NONE, RPMVERIFY_ALL, TYPE_I18NSTRING,
                              TYPE_INT16, TYPE_INT32, TYPE_INT64, TYPE_STRING, TYPE_STRING_ARRAY, Tag)
-from rocpkg.streams import AtomicOutput, SourceFile, Tee, digester, hash_open
+from rocpkg.streams import AtomicOutput, Observe, SourceFile, Tee, digester, hash_open, observed_file
 
 BUILDHOST = "localhost"
 RPMVERSION = "4.18.0"       # the rpm feature level this writer follows
@@ -201,11 +200,11 @@ def build_header(spec: PackageSpec, parsed: ParsedSpec, options: BuildOptions,
 
 
 def _stream_payload(spec, files, payload_sink, large: bool, mtime: int, threads: int,
-                    host_scan: HostScan | None = None, found: list | None = None) -> dict[str, str]:
+                    observe: Observe | None = None, found: list | None = None) -> dict[str, str]:
     """The cpio archive of every entry, file bytes streamed from the sources; returns the
     SHA-256 of each regular file (the header's FILEDIGESTS), taken on the way
-    (streams.digester: beside the writer when the package has cores to spare); the host
-    ELFs of host_scan are searched on the way too, into found."""
+    (streams.digester: beside the writer when the package has cores to spare); what
+    observe's observer of each file saw goes into found."""
     sha256 = digester("sha256", threads)
     cpio = CpioWriter(payload_sink, stripped=large)
     try:
@@ -216,15 +215,15 @@ def _stream_payload(spec, files, payload_sink, large: bool, mtime: int, threads:
                 cpio.write_data(entry.link_target.encode("utf-8", "surrogateescape"))
             elif entry.type == FILE:
                 where = f"{spec.name}: {entry.path}"
-                search = host_scan.watch(entry.source) if host_scan is not None else None
-                with SourceFile(where, entry.source, size, entry.patches, entry.identity, search) as source:
+                observer = observed_file(observe, entry.source)
+                with SourceFile(where, entry.source, size, entry.patches, entry.identity, observer) as source:
                     sha256.begin(entry.path)
                     for chunk in source.chunks():
                         cpio.write_data(chunk)
                         sha256.write(chunk)
                     sha256.end(entry.path)
-                    if search is not None:
-                        found.append((entry.source, streamed_facts(search, source.handle, where)))
+                    if observer is not None:
+                        found.append((entry.source, observer.result(source.handle, where)))
         cpio.finish()
     except BaseException:
         sha256.abandon()
@@ -233,15 +232,16 @@ def _stream_payload(spec, files, payload_sink, large: bool, mtime: int, threads:
 
 
 def write_rpm(spec: PackageSpec, out_dir: str, options: BuildOptions,
-              host_scan: HostScan | None = None) -> BuiltPackage:
+              observe: Observe | None = None) -> BuiltPackage:
     """Write out_dir/<spec.filename>, streaming: (1) check the sources; (2) lead,
     placeholder signature, placeholder header (every digest zeros: digests are fixed-length
     hex, so the header's length does not depend on them), then the compressed cpio while
     taking each file's sha256 and the compressed payload's; (3) rewrite the header with
     the real digests (same length) and the signature in its fixed-size slot; (4) one pass
     over the compressed payload for the whole file's sha256. Each source is read once.
-    Written through AtomicOutput: a failure leaves no partial file. host_scan: the host
-    ELFs to search for device code as they are read (BuiltPackage.host_code).
+    Written through AtomicOutput: a failure leaves no partial file. observe: gives the
+    observer of a source file's bytes as they are read (rocpkg.streams.StreamObserver;
+    what each saw: BuiltPackage.observed).
 
     The digest scheme is rpm >= 4.14's: header SHA256 (and SHA1) in the signature, the
     payload's SHA256 in the header (PAYLOADDIGEST), each file's SHA256 (FILEDIGESTS). Not
@@ -280,7 +280,7 @@ def write_rpm(spec: PackageSpec, out_dir: str, options: BuildOptions,
         try:
             found: list = []
             digests = _stream_payload(spec, files, uncompressed, large, options.source_date_epoch, threads,
-                                      host_scan, found)
+                                      observe, found)
             compressor.close()
         except BaseException:
             compressed_digest.abandon()
@@ -305,4 +305,4 @@ def write_rpm(spec: PackageSpec, out_dir: str, options: BuildOptions,
         size = payload_start + hash_open(out, payload_start, whole)
     return BuiltPackage(spec=spec, path=path, size=size, sha256=whole.hexdigest(),
                         installed_size=sum(_entry_size(e) for e in files), metadata=spec_text,
-                        host_code=tuple(found))
+                        observed=tuple(found))
