@@ -220,8 +220,8 @@ def _staged_metadata(written: _Written) -> str:
 def _stage_metadata(written: _Written) -> None:
     """Write a package's rendered metadata beside it in the staging area while it waits for
     the host search's verdict: the verdict often comes with the build's last package, and
-    the packages that waited for it (250-340 of 412 on 16 cores) were moved in 0.11 s, one
-    at a time, the workers idle; creating each control file was most of it. Moved into
+    the packages that waited for it (most of a release's) are then moved one at a time,
+    the workers idle, where creating each control file would be most of the work. Moved into
     place with the package (Staging.commit); gone with the staging area if the build is
     refused, so it needs no temporary name of its own."""
     with open(_staged_metadata(written), "wb") as fh:

@@ -267,8 +267,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def entry() -> None:
     """The `rocpkg` command: main(), then the process ends without the interpreter's
-    teardown (freeing every module and object one by one: 30 ms after a release build
-    here, on a process whose work is done; the tail of every build). Safe because
+    teardown (freeing every module and object one by one, on a process whose work is
+    done, would add to the tail of every build). Safe because
     everything rocpkg writes goes through `with` blocks (AtomicOutput, the state journal,
     the OUT lock) and the worker pool is joined before main returns; what is left is
     the standard streams, flushed here. An exception still takes the normal way out."""

@@ -7,8 +7,8 @@ must be durable before the next (a build killed at any point and run again keeps
 was recorded). A file per package would cost the build's parent a file creation each,
 and a creation is expensive on a file system busy with the workers' writes; a line
 appended is one write() on a descriptor held open. A line cut short by a crash does not
-parse and is skipped (that package is built again); the journal is rewritten one line per name when a
-whole (unsharded) build ends, so it does not grow with the builds.
+parse and is skipped (that package is built again); the journal is rewritten one line
+per name when a whole (unsharded) build ends, so it does not grow with the builds.
 
 A shard writes `<format>.shard-I-of-N.jsonl`, so that shards' OUT trees merged by
 copying keep every shard's records; journals are read oldest first (a later build's
