@@ -53,6 +53,8 @@ from rocpkg.compression import DEB_THREADS, ZSTD_MAX_THREADS, usable_cores
 from rocpkg import model as m
 from rocpkg import releases
 from rocpkg.errors import RocpkgInputError
+from rocpkg.manifest_schema import MAX_DATE, check_manifest
+from rocpkg.outfiles import read_json
 from rocpkg.state import StateJournal, read_states, rewrite_states
 from rocpkg.schedule import assign_shards, parse_shard, shard_weight, start_order, zstd_threads  # noqa: F401 (API)
 from rocpkg.fingerprint import package_fingerprint
@@ -142,8 +144,7 @@ def published_source_date_epoch(out_dir: str, environ=None) -> int | None:
         (sorted(os.path.join(parts, n) for n in os.listdir(parts)) if os.path.isdir(parts) else [])
     for path in candidates:  # the whole release's manifest, or any shard's part of it
         try:
-            with open(path, encoding="utf-8") as fh:
-                doc = json.load(fh)
+            doc = check_manifest(read_json(out_dir, os.path.relpath(path, out_dir).replace(os.sep, "/")), path)
             settings = {"version": str(doc["version"]), "release": str(doc["release"])}
             # the newest date a recorded release was built with (rocpkg.releases)
             dated = max((int(r.get("date") or 0) for r in doc.get("releases", [])), default=0) or None
@@ -161,8 +162,9 @@ def source_date_epoch(settings: dict, environ=None, default: int | None = None) 
     releases.inputs_date), else default_source_date_epoch()."""
     value = (os.environ if environ is None else environ).get("SOURCE_DATE_EPOCH", "").strip()
     if value:
-        if not value.isdigit():
-            raise RocpkgInputError(("SOURCE_DATE_EPOCH", f"must be a number of seconds, got {value!r}"))
+        if not value.isdigit() or len(value) > 10 or int(value) > MAX_DATE:
+            raise RocpkgInputError(("SOURCE_DATE_EPOCH", f"must be a number of seconds from 0 to {MAX_DATE} "
+                                                         f"(what rpm's 32-bit dates hold), got {value[:40]!r}"))
         return int(value)
     return default if default is not None else default_source_date_epoch(settings)
 
@@ -562,8 +564,12 @@ def assemble_manifest(out_dir: str | os.PathLike) -> str | None:
         return None
     docs = []
     for name in names:
-        with open(os.path.join(parts_dir, name)) as fh:
-            docs.append((name, json.load(fh)))
+        path = os.path.join(parts_dir, name)
+        doc = read_json(out_dir, f"{MANIFEST_PARTS}/{name}", "manifest part")
+        if not isinstance(doc, dict) or doc.get("schema") != MANIFEST_SCHEMA or "shard" not in doc \
+                or not all(isinstance(doc.get(k), str) for k in ("plan", "version", "release")):
+            raise RocpkgInputError((path, f"not a {MANIFEST_SCHEMA} manifest part"))
+        docs.append((name, check_manifest(doc, path)))
     problems = []
     first = docs[0][1]
     count = first["shard"][1]
@@ -633,11 +639,10 @@ def sync_manifest(out_dir: str | os.PathLike) -> str | None:
         newest = max((os.stat(os.path.join(parts_dir, n)).st_mtime_ns for n in os.listdir(parts_dir)), default=0)
         if not os.path.exists(path) or os.stat(path).st_mtime_ns < newest:
             assemble_manifest(out_dir)
-    try:
-        with open(path) as fh:
-            doc = json.load(fh)
-    except FileNotFoundError:
+    doc = read_json(out_dir, "manifest.json", "manifest")
+    if doc is None:
         return None
+    check_manifest(doc, path)
     from rocpkg.digest_cache import DigestCache
 
     changed, caches = False, {}

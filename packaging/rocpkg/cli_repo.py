@@ -51,7 +51,7 @@ def _cmd_promote(args) -> int:
 def _cmd_publish(args) -> int:
     from rocpkg.publish import destination, publish
 
-    dest = destination(args.dest, args.endpoint_url)
+    dest = destination(args.dest, args.endpoint_url, allow_bucket_root=args.allow_bucket_root)
     result = publish(args.out, dest, keep_removed=args.keep_removed, check=not args.no_check)
     print(f"published {args.out} to {result.dest}: {len(result.sent)} files sent ({human_bytes(result.bytes_sent)}), "
           f"{result.unchanged} unchanged, {len(result.removed)} removed")
@@ -80,6 +80,10 @@ def register(sub) -> None:
     p.add_argument("dest", metavar="DEST", help="a directory, or s3://BUCKET[/PREFIX]")
     p.add_argument("--endpoint-url", default=os.environ.get("AWS_ENDPOINT_URL"),
                    help="S3-compatible server (default $AWS_ENDPOINT_URL, else AWS)")
-    p.add_argument("--keep-removed", action="store_true", help="leave files OUT no longer has in DEST")
+    p.add_argument("--keep-removed", action="store_true",
+                   help="leave files an earlier publish put in DEST and OUT no longer has (publish never removes "
+                        "anything else)")
+    p.add_argument("--allow-bucket-root", action="store_true",
+                   help="allow s3://BUCKET with no prefix (the bucket holds nothing but this repository)")
     p.add_argument("--no-check", action="store_true", help="publish even if OUT fails the integrity check")
     p.set_defaults(func=_cmd_publish)

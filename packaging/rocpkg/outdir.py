@@ -14,8 +14,10 @@ import fcntl
 import os
 import re
 import shutil
+import stat
 
 from rocpkg.errors import RocpkgInputError
+from rocpkg.outfiles import check_tree, kind_of, open_dir, refusal
 
 LOCK_FILE = os.path.join(".rocpkg", "lock")
 STAGING_DIR = os.path.join(".rocpkg", "staging")
@@ -50,28 +52,54 @@ class OutLock:
     """One writer per OUT at a time, build or publish (flock: released by the kernel even
     after kill -9). Leaving on an exception (a full disk, Ctrl-C) removes the temporaries
     the run left: the lock holder is the only writer. Re-entrant within a process: prune
-    and promote hold it across the re-index that publish_repositories does."""
+    and promote hold it across the re-index that publish_repositories does.
+
+    The lock file is opened without following a symlink and never truncated; entering
+    refuses an OUT whose own trees hold a symlink or a special file (outfiles.check_tree),
+    before the holder reads or writes anything."""
 
     held: dict[str, int] = {}
 
     def __init__(self, out_dir: str):
-        self.path = os.path.realpath(os.path.join(out_dir, LOCK_FILE))
+        self.out_dir = os.path.realpath(out_dir)     # OUT itself is the user's to name
+        self.path = os.path.join(self.out_dir, LOCK_FILE)
 
     def __enter__(self):
         if self.held.get(self.path):
             self.held[self.path] += 1
             self.fh = None
             return self
-        os.makedirs(os.path.dirname(self.path), exist_ok=True)
-        self.fh = open(self.path, "w")
+        check_tree(self.out_dir, discarded=(STAGING_DIR,))    # before the lock file is made: a refused OUT stays as it was
+        self.fh = os.fdopen(self._open(), "w")
         try:
             fcntl.flock(self.fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             self.fh.close()
-            raise RocpkgInputError((os.path.dirname(os.path.dirname(self.path)),
-                                   "another rocpkg build or repo is writing into this directory")) from None
+            raise RocpkgInputError((self.out_dir, "another rocpkg build or repo is writing into this directory")) \
+                from None
         self.held[self.path] = 1
         return self
+
+    def _open(self) -> int:
+        """The lock file's descriptor: OUT/.rocpkg made when missing, neither it nor the
+        lock a symlink, the lock a regular file (created empty, never truncated)."""
+        try:
+            dir_fd = open_dir(self.out_dir, os.path.dirname(LOCK_FILE), create=True)
+        except FileNotFoundError:
+            raise RocpkgInputError((self.out_dir, "no such directory")) from None
+        name = os.path.basename(LOCK_FILE)
+        try:
+            fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644,
+                         dir_fd=dir_fd)
+        except OSError as exc:
+            raise refusal(self.out_dir, LOCK_FILE, exc, dir_fd, name) from None
+        finally:
+            os.close(dir_fd)
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            os.close(fd)
+            raise RocpkgInputError((self.path, f"is {kind_of(mode)}, not a regular file"))
+        return fd
 
     def __exit__(self, exc_type, exc, tb):
         self.held[self.path] -= 1
@@ -79,7 +107,7 @@ class OutLock:
             return False        # an inner hold: the outer one cleans up
         try:
             if exc_type is not None:  # a failed or interrupted run leaves no temporary behind
-                remove_stale_temporaries(os.path.dirname(os.path.dirname(self.path)))
+                remove_stale_temporaries(self.out_dir)
         except OSError:
             pass  # the original error is the one to report
         finally:
@@ -108,7 +136,7 @@ class Staging:
 
     def __enter__(self) -> "Staging":
         self._make(os.path.join(self.out_dir, os.path.dirname(LOCK_FILE)))
-        self.lock_made = not os.path.exists(os.path.join(self.out_dir, LOCK_FILE))
+        self.lock_made = not os.path.lexists(os.path.join(self.out_dir, LOCK_FILE))
         self.lock = OutLock(self.out_dir)
         try:
             self.lock.__enter__()

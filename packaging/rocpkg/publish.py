@@ -7,9 +7,10 @@ keeps every reader consistent while the copy runs:
   2. the other index files (Packages, Packages.gz/.xz: apt fetches them by hash);
   3. the roots that name everything else, last: Release, Release.gpg, InRelease,
      repomd.xml.asc, repomd.xml; then the client snippets and manifest.json;
-  4. only then, removals of what OUT no longer has (pruned packages), so no index a
-     client can still fetch names a file that is gone... unless it is older than this
-     publish (keep_removed leaves them for a later run).
+  4. the publish record (rocpkg.publish_record), then removals of what an earlier
+     publish put there and OUT no longer has (pruned packages), so no index a client can
+     still fetch names a file that is gone... unless it is older than this publish
+     (keep_removed leaves them for a later run). Nothing else in DEST is ever removed.
 
 Only changed files are sent: a file whose size and SHA-256 (S3: size and ETag = MD5, or
 the sha256 stored in the object's metadata for multipart uploads) match is skipped.
@@ -20,13 +21,18 @@ from __future__ import annotations
 import contextlib
 import mimetypes
 import os
+import posixpath
 import re
+import stat
+import urllib.parse
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable
 
 from rocpkg.errors import RocpkgInputError
-from rocpkg.streams import AtomicOutput, copy_stream, hash_file
+from rocpkg.outfiles import kind_of, open_dir, open_file, parts_of, read_file
+from rocpkg.publish_record import RECORD, RECORD_LIMIT, parse_record, record_bytes, refuse_overlap
+from rocpkg.streams import HashingWriter, copy_stream
 
 PUBLISHED_ROOTS = ("deb", "rpm")
 PUBLISHED_FILES = ("rocm.gpg", "rocm.asc", "rocm.list", "rocm.repo", "manifest.json")
@@ -78,18 +84,20 @@ def _order(f: LocalFile) -> tuple:
 
 def local_files(out_dir: str) -> list[LocalFile]:
     """What OUT publishes, in upload order: deb/, rpm/ and the keys, snippets and manifest
-    (not control/, .rocpkg/ or unfinished temporaries)."""
-    found = []
+    (not control/, .rocpkg/ or unfinished temporaries). Read as OUT's own files are
+    (rocpkg.outfiles): never through a symlink, regular files only."""
     candidates = [n for n in PUBLISHED_FILES if os.path.isfile(os.path.join(out_dir, n))]
     for root in PUBLISHED_ROOTS:
         for dirpath, dirnames, filenames in os.walk(os.path.join(out_dir, root)):
             dirnames.sort()
             for name in filenames:
-                if not _TEMPORARY.search(name) and not os.path.islink(os.path.join(dirpath, name)):
+                if not _TEMPORARY.search(name):
                     candidates.append(os.path.relpath(os.path.join(dirpath, name), out_dir).replace(os.sep, "/"))
 
     def describe(rel: str) -> LocalFile:
-        digest = hash_file(os.path.join(out_dir, rel), ("sha256", "md5"))
+        digest = HashingWriter(None, ("sha256", "md5"))
+        with open_file(out_dir, rel) as fh:
+            copy_stream(fh, digest)
         return LocalFile(rel, digest.count, digest.hexdigest(), digest.hexdigest("md5"), stage_of(rel))
 
     with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as pool:
@@ -100,52 +108,161 @@ def local_files(out_dir: str) -> list[LocalFile]:
 # -- destinations -------------------------------------------------------------------------
 
 class DirectoryDest:
-    """A local directory (a web server's document root, a mounted share)."""
+    """A local directory (a web server's document root, a mounted share). Every path below
+    it is reached without following a symlink (rocpkg.outfiles)."""
 
     def __init__(self, path: str):
         self.root = os.path.abspath(path)
         self.label = self.root
+        self.record_label = os.path.join(self.root, RECORD)
+
+    def check(self, out_dir: str) -> None:
+        refuse_overlap(out_dir, self.root)
+        if os.path.lexists(self.root) and not os.path.isdir(self.root):
+            raise RocpkgInputError((self.root, "is not a directory"))
+
+    def read_record(self) -> bytes | None:
+        return read_file(self.root, RECORD, RECORD_LIMIT) if os.path.isdir(self.root) else None
+
+    def write_record(self, data: bytes) -> None:
+        self._write(RECORD, lambda out: out.write(data))
 
     def listing(self) -> dict[str, int]:
+        """Size of every regular file below the root (symlinks neither followed nor listed)."""
         found = {}
         for dirpath, _dirs, filenames in os.walk(self.root):
             for name in filenames:
                 path = os.path.join(dirpath, name)
-                found[os.path.relpath(path, self.root).replace(os.sep, "/")] = os.stat(path).st_size
+                info = os.lstat(path)
+                if stat.S_ISREG(info.st_mode):
+                    found[os.path.relpath(path, self.root).replace(os.sep, "/")] = info.st_size
         return found
 
+    def preflight(self, files: list[LocalFile]) -> None:
+        """Refuse, before a byte is sent, a symlink or a non-directory where a published
+        path needs a directory, and anything but a regular file where it puts a file."""
+        problems, seen = [], {}
+        for f in files:
+            parts = f.rel.split("/")
+            for depth in range(1, len(parts) + 1):
+                rel = "/".join(parts[:depth])
+                if rel not in seen:
+                    seen[rel] = self._problem(rel, depth == len(parts))
+                    if seen[rel]:
+                        problems.append(seen[rel])
+        if problems:
+            raise RocpkgInputError(*problems)
+
+    def _problem(self, rel: str, is_file: bool):
+        path = os.path.join(self.root, rel)
+        try:
+            mode = os.lstat(path).st_mode
+        except FileNotFoundError:
+            return None
+        if stat.S_ISREG(mode) if is_file else stat.S_ISDIR(mode):
+            return None
+        wanted = "a regular file" if is_file else "a directory"
+        return (path, f"is {kind_of(mode)} where publish puts {wanted} (never followed or replaced)")
+
     def same(self, f: LocalFile, size: int) -> bool:
-        return size == f.size and hash_file(os.path.join(self.root, f.rel)).hexdigest() == f.sha256
+        if size != f.size:
+            return False
+        with open_file(self.root, f.rel) as fh:
+            digest = HashingWriter(None)
+            copy_stream(fh, digest)
+        return digest.hexdigest() == f.sha256
 
     def put(self, out_dir: str, f: LocalFile) -> None:
-        with open(os.path.join(out_dir, f.rel), "rb") as fin, AtomicOutput(os.path.join(self.root, f.rel)) as fout:
-            copy_stream(fin, fout)
+        with open_file(out_dir, f.rel) as fin:
+            self._write(f.rel, lambda out: copy_stream(fin, out))
+
+    def _write(self, rel: str, fill) -> None:
+        """rel written as `<name>.tmp-<pid>` beside it, then renamed into place, through a
+        descriptor of its directory (made when missing, never through a symlink)."""
+        os.makedirs(self.root, exist_ok=True)
+        parent, name = posixpath.split(rel)
+        dir_fd = open_dir(self.root, parent, create=True)
+        tmp = f"{name}.tmp-{os.getpid()}"
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644,
+                         dir_fd=dir_fd)
+            try:
+                with os.fdopen(fd, "wb") as out:
+                    fill(out)
+                os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp, dir_fd=dir_fd)
+                raise
+        except OSError as exc:
+            raise RocpkgInputError((os.path.join(self.root, rel), f"cannot write it: {exc.strerror}")) from None
+        finally:
+            os.close(dir_fd)
 
     def remove(self, rel: str) -> None:
-        path = os.path.join(self.root, rel)
-        os.unlink(path)
-        parent = os.path.dirname(path)
-        while parent != self.root and not os.listdir(parent):
-            os.rmdir(parent)
-            parent = os.path.dirname(parent)
+        """Unlink root/rel through its directory's descriptor, then its directories that
+        are left empty (up to the root, which stays)."""
+        parts = rel.split("/")
+        for depth in range(len(parts), 0, -1):
+            try:
+                dir_fd = open_dir(self.root, "/".join(parts[:depth - 1]))
+            except (OSError, RocpkgInputError):
+                return
+            try:
+                if depth == len(parts):
+                    os.unlink(parts[-1], dir_fd=dir_fd)
+                else:
+                    os.rmdir(parts[depth - 1], dir_fd=dir_fd)
+            except OSError:
+                return      # gone already, or a directory that still holds something
+            finally:
+                os.close(dir_fd)
 
 
 class S3Dest:
-    """s3://bucket/prefix on AWS or any S3-compatible server (endpoint_url)."""
+    """s3://bucket/prefix on AWS or any S3-compatible server (endpoint_url). The bucket's
+    root (no prefix) only when allow_bucket_root says so."""
 
-    def __init__(self, url: str, endpoint_url: str | None = None, client=None):
-        match = re.fullmatch(r"s3://([^/]+)/?(.*)", url)
-        if not match:
-            raise RocpkgInputError(("DEST", f"expected s3://BUCKET[/PREFIX], got {url!r}"))
-        self.bucket, prefix = match.group(1), match.group(2).strip("/")
+    def __init__(self, url: str, endpoint_url: str | None = None, client=None, allow_bucket_root: bool = False):
+        match = re.fullmatch(r"s3://([a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(?:/(.*))?", url)
+        if not match or not _clean(url):
+            raise RocpkgInputError(("DEST", f"expected s3://BUCKET/PREFIX, got {url!r}"))
+        self.bucket, prefix = match.group(1), (match.group(2) or "").strip("/")
+        if prefix:
+            parts_of(prefix, "DEST")
+        elif not allow_bucket_root:
+            raise RocpkgInputError(("DEST", f"{url} names a whole bucket: give a prefix (s3://{self.bucket}/PREFIX), "
+                                            f"or --allow-bucket-root when the bucket holds nothing but this repository"))
         self.prefix = f"{prefix}/" if prefix else ""
         self.label = url
+        self.record_label = f"s3://{self.bucket}/{self.prefix}{RECORD}"
         if client is None:
-            import boto3
-
-            client = boto3.client("s3", endpoint_url=endpoint_url)
+            client = _s3_client(endpoint_url)
         self.client = client
         self.etags: dict[str, str] = {}
+
+    def check(self, out_dir: str) -> None:
+        """An S3 destination cannot alias a local OUT."""
+
+    def read_record(self) -> bytes | None:
+        from botocore.exceptions import ClientError
+
+        with self._errors(RECORD, "read"):
+            try:
+                obj = self.client.get_object(Bucket=self.bucket, Key=self.prefix + RECORD)
+            except ClientError as exc:
+                if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
+                    return None
+                raise
+            if obj.get("ContentLength", 0) > RECORD_LIMIT:
+                raise RocpkgInputError((self.record_label, f"more than {RECORD_LIMIT} bytes: not a publish "
+                                                           f"record rocpkg wrote"))
+            return obj["Body"].read(RECORD_LIMIT + 1)
+
+    def write_record(self, data: bytes) -> None:
+        with self._errors(RECORD, "write"):
+            self.client.put_object(Bucket=self.bucket, Key=self.prefix + RECORD, Body=data,
+                                   ContentType="application/json", CacheControl="no-cache")
 
     def listing(self) -> dict[str, int]:
         from botocore.exceptions import BotoCoreError, ClientError
@@ -160,6 +277,9 @@ class S3Dest:
         except (BotoCoreError, ClientError) as exc:
             raise RocpkgInputError((self.label, f"cannot list the bucket: {exc}")) from None
         return found
+
+    def preflight(self, files: list[LocalFile]) -> None:
+        """Object keys cannot be symlinks: nothing to refuse."""
 
     def same(self, f: LocalFile, size: int) -> bool:
         if size != f.size:
@@ -180,9 +300,9 @@ class S3Dest:
                  "ContentType": mimetypes.guess_type(f.rel)[0] or "application/octet-stream"}
         if f.stage:         # mutable names: caches must revalidate them
             extra["CacheControl"] = "no-cache"
-        with self._errors(f.rel, "upload"):
-            self.client.upload_file(os.path.join(out_dir, f.rel), self.bucket, self.prefix + f.rel, ExtraArgs=extra,
-                                    Config=TransferConfig(multipart_threshold=MULTIPART_THRESHOLD, use_threads=False))
+        with self._errors(f.rel, "upload"), open_file(out_dir, f.rel) as fh:
+            self.client.upload_fileobj(fh, self.bucket, self.prefix + f.rel, ExtraArgs=extra,
+                                       Config=TransferConfig(multipart_threshold=MULTIPART_THRESHOLD, use_threads=False))
 
     def remove(self, rel: str) -> None:
         with self._errors(rel, "remove"):
@@ -200,9 +320,28 @@ class S3Dest:
             raise RocpkgInputError((f"{self.label.rstrip('/')}/{rel}", f"cannot {what} it: {exc}")) from None
 
 
-def destination(dest: str, endpoint_url: str | None = None):
+def _clean(text: str) -> bool:
+    """No space and no control character: a string that stays one token in a URL."""
+    return not any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in text)
+
+
+def _s3_client(endpoint_url: str | None):
+    """A boto3 S3 client; a malformed endpoint URL is bad input naming --endpoint-url."""
+    import boto3
+
+    if endpoint_url is not None:
+        parsed = urllib.parse.urlsplit(endpoint_url) if _clean(endpoint_url) else None
+        if parsed is None or parsed.scheme not in ("http", "https") or not parsed.hostname:
+            raise RocpkgInputError(("--endpoint-url", f"expected http(s)://HOST[:PORT], got {endpoint_url!r}"))
+    try:
+        return boto3.client("s3", endpoint_url=endpoint_url)
+    except ValueError as exc:       # botocore's invalid endpoint, a bad port
+        raise RocpkgInputError(("--endpoint-url", f"{endpoint_url!r}: {exc}")) from None
+
+
+def destination(dest: str, endpoint_url: str | None = None, allow_bucket_root: bool = False):
     if dest.startswith("s3://"):
-        return S3Dest(dest, endpoint_url)
+        return S3Dest(dest, endpoint_url, allow_bucket_root=allow_bucket_root)
     if "://" in dest:
         raise RocpkgInputError(("DEST", f"expected a directory or s3://BUCKET/PREFIX, got {dest!r}"))
     return DirectoryDest(dest)
@@ -213,9 +352,10 @@ def destination(dest: str, endpoint_url: str | None = None):
 def publish(out_dir: str | os.PathLike, dest, *, keep_removed: bool = False, check: bool = True,
             progress: Callable[[str, LocalFile | str], None] | None = None) -> PublishResult:
     """Copy OUT's repositories to dest (a DirectoryDest/S3Dest, or a path or s3:// URL),
-    in the module doc's order, sending only what changed, removing what OUT no longer
-    has after the new indexes are live. check: refuse an OUT that fails the integrity
-    check (signatures against OUT/rocm.gpg when OUT has one)."""
+    in the module doc's order, sending only what changed, then removing what an earlier
+    publish recorded in dest and OUT no longer has (rocpkg.publish_record: nothing else in
+    dest is ever removed). check: refuse an OUT that fails the integrity check (signatures
+    against OUT/rocm.gpg when OUT has one). Every refusal comes before a byte is sent."""
     from rocpkg.outdir import OutLock
 
     out_dir = os.path.abspath(os.fspath(out_dir))
@@ -225,37 +365,61 @@ def publish(out_dir: str | os.PathLike, dest, *, keep_removed: bool = False, che
         raise RocpkgInputError((out_dir, "no deb/ or rpm/ repository to publish (run rocpkg repo OUT)"))
     if isinstance(dest, (str, os.PathLike)):
         dest = destination(os.fspath(dest))
+    dest.check(out_dir)
+    record = dest.read_record()
+    owned = parse_record(record, dest.record_label)
     with OutLock(out_dir):          # nobody re-indexes OUT while it is being copied
         if check:
-            from rocpkg.integrity import check_integrity
-
-            keyring = os.path.join(out_dir, "rocm.gpg")
-            problems = check_integrity(out_dir, keyring=keyring if os.path.isfile(keyring) else None)
-            if problems:
-                raise RocpkgInputError(*[(os.path.join(out_dir, p.path), f"{p.check}: {p.message}")
-                                        for p in problems])
+            _refuse_unsound(out_dir)
         files = local_files(out_dir)
-        remote = dest.listing()
+        remote = {rel: size for rel, size in dest.listing().items() if rel != RECORD}
+        dest.preflight(files)
         result = PublishResult(dest.label)
-        for stage in sorted({f.stage for f in files}):
-            todo = [f for f in files if f.stage == stage and not (f.rel in remote and dest.same(f, remote[f.rel]))]
-            result.unchanged += sum(1 for f in files if f.stage == stage) - len(todo)
-            if stage == 2:      # the roots one at a time, in order
-                for f in todo:
-                    dest.put(out_dir, f)
-            else:
-                with ThreadPoolExecutor(max_workers=WORKERS) as pool:
-                    list(pool.map(lambda f: dest.put(out_dir, f), todo))
-            for f in todo:
-                result.sent.append(f.rel)
-                result.bytes_sent += f.size
-                if progress:
-                    progress("sent", f)
-        if not keep_removed:
-            wanted = {f.rel for f in files}
-            for rel in sorted(set(remote) - wanted):
-                dest.remove(rel)
-                result.removed.append(rel)
-                if progress:
-                    progress("removed", rel)
+        _send(out_dir, dest, files, remote, result, progress)
+        current = {f.rel: (f.size, f.sha256, f.md5) for f in files}
+        gone = {rel: entry for rel, entry in owned.items() if rel not in current}
+        # the record lists what may go before anything goes: a publish cut short here
+        # removes it next time
+        _write_record(dest, record, record_bytes(out_dir, {**gone, **current}))
+        if not keep_removed and gone:
+            for rel, (size, sha256, md5) in sorted(gone.items()):
+                if rel in remote and dest.same(LocalFile(rel, size, sha256, md5, 0), remote[rel]):
+                    dest.remove(rel)        # still the bytes rocpkg put there
+                    result.removed.append(rel)
+                    if progress:
+                        progress("removed", rel)
+            _write_record(dest, None, record_bytes(out_dir, current))
     return result
+
+
+def _refuse_unsound(out_dir: str) -> None:
+    from rocpkg.integrity import check_integrity
+
+    keyring = os.path.join(out_dir, "rocm.gpg")
+    problems = check_integrity(out_dir, keyring=keyring if os.path.isfile(keyring) else None)
+    if problems:
+        raise RocpkgInputError(*[(os.path.join(out_dir, p.path), f"{p.check}: {p.message}") for p in problems])
+
+
+def _send(out_dir: str, dest, files: list[LocalFile], remote: dict[str, int], result: PublishResult,
+          progress) -> None:
+    """Every file dest lacks or holds other bytes of, stage by stage (module doc)."""
+    for stage in sorted({f.stage for f in files}):
+        todo = [f for f in files if f.stage == stage and not (f.rel in remote and dest.same(f, remote[f.rel]))]
+        result.unchanged += sum(1 for f in files if f.stage == stage) - len(todo)
+        if stage == 2:      # the roots one at a time, in order
+            for f in todo:
+                dest.put(out_dir, f)
+        else:
+            with ThreadPoolExecutor(max_workers=WORKERS) as pool:
+                list(pool.map(lambda f: dest.put(out_dir, f), todo))
+        for f in todo:
+            result.sent.append(f.rel)
+            result.bytes_sent += f.size
+            if progress:
+                progress("sent", f)
+
+
+def _write_record(dest, before: bytes | None, data: bytes) -> None:
+    if data != before:
+        dest.write_record(data)

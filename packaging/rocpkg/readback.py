@@ -20,6 +20,8 @@ from rocpkg import model as m
 from rocpkg.catalog import ArchiveToc
 from rocpkg.config import common_namespace, external_rule
 from rocpkg.errors import RocpkgInputError
+from rocpkg.outdir import STAGING_DIR
+from rocpkg.outfiles import check_tree
 from rocpkg.streams import CHUNK, copy_stream, read_exact, read_upto, skip_exact
 from rocpkg.verify_view import Problem, ReleaseView, looks_host_elf, payload
 
@@ -61,6 +63,9 @@ def read_tree_release(fmt: str, paths: list[str], pool: ThreadPoolExecutor, spil
 
 
 def package_files(out_dir: str) -> dict[str, list[str]]:
+    """The .deb and .rpm files of OUT, after OUT's trees are checked to hold no symlink
+    and no special file (outfiles.check_tree): what is listed is read safely."""
+    check_tree(out_dir, discarded=(STAGING_DIR,))
     found: dict[str, list[str]] = {"deb": [], "rpm": []}
     pool = os.path.join(out_dir, "deb", "pool", "main")
     if os.path.isdir(pool):

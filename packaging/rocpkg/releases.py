@@ -25,6 +25,8 @@ from typing import Iterable
 from kpack.loader import FALLTHROUGH
 from rocpkg.errors import RocpkgInputError
 from rocpkg.indexes import PackageRef, published_entries
+from rocpkg.manifest_schema import check_manifest
+from rocpkg.outfiles import read_json
 from rocpkg.streams import AtomicOutput
 
 MANIFEST = "manifest.json"
@@ -107,20 +109,16 @@ def release_order(record: ReleaseRecord):
 # -- reading and writing -------------------------------------------------------------------
 
 def read_manifest(out_dir: str | os.PathLike) -> dict | None:
-    """OUT/manifest.json, or None when OUT has none. A damaged one is bad input."""
+    """OUT/manifest.json, or None when OUT has none. Read as OUT's own files are (never
+    through a symlink, a regular file, bounded) and checked whole by rocpkg.manifest_schema:
+    a damaged one is bad input naming the field."""
     path = os.path.join(os.fspath(out_dir), MANIFEST)
-    try:
-        with open(path, encoding="utf-8") as fh:
-            doc = json.load(fh)
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError) as exc:
-        raise RocpkgInputError((path, f"not a readable manifest: {exc}")) from None
-    if isinstance(doc, dict) and "schema" not in doc:
+    doc = read_json(os.fspath(out_dir), MANIFEST, "manifest")
+    if doc is None or isinstance(doc, dict) and "schema" not in doc:
         return None             # not rocpkg's: replaced by the next build, as it always was
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA or not isinstance(doc.get("packages"), list):
         raise RocpkgInputError((path, f"not a {SCHEMA} manifest"))
-    return doc
+    return check_manifest(doc, path)
 
 
 def manifest_releases(doc: dict | None) -> list[ReleaseRecord]:
