@@ -52,6 +52,7 @@ from rocpkg import compression
 from rocpkg.compression import DEB_THREADS, ZSTD_MAX_THREADS, usable_cores
 from rocpkg import model as m
 from rocpkg import releases
+from rocpkg.version_order import out_version_order_refusals
 from rocpkg.errors import RocpkgInputError
 from rocpkg.manifest_schema import MAX_DATE, check_manifest
 from rocpkg.outfiles import read_json
@@ -333,8 +334,8 @@ def build_release(plan, out_dir: str | os.PathLike, *, formats: Iterable[str] | 
                     answers = workers.unordered_with_checks(_build_one, _started_in_order(tasks, workers.size))
 
                 def check() -> None:
-                    result.allowed = gate.enforce(gate.refusals(plan, formats, config=config, archives=archives),
-                                                  allow)
+                    result.allowed = gate.enforce(gate.refusals(plan, formats, config=config, archives=archives)
+                                                  + out_version_order_refusals(out_dir, plan.settings), allow)
 
                 check()     # the host ELFs the writers search count as clean until they report
                 if conflicts:
@@ -354,7 +355,8 @@ def build_release(plan, out_dir: str | os.PathLike, *, formats: Iterable[str] | 
             record = releases.ReleaseRecord(*specs_version, targets=tuple(plan.targets), formats=tuple(formats),
                                             allowed=tuple(r.to_dict() for r in result.allowed), plan=_plan_digest(every),
                                             date=options.source_date_epoch,
-                                            kpack_lookup=plan.settings.get("kpack_lookup", FALLTHROUGH))
+                                            kpack_lookup=plan.settings.get("kpack_lookup", FALLTHROUGH),
+                                            channel=plan.settings.get("channel", ""), epoch=plan.settings["epoch"])
             if shard is None:
                 # the release joins the earlier ones in manifest.json (rocpkg.releases)
                 result.manifest = releases.write_release(out_dir, record, entries)

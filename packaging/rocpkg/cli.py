@@ -121,10 +121,12 @@ def _cmd_verify(args) -> int:
     if args.out:
         if args.artifacts or args.config:
             raise RocpkgInputError(("verify", "give either OUT (a built tree) or -c/-a (a plan), not both"))
+        from rocpkg.version_order import out_order_problems
         from rocpkg.integrity import check_integrity
 
         report = verify_tree(args.out, formats=formats(args), release=args.release, lookup=args.kpack_lookup)
         report.problems += check_integrity(args.out, keyring=args.keyring, formats=formats(args))
+        report.problems += out_order_problems(args.out)    # releases that apt or dnf would not upgrade to
     elif args.artifacts:
         config = load_config_of(args)
         report = verify_plan(load_plan(args, config), config)

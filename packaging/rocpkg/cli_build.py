@@ -16,6 +16,7 @@ from rocpkg.cli_common import (add_plan_options, add_subset_options, formats,
                                human_bytes, interactive, load_config_of,
                                load_plan, print_snippets,
                                selected_packages, verbosity, warn_if_unsigned)
+from rocpkg.cli_channels import add_channel_options, release_of_args
 from rocpkg.errors import RocpkgInputError
 
 
@@ -162,6 +163,7 @@ def _build(args, shard, workers) -> int:
     from rocpkg.releases import inputs_date
 
     config = load_config_of(args)
+    release_of_args(args, config)   # --channel's version; version-order refused before the artifacts are read
     plan = load_plan(args, config, embedded_objects=False, starmap_async=workers.starmap_async, writers=True)
     only, settings = selected_packages(args, plan), plan.settings
     _print_plan_notes(args, plan)
@@ -347,6 +349,7 @@ def register(sub) -> None:
     p.add_argument("--allow", action="append", default=None, metavar="CHECK",
                    help="build even though check CHECK fails (repeatable); recorded in manifest.json. "
                         "Checks: see `rocpkg verify` and README 'What build refuses'")
+    add_channel_options(p)
     p.add_argument("--deep-check", action="store_true",
                    help="decompress every kernel of every packed kpack archive before writing (as `kpack verify`); "
                         "by default each kernel's frame is checked by its headers and its code object by its ELF header")

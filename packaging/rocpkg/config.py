@@ -112,6 +112,8 @@ SETTINGS_DEFAULTS: dict[str, object] = {
     # the runtime the release ships: "fallthrough" (rocm-kpack since August 2026: every
     # archive matching the GPU, in order) or "strict" (before it: the most specific one only)
     "kpack_lookup": "fallthrough",
+    # the release channel the version was derived for (rocpkg.channels), recorded in manifest.json
+    "channel": "",
 }
 SETTINGS_TYPES = {
     "version": str, "release": str, "epoch": int, "prefix": str, "naming": dict,
@@ -119,7 +121,7 @@ SETTINGS_TYPES = {
     "targets": (list, type(None)), "compression": str, "compression_level": int, "suite": str,
     "maintainer": str, "vendor": str, "homepage": str, "license": str, "deb_arch": str,
     "rpm_arch": str, "external": list, "allow_unsatisfied": bool,
-    "unknown_keys": str, "runpath_to_rpath": bool, "kpack_lookup": str,
+    "unknown_keys": str, "runpath_to_rpath": bool, "kpack_lookup": str, "channel": str,
 }
 UNKNOWN_KEY_MODES = ("error", "warn")
 ARTIFACT_KEYS = ("Artifact", "Artifact_Subdir", "Artifact_Gfxarch")
@@ -322,6 +324,11 @@ def validate_settings(settings: dict, where_prefix: str = "settings") -> list[tu
         problems.append((f"{where_prefix}.unknown_keys", f"must be one of {', '.join(UNKNOWN_KEY_MODES)}"))
     if settings["kpack_lookup"] not in LOOKUP_MODES:
         problems.append((f"{where_prefix}.kpack_lookup", f"must be one of {', '.join(LOOKUP_MODES)}"))
+    if settings.get("channel"):
+        from rocpkg.channels import CHANNELS
+
+        if settings["channel"] not in CHANNELS:
+            problems.append((f"{where_prefix}.channel", f"must be one of {', '.join(CHANNELS)}"))
     if settings["compression"] not in COMPRESSIONS:
         problems.append((f"{where_prefix}.compression", f"must be one of {', '.join(COMPRESSIONS)}"))
     elif level_problem(settings["compression"], settings["compression_level"]):

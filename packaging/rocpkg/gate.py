@@ -20,6 +20,8 @@ from rocpkg.workers import starmap_here
 KPACK_ARCHIVE = "kpack-archive"           # header, TOC, frame bounds, declared sizes
 CODE_OBJECT_TARGET = "code-object-target"  # a code object's e_flags say another target
 ARCHIVE_CHECKS = (KPACK_ARCHIVE, CODE_OBJECT_TARGET)
+# A check of the release against the releases OUT holds (rocpkg.version_order)
+VERSION_ORDER = "version-order"            # apt or dnf would not upgrade to it
 
 
 @dataclass(frozen=True)
@@ -40,7 +42,7 @@ class Refusal:
 def known_checks() -> list[str]:
     from rocpkg.verify_view import PLAN_CHECKS
 
-    return sorted(set(PLAN_CHECKS) | set(ARCHIVE_CHECKS))
+    return sorted(set(PLAN_CHECKS) | set(ARCHIVE_CHECKS) | {VERSION_ORDER})
 
 
 def check_allow(allow) -> list[str]:

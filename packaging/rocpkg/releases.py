@@ -46,6 +46,8 @@ class ReleaseRecord:
     files: tuple[str, ...] = ()         # package files, relative to OUT
     date: int = 0                       # the SOURCE_DATE_EPOCH it was built with
     kpack_lookup: str = FALLTHROUGH     # the runtime its checks modelled (kpack.loader)
+    channel: str = ""                   # dev, nightly, prerelease or release (rocpkg.channels); "" none given
+    epoch: int = 0                      # the packages' epoch
 
     @property
     def id(self) -> str:
@@ -59,6 +61,9 @@ class ReleaseRecord:
         doc = {"id": self.id, **asdict(self)}
         if self.kpack_lookup == FALLTHROUGH:   # the default is not written: older manifests lack it
             del doc["kpack_lookup"]
+        for key in ("channel", "epoch"):        # nor are these when unset
+            if not doc[key]:
+                del doc[key]
         return {k: list(v) if isinstance(v, tuple) else v for k, v in doc.items()}
 
     @classmethod
@@ -67,7 +72,8 @@ class ReleaseRecord:
                    targets=tuple(doc.get("targets", ())), formats=tuple(doc.get("formats", ())),
                    allowed=tuple(doc.get("allowed", ())), plan=str(doc.get("plan", "")),
                    files=tuple(doc.get("files", ())), date=int(doc.get("date") or 0),
-                   kpack_lookup=str(doc.get("kpack_lookup", FALLTHROUGH)))
+                   kpack_lookup=str(doc.get("kpack_lookup", FALLTHROUGH)),
+                   channel=str(doc.get("channel", "")), epoch=int(doc.get("epoch") or 0))
 
 
 def release_series(version: str) -> str:
@@ -162,10 +168,11 @@ def record_release(doc: dict | None, record: ReleaseRecord, entries: Iterable[di
     records = {r.id: r for r in manifest_releases(doc)}
     old = records.get(record.id)
     if old is not None:
-        record = ReleaseRecord(record.version, record.release,
-                               targets=_union(old.targets, record.targets), formats=_union(old.formats, record.formats),
-                               allowed=_union(old.allowed, record.allowed), plan=record.plan or old.plan,
-                               files=_union(old.files, record.files), date=max(old.date, record.date))
+        record = replace(record,
+                         targets=_union(old.targets, record.targets), formats=_union(old.formats, record.formats),
+                         allowed=_union(old.allowed, record.allowed), plan=record.plan or old.plan,
+                         files=_union(old.files, record.files), date=max(old.date, record.date),
+                         channel=record.channel or old.channel)
     records[record.id] = record
     packages = {e["file"]: e for e in (doc or {}).get("packages", [])}
     packages.update({e["file"]: e for e in entries})
