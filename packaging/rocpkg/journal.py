@@ -52,7 +52,7 @@ import time
 from dataclasses import dataclass
 
 from rocpkg.errors import RocpkgInputError
-from rocpkg.outdir import LOCK_FILE, STAGING_DIR, TMP_RE, OutLock, remove_stale_temporaries
+from rocpkg.outdir import LOCK_FILE, STAGING_DIR, TMP_RE, OutLock, remove_staging
 
 JOURNAL = os.path.join(".rocpkg", "journal.json")
 JOURNAL_DIR = os.path.join(".rocpkg", "journal.d")
@@ -310,21 +310,31 @@ def _recover_locked(out_dir: str) -> list[Recovery]:
         found.append(what)
     elif os.path.lexists(os.path.join(out_dir, JOURNAL_DIR)):
         shutil.rmtree(os.path.join(out_dir, JOURNAL_DIR), ignore_errors=True)    # killed before its journal
-    swept = len(stale_temporaries(out_dir))
+    swept = stale_temporaries(out_dir)
+    for rel in swept:
+        if rel == STAGING_DIR:
+            remove_staging(out_dir)
+        else:
+            os.unlink(os.path.join(out_dir, rel))
     if swept:
-        remove_stale_temporaries(out_dir)
-        found.append(Recovery(out_dir, "swept", swept=swept))
+        found.append(Recovery(out_dir, "swept", swept=len(swept)))
     return found
 
 
 def stale_temporaries(out_dir: str) -> list[str]:
-    """Temporaries `*.tmp-PID` in rocpkg's parts of OUT and a staging area, relative
-    paths (what a dead run left; a live one holds the lock)."""
+    """What dead runs left, relative paths: temporaries `*.tmp-PID` of rocpkg's writers
+    (rocpkg.streams.AtomicOutput) in rocpkg's parts of OUT — at OUT's top only those of
+    its own files — and a build's staging area. Only the OUT lock's holder may remove
+    them: a live writer holds it."""
     files, dirs = own_tree(out_dir)
-    found = [rel for rel in files if TMP_RE.search(rel)]
+    found = [rel for rel in files if TMP_RE.search(rel) and not rel.startswith(STAGING_DIR + os.sep)]
     found += [rel for rel in dirs if rel == STAGING_DIR]
-    found += [n for n in os.listdir(out_dir) if TMP_RE.search(n)] if os.path.isdir(out_dir) else []
-    return found
+    try:
+        names = os.listdir(out_dir)
+    except OSError:
+        names = []
+    found += [n for n in names if TMP_RE.search(n) and TMP_RE.sub("", n) in OWN_FILES]
+    return sorted(found)
 
 
 def needs_recovery(out_dir: str, sweep: bool = True) -> bool:
