@@ -346,3 +346,46 @@ def test_publish_leaves_a_recorded_file_someone_else_has_since_rewritten(work):
     (work.dest / "rocm.list").write_text("ours now\n")
     assert run("publish", work.out, work.dest, "--no-check").returncode == 0
     assert (work.dest / "rocm.list").read_text() == "ours now\n"
+
+
+# -- integrity: no cache in a verdict, no foreign package --------------------------------------
+
+def _foreign_deb(w: Work):
+    shutil.copy(w.deb(), w.out / "deb/pool/main/zz-foreign_1.0_all.deb")
+
+
+def _foreign_rpm(w: Work):
+    shutil.copy(w.rpm(), w.rpm().with_name("zz-foreign-1.0-1.x86_64.rpm"))
+
+
+FOREIGN_CASES = [
+    ("deb-repo", _foreign_deb, ["repo", "{out}"], ["zz-foreign_1.0_all.deb", "no manifest records it"]),
+    ("deb-publish", _foreign_deb, ["publish", "{out}", "{dest}"], ["zz-foreign_1.0_all.deb", "unrecorded-package"]),
+    ("deb-verify", _foreign_deb, ["verify", "{out}"], ["zz-foreign_1.0_all.deb", "no manifest records it"]),
+    ("rpm-repo", _foreign_rpm, ["repo", "{out}"], ["zz-foreign-1.0-1.x86_64.rpm", "no manifest records it"]),
+    ("rpm-publish", _foreign_rpm, ["publish", "{out}", "{dest}"], ["zz-foreign-1.0-1.x86_64.rpm"]),
+]
+
+
+@pytest.mark.parametrize("setup,args,needles", [pytest.param(s, a, n, id=i) for i, s, a, n in FOREIGN_CASES])
+def test_a_package_no_manifest_records_is_reported_and_never_indexed_or_published(work, setup, args, needles):
+    setup(work)
+    work.refused(*args, needles=needles)
+
+
+def test_verify_hashes_a_changed_package_whatever_the_digest_cache_says(work):
+    """An edited package with an edited cache entry (same stamp, the recorded digest) is
+    still tampered: verdicts never read the cache."""
+    deb = work.deb()
+    rel = str(deb.relative_to(work.out / "deb"))
+    data = bytearray(deb.read_bytes())
+    data[-1] ^= 1
+    stat_before = deb.stat()
+    deb.write_bytes(bytes(data))
+    os.utime(deb, ns=(stat_before.st_atime_ns, stat_before.st_mtime_ns))
+    st = deb.stat()
+    recorded = next(e for e in json.loads((work.out / "manifest.json").read_text())["packages"]
+                    if e["file"].endswith(deb.name))
+    cache = work.out / ".rocpkg/digests-deb.json"
+    cache.write_text(json.dumps({rel: [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, recorded["sha256"]]}))
+    work.refused("verify", "{out}", needles=[deb.name, "manifest.json recorded"])

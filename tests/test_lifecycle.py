@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import json
 import os
 import shutil
 import socket
@@ -390,8 +391,14 @@ def test_a_repomd_xml_rewritten_to_match_an_edited_primary_fails_its_signature(c
 def test_a_package_built_after_the_last_index_is_a_stale_index(copy_of_stable):
     out, _ = copy_of_stable
     deb = next(out.rglob("rocm-fft-host7.1_*.deb"))
-    shutil.copy(deb, deb.with_name(deb.name.replace("7.1.0-2", "7.1.0-3")))
-    assert checks(out) == {"stale-index"}
+    later = deb.with_name(deb.name.replace("7.1.0-2", "7.1.0-3"))
+    shutil.copy(deb, later)
+    assert checks(out) == {"unrecorded-package"}    # no build recorded it: dropped in
+    doc = json.loads((out / "manifest.json").read_text())
+    entry = next(e for e in doc["packages"] if e["file"] == str(deb.relative_to(out)))
+    doc["packages"].append(dict(entry, file=str(later.relative_to(out)), release="3"))
+    (out / "manifest.json").write_text(json.dumps(doc))
+    assert checks(out) == {"stale-index"}           # recorded as a build records it, not indexed yet
 
 
 def test_publish_refuses_a_tampered_repository_and_sends_nothing(copy_of_stable, tmp_path):

@@ -54,7 +54,7 @@ from rocpkg import model as m
 from rocpkg import releases
 from rocpkg.version_order import out_version_order_refusals
 from rocpkg.errors import RocpkgInputError
-from rocpkg.manifest_schema import MAX_DATE, check_manifest
+from rocpkg.manifest_schema import MAX_DATE, check_manifest, read_parts
 from rocpkg.outfiles import read_json
 from rocpkg.state import StateJournal, read_states, rewrite_states
 from rocpkg.schedule import assign_shards, parse_shard, shard_weight, start_order, zstd_threads  # noqa: F401 (API)
@@ -558,20 +558,9 @@ def assemble_manifest(out_dir: str | os.PathLike) -> str | None:
     or parts of different plans or dates. Returns the path, or None when there are no parts."""
     out_dir = os.fspath(out_dir)
     parts_dir = os.path.join(out_dir, MANIFEST_PARTS)
-    try:
-        names = sorted(n for n in os.listdir(parts_dir) if re.fullmatch(r"shard-\d+-of-\d+\.json", n))
-    except FileNotFoundError:
+    docs = read_parts(out_dir)
+    if not docs:
         return None
-    if not names:
-        return None
-    docs = []
-    for name in names:
-        path = os.path.join(parts_dir, name)
-        doc = read_json(out_dir, f"{MANIFEST_PARTS}/{name}", "manifest part")
-        if not isinstance(doc, dict) or doc.get("schema") != MANIFEST_SCHEMA or "shard" not in doc \
-                or not all(isinstance(doc.get(k), str) for k in ("plan", "version", "release")):
-            raise RocpkgInputError((path, f"not a {MANIFEST_SCHEMA} manifest part"))
-        docs.append((name, check_manifest(doc, path)))
     problems = []
     first = docs[0][1]
     count = first["shard"][1]
@@ -610,6 +599,11 @@ def publish_repositories(out_dir: str, *, suite: str, signer=None, source_date_e
     if not _SUITE_RE.fullmatch(suite):
         raise RocpkgInputError(("--suite", f"{suite!r} is not a suite name (letters, digits, '.', '_', '-'; "
                                           "it becomes a directory under deb/dists/)"))
+    from rocpkg.integrity import unrecorded_packages
+
+    foreign = unrecorded_packages(out_dir)      # indexing a file no build of rocpkg wrote would vouch for it
+    if foreign:
+        raise RocpkgInputError(*foreign)
     base = base_url.rstrip("/") if base_url else None
     snippets: dict[str, str] = {}
     # one journaled change (rocpkg.journal): indexes, signatures and snippets all new, or all as they were

@@ -9,12 +9,13 @@ The checks, each its own name in verify's report:
                     file, repomd.xml with primary.xml.gz, Packages/primary with a package
                     whose bytes the manifest vouches for (or that the manifest lacks)
   stale-index       a package in OUT that no index lists (built after the last `repo`)
+  unrecorded-package  a package file no manifest records (dropped into the pool, not built)
   bad-signature     with a key: InRelease, Release.gpg or repomd.xml.asc missing, not made
                     by that key, or (InRelease) signing another text than Release
 
-Reading only: package digests come from the indexers' digest cache when a file is
-unchanged since it was hashed (stat-checked), else the file is hashed in a stream; nothing
-under OUT is written.
+Reading only, and trusting nothing OUT holds but what is checked: every package and index
+file is hashed in a stream (never a digest from a cache in OUT: a cache may make builds and
+`repo` fast, never a verdict); nothing under OUT is written.
 """
 from __future__ import annotations
 
@@ -24,38 +25,60 @@ import subprocess
 import tempfile
 from typing import Iterable
 
-from rocpkg.digest_cache import DigestCache
-from rocpkg.indexes import (FORMAT_ROOTS, apt_suites, package_files, published_entries, release_files,
-                            repomd_records)
+from rocpkg.indexes import apt_suites, package_files, published_entries, release_files, repomd_records
+from rocpkg.manifest_schema import read_parts
+from rocpkg.outdir import STAGING_DIR
+from rocpkg.outfiles import check_tree, open_file
 from rocpkg.releases import read_manifest
 from rocpkg.verify_view import Problem
-from rocpkg.streams import HashingWriter, copy_stream, hash_file
+from rocpkg.streams import HashingWriter, copy_stream
+
+UNRECORDED = ("no manifest records it: rocpkg did not build it into this OUT (remove it, or build "
+              "the release it belongs to)")
 
 # -- the check -----------------------------------------------------------------------------
 
 class _Digests:
-    """(size, sha256) of files under OUT, each read at most once, through the indexers'
-    digest caches (never saved: checking writes nothing)."""
+    """(size, sha256) of files under OUT, each read at most once and always hashed: a
+    verdict never takes a digest from a cache found in the tree it judges. Files are
+    opened as OUT's own are (rocpkg.outfiles: no symlink, regular files only)."""
 
     def __init__(self, out_dir: str):
         self.out_dir = out_dir
-        self.caches = {fmt: DigestCache(out_dir, fmt) for fmt in FORMAT_ROOTS}
         self.known: dict[str, tuple[int, str] | None] = {}
 
     def of(self, rel: str) -> tuple[int, str] | None:
         if rel not in self.known:
-            path = os.path.join(self.out_dir, rel)
-            root, _, key = rel.partition("/")
             try:
-                if root in self.caches:
-                    sha, size = self.caches[root].sha256(path, key)
-                    self.known[rel] = (size, sha)
-                else:
-                    whole = hash_file(path)
-                    self.known[rel] = (whole.count, whole.hexdigest())
-            except OSError:
+                with open_file(self.out_dir, rel) as fh:
+                    whole = HashingWriter(None)
+                    copy_stream(fh, whole)
+                self.known[rel] = (whole.count, whole.hexdigest())
+            except FileNotFoundError:
                 self.known[rel] = None
         return self.known[rel]
+
+
+def recorded_files(out_dir: str) -> set[str] | None:
+    """The package files manifest.json and the shard parts in manifest.d record (both:
+    a sharded OUT is indexed before its parts are joined); None when OUT has neither, a
+    bare pool that no build of rocpkg wrote."""
+    doc = read_manifest(out_dir)
+    parts = read_parts(out_dir)
+    if doc is None and not parts:
+        return None
+    return {e["file"] for d in [doc or {}] + [p for _, p in parts] for e in d.get("packages", [])}
+
+
+def unrecorded_packages(out_dir: str | os.PathLike) -> list[tuple[str, str]]:
+    """(path, why) of every package file in OUT that no manifest records: dropped in by
+    someone, not built here. Indexing or publishing it would vouch for it."""
+    out_dir = os.fspath(out_dir)
+    check_tree(out_dir, discarded=(STAGING_DIR,))
+    recorded = recorded_files(out_dir)
+    if recorded is None:
+        return []
+    return [(os.path.join(out_dir, rel), UNRECORDED) for rel in sorted(package_files(out_dir)) if rel not in recorded]
 
 
 def check_integrity(out_dir: str | os.PathLike, *, keyring: str | os.PathLike | None = None,
@@ -63,6 +86,7 @@ def check_integrity(out_dir: str | os.PathLike, *, keyring: str | os.PathLike | 
     """Problems (verify's Problem) found comparing OUT's packages, manifest and
     indexes; with keyring (a binary or armored public key file), the index signatures too."""
     out_dir = os.path.abspath(os.fspath(out_dir))
+    check_tree(out_dir, discarded=(STAGING_DIR,))
     formats = set(formats)
     digests = _Digests(out_dir)
     problems: list[Problem] = []
@@ -114,8 +138,11 @@ def check_integrity(out_dir: str | os.PathLike, *, keyring: str | os.PathLike | 
             add("index-mismatch", entry.format, entry.name, entry.file,
                 f"{entry.index} lists {entry.size} bytes, sha256 {entry.sha256}, but the file has {actual[0]} "
                 f"bytes, sha256 {actual[1]}")
+    recorded = recorded_files(out_dir)
     for rel, fmt in sorted(package_files(out_dir).items()):
-        if fmt in formats and indexed[fmt] and rel not in listed[fmt]:
+        if fmt in formats and recorded is not None and rel not in recorded:
+            add("unrecorded-package", fmt, os.path.basename(rel), rel, UNRECORDED)
+        elif fmt in formats and indexed[fmt] and rel not in listed[fmt]:
             name = manifest[rel]["name"] if rel in manifest else os.path.basename(rel)
             add("stale-index", fmt, name, rel, "no repository index lists it: the indexes are stale "
                                                "(run `rocpkg repo OUT`)")

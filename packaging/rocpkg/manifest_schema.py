@@ -7,11 +7,14 @@ naming the file and the field (`manifest.json: packages[3].size: ...`).
 """
 from __future__ import annotations
 
+import os
 import re
 
 from rocpkg.errors import RocpkgInputError
-from rocpkg.outfiles import parts_of
+from rocpkg.outdir import MANIFEST_PARTS
+from rocpkg.outfiles import parts_of, read_json
 
+SCHEMA = "rocpkg-manifest/1"
 FORMATS = ("deb", "rpm")
 MAX_SHARDS = 10_000             # build's --shard I/N takes the same bound
 MAX_DATE = (1 << 32) - 1        # rpm's 32-bit time tags; tar and ar hold more
@@ -128,3 +131,22 @@ def check_manifest(doc, where: str) -> dict:
     except _Problem as problem:
         raise RocpkgInputError((f"{where}: {problem.field}", problem.what)) from None
     return doc
+
+
+def read_parts(out_dir: str) -> list[tuple[str, dict]]:
+    """(name, document) of every shard part in OUT/manifest.d, in name order, each read as
+    OUT's own files are and checked whole; [] when there are none."""
+    parts_dir = os.path.join(out_dir, MANIFEST_PARTS)
+    try:
+        names = sorted(n for n in os.listdir(parts_dir) if re.fullmatch(r"shard-\d+-of-\d+\.json", n))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    docs = []
+    for name in names:
+        path = os.path.join(parts_dir, name)
+        doc = read_json(out_dir, f"{MANIFEST_PARTS}/{name}", "manifest part")
+        if not isinstance(doc, dict) or doc.get("schema") != SCHEMA or "shard" not in doc \
+                or not all(isinstance(doc.get(k), str) for k in ("plan", "version", "release")):
+            raise RocpkgInputError((path, f"not a {SCHEMA} manifest part"))
+        docs.append((name, check_manifest(doc, path)))
+    return docs
