@@ -113,6 +113,7 @@ def test_version_order_is_checked_within_a_series_only_and_names_both_versions_a
     assert "the formats disagree" in refusal.what
     assert version_order_refusals(out, "7.0.4", "9") and not version_order_refusals(out, "7.0.6", "1")
     assert not version_order_refusals(out, "7.1.0~dev20260102", "1")         # a rebuild
+    assert not version_order_refusals(out + [_record("7.1.0", date=3)], "7.1.0~dev20260102", "1")
     assert not version_order_refusals(out, "7.2.0~20250101", "1")            # another series
     assert not version_order_refusals([_record("7.1.0", epoch=1)], "7.1.1", "1", epoch=1)
     [epoch] = version_order_refusals([_record("7.1.0", epoch=1)], "7.1.1", "1")
@@ -263,3 +264,63 @@ def test_apt_and_dnf_upgrade_one_series_from_dev_to_nightly_to_prerelease_to_rel
         assert installed.apt_get("rocm") == newest, channel
         assert installed.dnf_get("rocm", first=day == 1) == newest, channel
     assert newest == "7.1.0-1"
+
+
+# -- retention by channel ---------------------------------------------------------------------
+
+def test_a_policy_removes_by_channel_age_and_count_never_the_newest_of_a_series():
+    from rocpkg.retention import parse_policy, policy_now, releases_to_remove
+
+    day = lambda n: JAN_1 + n * DAY  # noqa: E731
+    records = [_record("7.1.0~20260102~dev", date=day(1)), _record("7.1.0~20260103", date=day(2)),
+               _record("7.1.0~20260104", date=day(3)), _record("7.1.0~20260105", date=day(4)),
+               _record("7.1.0~20260301.rc1", date=day(59)), _record("7.1.0~rc2", date=day(60), channel="prerelease"),
+               _record("7.0.9", date=day(5)), _record("7.0.10~20260107~dev", date=day(6)),
+               _record("7.0.8~odd", date=day(7)), _record("7.2.0~20250101", date=0)]
+    policy = parse_policy("dev=30d,nightly=2,prerelease=2y,release=all")
+    assert policy.days == {"dev": 30, "prerelease": 730} and policy.counts == {"nightly": 2}
+    removed = [r.id for r in releases_to_remove(records, policy)]
+    assert removed == ["7.1.0~20260102~dev-1", "7.1.0~20260103-1"]    # 7.0.10's dev build is its series' newest
+    assert [r.id for r in releases_to_remove(records, policy, ["7.1.0~20260103-1"])] == ["7.1.0~20260102~dev-1"]
+    assert [r.id for r in releases_to_remove(records, parse_policy("nightly=0,release=0"))] == \
+        ["7.0.9-1", "7.1.0~20260103-1", "7.1.0~20260104-1", "7.1.0~20260105-1"]
+    assert [r.id for r in releases_to_remove(records, parse_policy("dev=1d", now=day(400)))] == \
+        ["7.1.0~20260102~dev-1"]
+    assert policy_now(records, {"SOURCE_DATE_EPOCH": "5"}) == (5, "SOURCE_DATE_EPOCH")
+    assert policy_now(records, {}) == (day(60), "the newest release's date")
+    for bad in ("weekly=3", "dev=30q", "dev=30s", "dev=all,dev=2", "nightly"):
+        with pytest.raises(RocpkgInputError):
+            parse_policy(bad)
+
+
+# (build day, base version, channel, extra options): ten releases of two series, in date order
+TEN = [(1, "7.1.0", "dev", []), (2, "7.1.0", "nightly", []), (3, "7.1.0", "dev", []), (4, "7.1.0", "nightly", []),
+       (5, "7.0.9", "release", []), (6, "7.0.10", "dev", []), (59, "7.1.0", "nightly", []),
+       (60, "7.1.0", "prerelease", ["--number", "1"]), (61, "7.1.0", "nightly", []), (62, "7.1.0", "dev", [])]
+
+
+def test_prune_by_policy_in_a_repository_of_ten_dated_releases_then_apt_and_dnf_install_each_series(tmp_path, key):
+    signer, home = key
+    tree = Tree(tmp_path, home, signer.key_id)
+    for day, base, channel, extra in TEN:
+        result = tree.build("--version", base, "--channel", channel, *extra, day=day)
+        assert result.returncode == 0, result.stderr
+    assert len(tree.ids()) == 10
+    cli = [sys.executable, "-m", "rocpkg.cli"]
+    sign = ["--gpg-home", home, "--sign-key", signer.key_id]
+    subprocess.run([*cli, "repo", str(tree.out), *sign], check=True, capture_output=True)
+    env = {k: v for k, v in os.environ.items() if k != "SOURCE_DATE_EPOCH"}
+    prune = subprocess.run([*cli, "prune", str(tree.out), "--policy", "dev=30d,nightly=2,prerelease=2y,release=all",
+                            *sign], capture_output=True, text=True, env=env)
+    assert prune.returncode == 0, prune.stderr
+    assert "ages count back from 2026-03-04 (the newest release's date)" in prune.stderr
+    gone = ["7.1.0~20260102~dev-1", "7.1.0~20260103-1", "7.1.0~20260104~dev-1", "7.1.0~20260105-1"]
+    assert f"removed 4 releases ({', '.join(gone)})" in prune.stdout
+    assert tree.ids() == ["7.0.9-1", "7.0.10~20260107~dev-1", "7.1.0~20260301-1", "7.1.0~20260302.rc1-1",
+                          "7.1.0~20260303-1", "7.1.0~20260304~dev-1"]
+    assert not [p for p in tree.out.rglob("*") if any(g.rsplit("-", 1)[0] in p.name for g in gone)]
+    clients = Installed(tmp_path / "clients", tree.out)
+    assert clients.apt_get("rocm7.1") == "7.1.0~20260304~dev-1"
+    assert clients.apt_get("rocm7.0") == "7.0.10~20260107~dev-1"
+    assert clients.dnf_get("rocm7.1", first=True) == "7.1.0~20260304~dev-1"
+    assert clients.dnf_get("rocm7.0", first=True) == "7.0.10~20260107~dev-1"

@@ -73,3 +73,22 @@ def _checked_date(text: str) -> datetime.date:
         return datetime.date.fromisoformat(text)
     except ValueError as exc:
         raise RocpkgInputError(("--date", f"{text!r} is not a date YYYY-MM-DD ({exc})")) from None
+
+
+_FORMS = [  # (channel, how a version of it ends), rocpkg's forms first, then TheRock's
+    (DEV, re.compile(r"~\d{8}~dev\d*")), (PRERELEASE, re.compile(r"~\d{8}\.rc\d+")), (NIGHTLY, re.compile(r"~\d{8}")),
+    (DEV, re.compile(r"~dev\d{8}|~\d{8}g[0-9a-f]+")), (PRERELEASE, re.compile(r"~(rc|pre)\d+")),
+]
+
+
+def version_channel(version: str) -> str:
+    """The channel a version's form says (for releases recorded without one): a plain
+    X.Y.Z is a release; rocpkg's forms above and TheRock's (~devYYYYMMDD, ~YYYYMMDDg<hash>,
+    ~rcN, ~preN); "" for any other form."""
+    base, tilde, rest = version.partition("~")
+    if not tilde:
+        return RELEASE if _BASE_RE.fullmatch(base.split(":")[-1]) else ""
+    for channel, form in _FORMS:
+        if form.fullmatch("~" + rest):
+            return channel
+    return ""

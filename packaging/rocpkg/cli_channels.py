@@ -5,7 +5,9 @@ what they mean)."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
+import sys
 
 from rocpkg.errors import RocpkgInputError
 
@@ -57,3 +59,23 @@ def add_policy_option(p: argparse.ArgumentParser) -> None:
                    help="remove releases by channel: dev=30d,nightly=120d,prerelease=2y,release=all "
                         "(ages in d, w, m, y before the newest release's date or SOURCE_DATE_EPOCH; a bare "
                         "number keeps that many per series; the newest release of a series always stays)")
+
+
+def prune_policy(args):
+    """The rocpkg.retention.Policy of `prune --policy` (None with --keep: exactly one is
+    given); says on stderr what its ages count back from."""
+    from rocpkg.channels import date_of_epoch
+    from rocpkg.releases import manifest_releases, read_manifest
+    from rocpkg.retention import parse_policy, policy_now
+
+    if (args.policy is None) == (args.keep is None):
+        raise RocpkgInputError(("prune", "give --keep N (releases per series) or --policy CHANNEL=AGE|COUNT,..."))
+    if args.policy is None:
+        return None
+    policy = parse_policy(args.policy)
+    if not policy.days:
+        return policy
+    now, source = policy_now(manifest_releases(read_manifest(args.out)))
+    if now is not None:
+        print(f"policy: ages count back from {date_of_epoch(now)} ({source})", file=sys.stderr)
+    return dataclasses.replace(policy, now=now)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 
 from rocpkg.cli_build import signer_of_args
+from rocpkg.cli_channels import add_policy_option, prune_policy
 from rocpkg.cli_common import human_bytes, print_snippets
 
 
@@ -26,9 +27,10 @@ def _index_signer(args, out_dir: str):
 def _cmd_prune(args) -> int:
     from rocpkg.lifecycle import prune
 
+    policy = prune_policy(args)     # --policy (rocpkg.cli_channels), or None for --keep
     signer = None if args.dry_run else _index_signer(args, args.out)
     result = prune(args.out, keep=args.keep, keep_list=args.keep_release or [], suite=args.suite, signer=signer,
-                   base_url=args.base_url, dry_run=args.dry_run)
+                   base_url=args.base_url, dry_run=args.dry_run, policy=policy)
     verb = "would remove" if args.dry_run else "removed"
     print(f"{verb} {len(result.removed)} releases ({', '.join(result.removed) or 'none'}), "
           f"{len(result.files)} package files; kept {', '.join(result.kept) or 'none'}")
@@ -61,7 +63,8 @@ def _cmd_publish(args) -> int:
 def register(sub) -> None:
     p = sub.add_parser("prune", help="remove old releases from OUT and re-index it, in one step")
     p.add_argument("out", metavar="OUT", help="the repository tree (built by rocpkg build)")
-    p.add_argument("--keep", type=int, required=True, help="releases kept per series (MAJOR.MINOR), newest first")
+    p.add_argument("--keep", type=int, default=None, help="releases kept per series (MAJOR.MINOR), newest first")
+    add_policy_option(p)
     p.add_argument("--keep-release", action="append", metavar="V-R", help="also keep this release (repeatable)")
     p.add_argument("--dry-run", action="store_true", help="only say what would be removed")
     _add_index_options(p)

@@ -23,7 +23,7 @@ import shutil
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from rocpkg import releases
+from rocpkg import releases, retention
 from rocpkg.build import publish_repositories, published_source_date_epoch
 from rocpkg.errors import RocpkgInputError
 from rocpkg.journal import Change
@@ -79,10 +79,12 @@ def _reindex(out_dir: str, suite: str, signer, base_url: str | None) -> dict[str
     return snippets
 
 
-def prune(out_dir: str | os.PathLike, *, keep: int, keep_list: Iterable[str] = (), suite: str = "stable",
-          signer=None, base_url: str | None = None, dry_run: bool = False) -> LifecycleResult:
+def prune(out_dir: str | os.PathLike, *, keep: int | None = None, keep_list: Iterable[str] = (),
+          suite: str = "stable", signer=None, base_url: str | None = None, dry_run: bool = False,
+          policy=None) -> LifecycleResult:
     """Remove all but the `keep` newest releases of each series (and those on keep_list)
-    from OUT and re-index it, as one step. dry_run: only say what would go."""
+    from OUT and re-index it, as one step; or, given a rocpkg.retention.Policy instead of
+    keep, the releases it removes. dry_run: only say what would go."""
     out_dir = os.path.abspath(os.fspath(out_dir))
     if not os.path.isdir(out_dir):
         raise RocpkgInputError((out_dir, "no such directory"))
@@ -95,7 +97,12 @@ def prune(out_dir: str | os.PathLike, *, keep: int, keep_list: Iterable[str] = (
     if unknown:
         raise RocpkgInputError(("--keep-release", f"no release {', '.join(unknown)} in {out_dir} "
                                                  f"(releases: {', '.join(sorted(known)) or 'none'})"))
-    doomed = releases_to_prune(releases.manifest_releases(doc), keep, keep_list)
+    if policy is not None:      # by channel and age (rocpkg.retention)
+        doomed = retention.releases_to_remove(releases.manifest_releases(doc), policy, keep_list)
+    elif keep is None:
+        raise RocpkgInputError(("--keep", "give the number of releases kept per series, or a policy"))
+    else:
+        doomed = releases_to_prune(releases.manifest_releases(doc), keep, keep_list)
     new_doc, dropped = releases.forget_releases(doc, [r.id for r in doomed])
     result = LifecycleResult(kept=[r.id for r in releases.manifest_releases(new_doc)],
                              removed=[r.id for r in doomed], files=dropped)

@@ -26,9 +26,12 @@ def version_order_refusals(records: Iterable[ReleaseRecord], version: str, relea
     """The version-order refusal of a new release `version`-`release` (epoch) against the
     releases OUT records (rocpkg.releases.manifest_releases): one Refusal naming the
     newest release of its series it does not sort above, by the tools that say so, and
-    the rule; [] when it sorts above all of them (or is a rebuild of one)."""
+    the rule; [] when it sorts above all of them or OUT already records it (a rebuild)."""
     new = ReleaseRecord(version, release, epoch=epoch)
-    earlier = [r for r in records if r.series == new.series and r.id != new.id]
+    records = list(records)
+    if any(r.id == new.id for r in records):
+        return []           # a rebuild of a recorded release: where it sorts was settled when it was first built
+    earlier = [r for r in records if r.series == new.series]
     below = [(r, _orders(new, r)) for r in earlier]
     below = [(r, orders) for r, orders in below if any(o.sign <= 0 for o in orders.values())]
     if not below:
