@@ -62,14 +62,20 @@ def read_marker(path: str | os.PathLike) -> Marker | None:
     """The marker of a host ELF; None for a non-ELF file or an ELF without the section."""
     name = os.fspath(path)
     with open(name, "rb") as handle:
-        if handle.read(4) != elfread.ELF_MAGIC:
+        return read_marker_from(handle, os.fstat(handle.fileno()).st_size, name)
+
+
+def read_marker_from(handle, size: int, name: str) -> Marker | None:
+    """read_marker over any seekable binary handle of `size` bytes (a window of a
+    package member, say); name is what an error names."""
+    handle.seek(0)
+    if handle.read(4) != elfread.ELF_MAGIC:
+        return None
+    try:
+        section = elfread.section_named(elfread.sections(handle, size), MARKER_SECTION)
+        if section is None:
             return None
-        size = os.fstat(handle.fileno()).st_size
-        try:
-            section = elfread.section_named(elfread.sections(handle, size), MARKER_SECTION)
-            if section is None:
-                return None
-            data = elfread.section_bytes(handle, section, size, limit=MARKER_LIMIT)
-            return decode_marker(data, where=MARKER_SECTION)
-        except KpackFormatError as exc:
-            raise exc.with_path(name)
+        data = elfread.section_bytes(handle, section, size, limit=MARKER_LIMIT)
+        return decode_marker(data, where=MARKER_SECTION)
+    except KpackFormatError as exc:
+        raise exc.with_path(name)

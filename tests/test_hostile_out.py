@@ -389,3 +389,33 @@ def test_verify_hashes_a_changed_package_whatever_the_digest_cache_says(work):
     cache = work.out / ".rocpkg/digests-deb.json"
     cache.write_text(json.dumps({rel: [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, recorded["sha256"]]}))
     work.refused("verify", "{out}", needles=[deb.name, "manifest.json recorded"])
+
+
+# -- bounded read-back -------------------------------------------------------------------------
+
+def test_a_huge_sparse_elf_member_is_read_through_a_window_never_spilled(tmp_path):
+    """A .deb of a few KB whose data.tar holds a 768 MiB ELF (a header, then zeros):
+    verify's read-back keeps a bounded window in memory and writes nothing to TMPDIR."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from rocpkg.readback import read_tree_release
+
+    root = tmp_path / "pkg"
+    (root / "DEBIAN").mkdir(parents=True)
+    (root / "DEBIAN/control").write_text("Package: huge\nVersion: 1.0-1\nArchitecture: amd64\n"
+                                         "Maintainer: T <t@example.org>\nDescription: huge\n")
+    (root / "opt/lib").mkdir(parents=True)
+    elf = root / "opt/lib/libhuge.so"
+    with open(elf, "wb") as fh:
+        fh.write(b"\x7fELF\x02\x01\x01" + bytes(57))
+        fh.truncate(768 << 20)
+    deb = tmp_path / "huge_1.0-1_amd64.deb"
+    subprocess.run(["dpkg-deb", "--root-owner-group", "-Zzstd", "-z1", "--build", root, deb], check=True,
+                   capture_output=True)
+    assert deb.stat().st_size < 1 << 20
+    spill = tmp_path / "tmp"
+    spill.mkdir()
+    with ThreadPoolExecutor(1) as pool:
+        view = read_tree_release("deb", [str(deb)], pool, str(spill))
+    assert list(spill.iterdir()) == []
+    assert "huge" in view.specs and not [p for p in view.problems if p.check == "unreadable"]

@@ -1,38 +1,48 @@
 """A built OUT tree read back into the per-format view (rocpkg.verify_view): names, relations
 and files from each package's metadata, markers and archives from one streamed pass over
-its payload. Reading never loads a package: each .deb's data.tar and each .rpm's cpio
-payload is streamed once; a host ELF is spilled to a temporary file just long enough to
-read its marker section; of a kpack archive only its header and TOC are kept."""
+its payload. Reading never loads a package and writes nothing: each .deb's data.tar and
+each .rpm's cpio payload is streamed once; of a host ELF only its first HEAD_WINDOW and
+last TAIL_WINDOW bytes are kept in memory to read its marker section from (a marker
+elsewhere in a larger file is reported unreadable, never spilled to disk); of a kpack
+archive only its header and TOC are kept.
+
+A package is as hostile as any input: one with more than MAX_ENTRIES payload entries, or
+whose payload takes longer than MAX_SECONDS to read, is reported unreadable."""
 from __future__ import annotations
 
 import io
 import os
 import re
 import struct
-import tempfile
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 from kpack import targets as kt
 from kpack.archive import KpackReader
 from kpack.errors import KpackFormatError
-from kpack.marker import Marker, read_marker
+from kpack.marker import Marker, read_marker_from
 from rocpkg import model as m
 from rocpkg.catalog import ArchiveToc
 from rocpkg.config import common_namespace, external_rule
 from rocpkg.errors import RocpkgInputError
 from rocpkg.outdir import STAGING_DIR
 from rocpkg.outfiles import check_tree
-from rocpkg.streams import CHUNK, copy_stream, read_exact, read_upto, skip_exact
+from rocpkg.streams import CHUNK, read_exact, read_upto, skip_exact
 from rocpkg.verify_view import Problem, ReleaseView, looks_host_elf, payload
 
 KPACK_HEAD = 68                 # header, zeros to 64, and the zstd frame count at 64
 MAX_TOC = 256 << 20             # a TOC larger than this is refused, not read into memory
+HEAD_WINDOW = 4 << 20           # of a host ELF: its start (headers, program headers) ...
+TAIL_WINDOW = 32 << 20          # ... and its end (section table, names, the marker a tool appends)
+MAX_ENTRIES = 250_000           # payload entries of one package (TheRock's largest: tens of thousands)
+MAX_SECONDS = 600               # to stream one package's payload
 _PIN = re.compile(r"^(?P<name>[^\s(|]+)\s*(?:\(\s*=\s*(?P<deb>[^\s)]+)\s*\)|=\s*(?P<rpm>\S+))$")
 
 
-def read_tree_release(fmt: str, paths: list[str], pool: ThreadPoolExecutor, spill: str) -> ReleaseView:
+def read_tree_release(fmt: str, paths: list[str], pool: ThreadPoolExecutor, spill: str | None = None) -> ReleaseView:
     """One format's packages: metadata first (cheap, decides host and device packages),
-    then one streamed pass over each payload."""
+    then one streamed pass over each payload. spill: accepted for older callers; nothing
+    is written to it."""
     read_meta = _read_deb_meta if fmt == "deb" else _read_rpm_meta
     specs: dict[str, m.PackageSpec] = {}
     files_of: dict[str, str] = {}
@@ -51,7 +61,7 @@ def read_tree_release(fmt: str, paths: list[str], pool: ThreadPoolExecutor, spil
     _classify_tree(release)
     read_payload = _read_deb_payload if fmt == "deb" else _read_rpm_payload
     names = list(specs)
-    results = pool.map(read_payload, [specs[n] for n in names], [files_of[n] for n in names], [spill] * len(names))
+    results = pool.map(read_payload, [specs[n] for n in names], [files_of[n] for n in names])
     for name, (files, markers, archives, problems) in zip(names, results):
         if files is not None:
             specs[name].files = files
@@ -237,10 +247,11 @@ class _SparseImage(io.RawIOBase):
     """A kpack archive's header and TOC at their offsets, zeros elsewhere: all that
     KpackReader reads to list target IDs and kernel keys."""
 
-    def __init__(self, name: str, size: int, pieces: list[tuple[int, bytes]]):
+    def __init__(self, name: str, size: int, pieces: list[tuple[int, bytes]], strict: bool = False):
         self.name = name
         self.size = size
         self.pieces = pieces
+        self.strict = strict    # reading a byte no piece holds is an error, not a zero
         self.pos = 0
 
     def readable(self) -> bool:
@@ -259,21 +270,27 @@ class _SparseImage(io.RawIOBase):
     def read(self, n: int = -1) -> bytes:
         end = self.size if n < 0 else min(self.size, self.pos + n)
         out = bytearray(max(0, end - self.pos))
+        held = 0
         for start, data in self.pieces:
             lo, hi = max(start, self.pos), min(start + len(data), end)
             if lo < hi:
                 out[lo - self.pos: hi - self.pos] = data[lo - start: hi - start]
+                held += hi - lo
+        if self.strict and held < len(out):
+            raise KpackFormatError(f"bytes [{self.pos}, {end}) lie outside the first {HEAD_WINDOW} and last "
+                                   f"{TAIL_WINDOW} bytes of a {self.size}-byte ELF that verify reads")
         self.pos = end
         return bytes(out)
 
 
 class _Inspector:
     """Looks at each payload member once, as it streams by: kpack archives keep their
-    header and TOC, host ELF files are spilled to read their marker."""
+    header and TOC, host ELF files their head and tail windows, to read their marker."""
 
-    def __init__(self, spec: m.PackageSpec, spill_dir: str):
+    def __init__(self, spec: m.PackageSpec):
         self.spec = spec
-        self.spill_dir = spill_dir
+        self.deadline = time.monotonic() + MAX_SECONDS
+        self.entries = 0
         self.markers: dict[tuple[str, str], Marker] = {}
         self.archives: dict[tuple[str, str], ArchiveToc] = {}
         self.problems: list[Problem] = []
@@ -282,12 +299,20 @@ class _Inspector:
         return path.endswith(".kpack") or (self.spec.kind != m.KIND_DEVICE
                                            and not path.startswith(f"/usr/share/doc/{self.spec.name}/"))
 
+    def count(self) -> None:
+        """One more payload entry: past MAX_ENTRIES or MAX_SECONDS the package is unreadable."""
+        self.entries += 1
+        if self.entries > MAX_ENTRIES:
+            raise ValueError(f"more than {MAX_ENTRIES} entries, more than verify reads of one package")
+        if time.monotonic() > self.deadline:
+            raise ValueError(f"reading its payload took more than {MAX_SECONDS} s")
+
     def member(self, path: str, size: int, stream) -> None:
         try:
             if path.endswith(".kpack"):
                 self.archives[(self.spec.name, path)] = self._archive(path, size, stream)
             elif self.spec.kind != m.KIND_DEVICE:
-                marker = self._marker(size, stream)
+                marker = self._marker(path, size, stream)
                 if marker is not None:
                     self.markers[(self.spec.name, path)] = marker
         except KpackFormatError as exc:
@@ -306,29 +331,29 @@ class _Inspector:
         with KpackReader(_SparseImage(path, size, pieces)) as reader:
             return ArchiveToc.from_entries(reader.gfx_arches, reader.entries())
 
-    def _marker(self, size: int, stream) -> Marker | None:
+    def _marker(self, path: str, size: int, stream) -> Marker | None:
         head = read_upto(stream, min(size, 64))
         if not looks_host_elf(head):
             return None
-        fd, spilled = tempfile.mkstemp(dir=self.spill_dir, suffix=".elf")
-        try:
-            with os.fdopen(fd, "wb") as out:
-                out.write(head)
-                copy_stream(stream, out, size - len(head))
-            return read_marker(spilled)
-        finally:
-            os.unlink(spilled)
+        head += read_upto(stream, min(size, HEAD_WINDOW) - len(head))
+        pieces = [(0, head)]
+        if size > len(head):
+            tail_at = max(len(head), size - TAIL_WINDOW)
+            skip_exact(stream, tail_at - len(head))
+            pieces.append((tail_at, read_exact(stream, size - tail_at)))
+        return read_marker_from(_SparseImage(path, size, pieces, strict=True), size, path)
 
 
-def _read_deb_payload(spec: m.PackageSpec, package_file: str, spill_dir: str):
+def _read_deb_payload(spec: m.PackageSpec, package_file: str):
     """One pass over data.tar: the file listing, and the inspector's look at each member."""
     from rocpkg.deb import open_deb_tar
 
-    inspector = _Inspector(spec, spill_dir)
+    inspector = _Inspector(spec)
     files: list[m.FileEntry] = []
     try:
         with open_deb_tar(package_file, "data.tar") as tar:
             for info in tar:
+                inspector.count()
                 path = "/" + info.name.removeprefix(".").strip("/")
                 if path == "/":
                     continue
@@ -349,7 +374,7 @@ def _read_deb_payload(spec: m.PackageSpec, package_file: str, spill_dir: str):
     return files, inspector.markers, inspector.archives, inspector.problems
 
 
-def _read_rpm_payload(spec: m.PackageSpec, package_file: str, spill_dir: str):
+def _read_rpm_payload(spec: m.PackageSpec, package_file: str):
     """One pass over the cpio payload, only when the header lists something to inspect."""
     from rocpkg.rpm import (
         iter_cpio,
@@ -359,7 +384,7 @@ def _read_rpm_payload(spec: m.PackageSpec, package_file: str, spill_dir: str):
         skip_cpio_pad,
     )
 
-    inspector = _Inspector(spec, spill_dir)
+    inspector = _Inspector(spec)
     by_index = {i: fe for i, fe in enumerate(spec.files)}
     if not any(fe.type == m.FILE and inspector.wants(fe.path) for fe in spec.files):
         return None, {}, {}, []
@@ -369,6 +394,7 @@ def _read_rpm_payload(spec: m.PackageSpec, package_file: str, spill_dir: str):
             fh.seek(record.payload_offset)
             stream = io.BufferedReader(open_payload_stream(fh, record.payload_compressor), CHUNK)
             for index, path, size in iter_cpio(stream, by_index):
+                inspector.count()
                 body = _Bounded(stream, size)
                 fe = by_index.get(index) if index is not None else None
                 if fe is not None and fe.type == m.FILE and inspector.wants(path):
