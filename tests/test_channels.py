@@ -324,3 +324,33 @@ def test_prune_by_policy_in_a_repository_of_ten_dated_releases_then_apt_and_dnf_
     assert clients.apt_get("rocm7.0") == "7.0.10~20260107~dev-1"
     assert clients.dnf_get("rocm7.1", first=True) == "7.1.0~20260304~dev-1"
     assert clients.dnf_get("rocm7.0", first=True) == "7.0.10~20260107~dev-1"
+
+
+# -- the names users are told to type ----------------------------------------------------------
+
+def test_unversioned_target_names_point_at_the_newest_release_in_both_formats(tmp_path, key):
+    """settings.unversioned_targets: rocm-gfx942 (and the family name, here the alias
+    rocm-gfx94x already) at each release's version; a maintenance release of an older
+    series built later does not take them over, since its version sorts below."""
+    signer, home = key
+    tree = Tree(tmp_path, home, signer.key_id)
+    doc = json.loads(tree.config.read_text())
+    doc["settings"]["unversioned_targets"] = True
+    tree.config.write_text(json.dumps(doc))
+    for day, args in [(1, ["--version", "7.1.0", "--channel", "nightly"]), (2, ["--version", "7.1.0"]),
+                      (3, ["--version", "7.0.9"])]:
+        result = tree.build(*args, day=day, repo=True)
+        assert result.returncode == 0, result.stderr
+    names = {p.name for p in (tree.out / "deb/pool/main").iterdir()}
+    assert {"rocm-gfx942_7.1.0~20260102-1_all.deb", "rocm-gfx942_7.1.0-1_all.deb", "rocm-gfx942_7.0.9-1_all.deb",
+            "rocm-gfx94x_7.1.0-1_all.deb"} <= names
+    assert not [n for n in names if n.startswith("rocm-gfx94x_") and n.count("gfx94x") > 1]
+    clients = Installed(tmp_path / "clients", tree.out)
+    assert clients.apt_get("rocm-gfx942") == "7.1.0-1"
+    assert clients.dnf_get("rocm-gfx942", first=True) == "7.1.0-1"
+    installed = subprocess.run(["rpm", "--root", str(clients.dnf.root), "-q", "rocm7.1-gfx942", "rocm-fft7.1-gfx942"],
+                               capture_output=True, text=True)
+    assert installed.returncode == 0, installed.stdout
+    verify = subprocess.run([sys.executable, "-m", "rocpkg.cli", "verify", str(tree.out), "-q"],
+                            capture_output=True, text=True)
+    assert verify.returncode == 0, verify.stderr

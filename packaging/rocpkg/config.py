@@ -114,6 +114,8 @@ SETTINGS_DEFAULTS: dict[str, object] = {
     "kpack_lookup": "fallthrough",
     # the release channel the version was derived for (rocpkg.channels), recorded in manifest.json
     "channel": "",
+    # non-versioned per-target and per-family names of the top meta-package ({top}-{target})
+    "unversioned_targets": False,
 }
 SETTINGS_TYPES = {
     "version": str, "release": str, "epoch": int, "prefix": str, "naming": dict,
@@ -122,6 +124,7 @@ SETTINGS_TYPES = {
     "maintainer": str, "vendor": str, "homepage": str, "license": str, "deb_arch": str,
     "rpm_arch": str, "external": list, "allow_unsatisfied": bool,
     "unknown_keys": str, "runpath_to_rpath": bool, "kpack_lookup": str, "channel": str,
+    "unversioned_targets": bool,
 }
 UNKNOWN_KEY_MODES = ("error", "warn")
 ARTIFACT_KEYS = ("Artifact", "Artifact_Subdir", "Artifact_Gfxarch")

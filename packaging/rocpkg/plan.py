@@ -482,6 +482,31 @@ class _PlanBuilder:
                 if fmt == "rpm" and namer.alias_provides(fam) != alias.name:
                     alias.provides.append(f"{namer.alias_provides(fam)} = {self._evr()}")
                 out.append(alias)
+        if top and self.settings.get("unversioned_targets"):
+            out += self._unversioned_target_metas(fmt, namer, top, {spec.name for spec in out})
+        return out
+
+    def _unversioned_target_metas(self, fmt: str, namer: _Namer, top: str, taken: set[str]) -> list[m.PackageSpec]:
+        """settings.unversioned_targets: the names users are told to type (TheRock's
+        `apt install amdrocm-gfx942`), `{top}-{t}` per target and `{top}-{family}` per
+        family, each pinning the top meta-package's variant of this release, so that the
+        newest release built wins as it does for the unversioned top name. A name the
+        release already has (a family alias `rocm-{family}` when the top is `rocm`) is
+        not made twice."""
+        td, base = self.defs[top], namer.unversioned(top)
+        out = []
+        variants = [(t, "", namer.device(top, t)) for t in self.targets]
+        variants += [("", fam, namer.family(top, fam)) for fam, members in self.families.items()
+                     if namer.family(top, fam) != namer.device(top, members[0])]
+        for target, family, variant in variants:
+            name = namer._fix(f"{base}-{target or family}")
+            if name in taken:
+                continue
+            meta = self._spec(fmt, td, name, m.KIND_META, target=target, family=family, arch_independent=True,
+                              summary_note=f"{target or family}, latest release",
+                              long_note=f"Depends on {variant}, the release this name currently points to.")
+            meta.depends.append(self._pin(fmt, variant))
+            out.append(meta)
         return out
 
     def _host_spec(self, fmt: str, d: Definition, namer: _Namer, files) -> m.PackageSpec:
