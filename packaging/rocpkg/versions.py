@@ -54,22 +54,14 @@ def split_evr(full: str) -> tuple[int, str, str]:
     before the first ':', the release what follows the last '-' (both tools agree)."""
     epoch, _, rest = full.partition(":") if ":" in full else ("0", "", full)
     version, _, release = rest.rpartition("-") if "-" in rest else (rest, "", "")
-    return int(epoch) if epoch.isdigit() else 0, version, release
+    return int(epoch) if epoch and all(map(_isdigit, epoch)) else 0, version, release
 
 
 # -- dpkg ----------------------------------------------------------------------------------
 
 def dpkg_compare(a: str, b: str) -> Order:
     """dpkg's order of two full versions (dpkg --compare-versions)."""
-    ea, va, ra = split_evr(a)
-    eb, vb, rb = split_evr(b)
-    if ea != eb:
-        return Order(_sign(ea - eb), f"the epoch decides first ({ea} {_rel(ea - eb)} {eb})")
-    for part, x, y in (("upstream version", va, vb), ("revision", ra, rb)):
-        order = _dpkg_part(x, y)
-        if order.sign:
-            return Order(order.sign, f"in the {part}, {order.rule}")
-    return Order(0)
+    return _compare_evr(a, b, ("upstream version", "revision"), _dpkg_part)
 
 
 def _dpkg_weight(c: str) -> int:
@@ -131,15 +123,7 @@ def _dpkg_why(ca: str, cb: str) -> str:
 
 def rpm_compare(a: str, b: str) -> Order:
     """rpm's order of two full versions (rpm.vercmp: epoch, version, release)."""
-    ea, va, ra = split_evr(a)
-    eb, vb, rb = split_evr(b)
-    if ea != eb:
-        return Order(_sign(ea - eb), f"the epoch decides first ({ea} {_rel(ea - eb)} {eb})")
-    for part, x, y in (("version", va, vb), ("release", ra, rb)):
-        order = rpmvercmp(x, y)
-        if order.sign:
-            return Order(order.sign, f"in the {part}, {order.rule}")
-    return Order(0)
+    return _compare_evr(a, b, ("version", "release"), rpmvercmp)
 
 
 def _rpm_separator(c: str) -> bool:
@@ -196,6 +180,19 @@ def rpmvercmp(a: str, b: str) -> Order:
 
 
 # -- shared --------------------------------------------------------------------------------
+
+def _compare_evr(a: str, b: str, parts: tuple[str, str], compare_part) -> Order:
+    """Epochs as numbers, then the version and the release with the tool's comparison."""
+    ea, va, ra = split_evr(a)
+    eb, vb, rb = split_evr(b)
+    if ea != eb:
+        return Order(_sign(ea - eb), f"the epoch decides first ({ea} {_rel(ea - eb)} {eb})")
+    for part, x, y in ((parts[0], va, vb), (parts[1], ra, rb)):
+        order = compare_part(x, y)
+        if order.sign:
+            return Order(order.sign, f"in the {part}, {order.rule}")
+    return Order(0)
+
 
 def _isdigit(c: str) -> bool:
     return c != "" and c in "0123456789"
