@@ -419,3 +419,47 @@ def test_a_huge_sparse_elf_member_is_read_through_a_window_never_spilled(tmp_pat
         view = read_tree_release("deb", [str(deb)], pool, str(spill))
     assert list(spill.iterdir()) == []
     assert "huge" in view.specs and not [p for p in view.problems if p.check == "unreadable"]
+
+
+# -- damaged indexes: one error line, and `repo` writes them anew ---------------------------------
+
+RELEASE = "deb/dists/stable/Release"
+PACKAGES = "deb/dists/stable/main/binary-amd64/Packages"
+REPOMD = "rpm/repodata/repomd.xml"
+
+
+def _edit(rel: str, change):
+    def make(w: Work):
+        path = w.out / rel
+        path.write_bytes(change(path.read_bytes()))
+    return make
+
+
+def _primary(w: Work) -> str:
+    return next(str(p.relative_to(w.out)) for p in (w.out / "rpm/repodata").glob("*primary.xml.gz"))
+
+
+INDEX_CASES = [
+    ("release-size-not-a-number", _edit(RELEASE, lambda b: b.replace(b"SHA256:\n", b"SHA256:\n 00 lots x/Packages\n")),
+     [RELEASE, "damaged index"]),
+    ("release-not-utf8", _edit(RELEASE, lambda b: b + b"\xff\xfe\n"), [RELEASE, "damaged index"]),
+    ("packages-not-utf8", _edit(PACKAGES, lambda b: b + b"\xff\xfe\n"), [PACKAGES, "damaged index"]),
+    ("packages-size-not-a-number", _edit(PACKAGES, lambda b: b.replace(b"\nSize: ", b"\nSize: x", 1)),
+     [PACKAGES, "damaged index"]),
+    ("repomd-not-xml", _edit(REPOMD, lambda b: b"not xml <"), [REPOMD, "damaged index"]),
+    ("repomd-truncated", _edit(REPOMD, lambda b: b[: len(b) // 2]), [REPOMD, "damaged index"]),
+    ("repomd-size-not-a-number", _edit(REPOMD, lambda b: b.replace(b"<size>", b"<size>x", 1)),
+     [REPOMD, "damaged index"]),
+    ("repomd-a-fifo", _fifo(f"out/{REPOMD}"), [REPOMD, "FIFO"]),
+    ("primary-not-gzip", lambda w: (w.out / _primary(w)).write_bytes(b"not gzip"), ["primary.xml.gz", "damaged"]),
+]
+
+
+@pytest.mark.parametrize("setup,needles", [pytest.param(s, n, id=i) for i, s, n in INDEX_CASES])
+def test_a_damaged_index_is_one_error_line_and_repo_writes_it_anew(work, setup, needles):
+    setup(work)
+    work.refused("verify", "{out}", needles=[f"{{out}}/{n}" if "/" in n else n for n in needles])
+    if "fifo" not in str(needles).lower():
+        repaired = run("repo", work.out)
+        assert repaired.returncode == 0, repaired.stderr
+        assert run("verify", work.out).returncode == 0

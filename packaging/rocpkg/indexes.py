@@ -1,11 +1,21 @@
 """What OUT's published indexes say: the packages APT's Release -> Packages and DNF's
 repomd.xml -> primary list, each with its size and SHA-256, and the package files OUT
-holds. Read by the integrity check and by build's pre-write check (releases)."""
+holds. Read by the integrity check and by build's pre-write check (releases).
+
+The indexes are OUT's own files read back, as hostile as any input: opened as
+rocpkg.outfiles opens them (no symlink, a regular file, bounded), and a damaged one (not
+UTF-8, not XML, a size that is not a number, a truncated gzip) is bad input naming the
+index and what is wrong, never a traceback. `rocpkg repo` writes them anew."""
 from __future__ import annotations
 
+import contextlib
 import gzip
+import io
 import os
 from dataclasses import dataclass
+
+from rocpkg.errors import RocpkgInputError
+from rocpkg.outfiles import INDEX_LIMIT, open_file
 
 NS_COMMON = "{http://linux.duke.edu/metadata/common}"
 NS_REPO = "{http://linux.duke.edu/metadata/repo}"
@@ -44,13 +54,32 @@ def apt_suites(out_dir: str) -> list[str]:
                   if os.path.isfile(os.path.join(dists, s, "Release")))
 
 
+@contextlib.contextmanager
+def damaged_index(path: str):
+    """What goes wrong reading an index becomes bad input naming it."""
+    import xml.etree.ElementTree as ET
+
+    try:
+        yield
+    except FileNotFoundError:
+        raise
+    except (ValueError, KeyError, TypeError, AttributeError, EOFError, OSError, ET.ParseError) as exc:
+        raise RocpkgInputError((path, f"damaged index ({type(exc).__name__}: {exc}): run `rocpkg repo` "
+                                      f"to write it anew")) from None
+
+
+def _index_text(root: str, rel: str):
+    """An index opened as text (UTF-8, strict), read as OUT's own files are."""
+    return io.TextIOWrapper(open_file(root, rel, INDEX_LIMIT), encoding="utf-8")
+
+
 def release_files(suite_dir: str) -> dict[str, tuple[int, str]]:
     """name relative to the suite -> (size, sha256) as Release lists it."""
     from debian import deb822   # here: a build's first write need not wait for its import
 
-    with open(os.path.join(suite_dir, "Release"), encoding="utf-8") as fh:
+    with damaged_index(os.path.join(suite_dir, "Release")), _index_text(suite_dir, "Release") as fh:
         release = deb822.Release(fh)
-    return {f["name"]: (int(f["size"]), f["sha256"]) for f in release.get("SHA256", [])}
+        return {f["name"]: (int(f["size"]), f["sha256"]) for f in release.get("SHA256", [])}
 
 
 def apt_index_entries(out_dir: str | os.PathLike) -> list[IndexEntry]:
@@ -66,7 +95,7 @@ def apt_index_entries(out_dir: str | os.PathLike) -> list[IndexEntry]:
     entries = []
     for path in paths:
         index = os.path.relpath(path, out_dir)
-        with open(path, encoding="utf-8") as fh:
+        with damaged_index(path), _index_text(out_dir, index.replace(os.sep, "/")) as fh:
             for stanza in deb822.Packages.iter_paragraphs(fh, use_apt_pkg=False):
                 version, _, release = stanza.get("Version", "").rpartition("-")
                 if not version:
@@ -85,13 +114,14 @@ def repomd_records(out_dir: str) -> dict[str, dict]:
     import xml.etree.ElementTree as ET
 
     records = {}
-    for data in ET.parse(path).getroot().iter(f"{NS_REPO}data"):
-        location = data.find(f"{NS_REPO}location")
-        records[data.get("type")] = {
-            "href": location.get("href") if location is not None else "",
-            "checksum": data.findtext(f"{NS_REPO}checksum", ""),
-            "size": int(data.findtext(f"{NS_REPO}size", "-1")),
-            "open-checksum": data.findtext(f"{NS_REPO}open-checksum", "")}
+    with damaged_index(path), open_file(out_dir, "rpm/repodata/repomd.xml", INDEX_LIMIT) as fh:
+        for data in ET.parse(fh).getroot().iter(f"{NS_REPO}data"):
+            location = data.find(f"{NS_REPO}location")
+            records[data.get("type")] = {
+                "href": location.get("href") if location is not None else "",
+                "checksum": data.findtext(f"{NS_REPO}checksum", ""),
+                "size": int(data.findtext(f"{NS_REPO}size", "-1")),
+                "open-checksum": data.findtext(f"{NS_REPO}open-checksum", "")}
     return records
 
 
@@ -108,7 +138,8 @@ def dnf_index_entries(out_dir: str | os.PathLike) -> list[IndexEntry]:
 
     index = os.path.relpath(path, out_dir)
     entries = []
-    with gzip.open(path, "rb") as fh:
+    with damaged_index(path), open_file(out_dir, f"rpm/{primary['href']}", INDEX_LIMIT) as raw, \
+            gzip.open(raw, "rb") as fh:
         for _event, elem in ET.iterparse(fh):
             if elem.tag != f"{NS_COMMON}package":
                 continue

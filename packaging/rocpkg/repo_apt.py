@@ -195,10 +195,13 @@ def _published_packages(suite_dir: str) -> dict[tuple[str, str, str], tuple[str,
         index = os.path.join(component_dir, entry, "Packages")
         if not entry.startswith("binary-") or not os.path.isfile(index):
             continue
-        with open(index, encoding="utf-8") as f:
-            for stanza in deb822.Packages.iter_paragraphs(f, use_apt_pkg=False):
-                key = (stanza["Package"], stanza["Version"], stanza["Architecture"])
-                published[key] = (stanza.get("Filename", ""), stanza.get("SHA256", ""))
+        try:
+            with open(index, encoding="utf-8") as f:
+                for stanza in deb822.Packages.iter_paragraphs(f, use_apt_pkg=False):
+                    key = (stanza["Package"], stanza["Version"], stanza["Architecture"])
+                    published[key] = (stanza.get("Filename", ""), stanza.get("SHA256", ""))
+        except (ValueError, KeyError):  # damaged (not UTF-8, a stanza cut short): written anew
+            continue
     return published
 
 
@@ -206,8 +209,11 @@ def _published_release(suite_dir: str) -> deb822.Release:
     release = os.path.join(suite_dir, "Release")
     if not os.path.isfile(release):
         return deb822.Release()
-    with open(release, encoding="utf-8") as f:
-        return deb822.Release(f)
+    try:
+        with open(release, encoding="utf-8") as f:
+            return deb822.Release(f)
+    except ValueError:      # damaged (not UTF-8): written anew, as if there were none
+        return deb822.Release()
 
 
 def _published_architectures(suite_dir: str) -> set[str]:

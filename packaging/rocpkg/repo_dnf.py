@@ -220,7 +220,11 @@ def _published_metadata(repodata: str) -> dict[str, str]:
     if not os.path.isfile(path):
         return {}
     hrefs = {}
-    for data in ET.parse(path).getroot().iter(f"{{{NS_REPO}}}data"):
+    try:
+        root = ET.parse(path).getroot()
+    except ET.ParseError:       # damaged: written anew, as if there were none
+        return {}
+    for data in root.iter(f"{{{NS_REPO}}}data"):
         location = data.find(f"{{{NS_REPO}}}location")
         if location is not None:
             hrefs[data.get("type")] = location.get("href")
@@ -232,19 +236,22 @@ def _published_packages(repodata: str, hrefs: dict[str, str]) -> dict[tuple, tup
     published: dict[tuple, tuple[str, str]] = {}
     if "primary" not in hrefs:
         return published
-    path = os.path.join(os.path.dirname(repodata), hrefs["primary"])
-    if not os.path.isfile(path):
+    path = os.path.join(os.path.dirname(repodata), hrefs["primary"] or "")
+    if not os.path.isfile(path) or ".." in (hrefs["primary"] or "").split("/") or os.path.isabs(hrefs["primary"]):
         return published
-    with gzip.open(path, "rb") as f:
-        for _event, elem in ET.iterparse(f):
-            if elem.tag != f"{{{NS_COMMON}}}package":
-                continue
-            version = elem.find(f"{{{NS_COMMON}}}version")
-            key = (elem.findtext(f"{{{NS_COMMON}}}name"), int(version.get("epoch") or 0),
-                   version.get("ver"), version.get("rel"), elem.findtext(f"{{{NS_COMMON}}}arch"))
-            published[key] = (elem.find(f"{{{NS_COMMON}}}location").get("href"),
-                              elem.findtext(f"{{{NS_COMMON}}}checksum"))
-            elem.clear()
+    try:
+        with gzip.open(path, "rb") as f:
+            for _event, elem in ET.iterparse(f):
+                if elem.tag != f"{{{NS_COMMON}}}package":
+                    continue
+                version = elem.find(f"{{{NS_COMMON}}}version")
+                key = (elem.findtext(f"{{{NS_COMMON}}}name"), int(version.get("epoch") or 0),
+                       version.get("ver"), version.get("rel"), elem.findtext(f"{{{NS_COMMON}}}arch"))
+                published[key] = (elem.find(f"{{{NS_COMMON}}}location").get("href"),
+                                  elem.findtext(f"{{{NS_COMMON}}}checksum"))
+                elem.clear()
+    except (OSError, EOFError, ValueError, AttributeError, ET.ParseError):   # damaged: written anew
+        return {}
     return published
 
 
