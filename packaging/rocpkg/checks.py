@@ -10,7 +10,7 @@ from kpack.errors import KpackFormatError
 from kpack.loader import STRICT, ArchiveIndex, compatible_targets, describe_candidates, find_candidates, search_order
 from kpack.marker import GFXARCH, Marker
 from rocpkg import model as m
-from rocpkg.catalog import ArchiveToc
+from rocpkg.facts import ArchiveToc
 from rocpkg.config import relation_names
 from rocpkg.graphs import closures, dependency_edges, provided_names
 from rocpkg.plan import device_isas

@@ -47,7 +47,7 @@ class Plan:
     packages: dict[str, list[m.PackageSpec]] = field(default_factory=dict)
     info: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
-    facts: dict = field(default_factory=dict)  # artifact source path -> catalog.FileFacts, read once
+    facts: dict = field(default_factory=dict)  # artifact source path -> facts.FileFacts, read once
     pending_facts: object = None    # Catalog.settle while workers still search host ELFs
     host_search: object = None      # the catalog's rocpkg.host_code.HostSearch (a build hands it out)
 

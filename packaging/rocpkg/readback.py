@@ -22,7 +22,7 @@ from kpack.archive import KpackReader
 from kpack.errors import KpackFormatError
 from kpack.marker import Marker, read_marker_from
 from rocpkg import model as m
-from rocpkg.catalog import ArchiveToc
+from rocpkg.facts import ArchiveToc
 from rocpkg.config import common_namespace, external_rule
 from rocpkg.errors import RocpkgInputError
 from rocpkg.outdir import STAGING_DIR

@@ -71,7 +71,7 @@ from typing import Iterable
 from kpack import targets as kt
 from kpack.loader import FALLTHROUGH
 from rocpkg import model as m
-from rocpkg.catalog import FileFacts
+from rocpkg.facts import FileFacts
 from rocpkg.checks import check_release
 from rocpkg.config import common_namespace, external_rule, namespace
 from rocpkg.errors import RocpkgInputError

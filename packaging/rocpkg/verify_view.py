@@ -10,7 +10,7 @@ from kpack import targets as kt
 from kpack.loader import FALLTHROUGH
 from kpack.marker import Marker
 from rocpkg import model as m
-from rocpkg.catalog import ArchiveToc
+from rocpkg.facts import ArchiveToc
 
 REPORT_SCHEMA = "rocpkg-verify/1"
 # The checks verify makes of a plan (and so the ones build refuses on, rocpkg.gate)
