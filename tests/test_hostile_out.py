@@ -463,3 +463,31 @@ def test_a_damaged_index_is_one_error_line_and_repo_writes_it_anew(work, setup, 
         repaired = run("repo", work.out)
         assert repaired.returncode == 0, repaired.stderr
         assert run("verify", work.out).returncode == 0
+
+
+# -- options out of range -----------------------------------------------------------------------
+
+BUILD = ["build", "-c", "{root}/package.json", "-a", "{root}/artifacts", "--formats", "deb"]
+RANGE_CASES = [
+    ("jobs-500", [*BUILD, "-o", "{out}", "-j", "500"], None, ["-j", "from 1 to 256"]),
+    ("jobs-0", [*BUILD, "-o", "{out}", "-j", "0"], None, ["-j"]),
+    ("shard-huge-count", [*BUILD, "-o", "{out}", "--shard", "1/100000000"], None, ["--shard"]),
+    ("shard-zero", [*BUILD, "-o", "{out}", "--shard", "0/3"], None, ["--shard"]),
+    ("shard-past-count", [*BUILD, "-o", "{out}", "--shard", "4/3"], None, ["--shard"]),
+    ("output-is-artifacts", [*BUILD, "-o", "{root}/artifacts"], None, ["-o", "is the artifacts directory"]),
+    ("output-inside-artifacts", [*BUILD, "-o", "{root}/artifacts/out"], None, ["-o", "inside the artifacts"]),
+    ("sde-past-rpm", [*BUILD, "-o", "{out}"], {"SOURCE_DATE_EPOCH": "99999999999"}, ["SOURCE_DATE_EPOCH"]),
+    ("sde-5000-digits", [*BUILD, "-o", "{out}"], {"SOURCE_DATE_EPOCH": "9" * 5000}, ["SOURCE_DATE_EPOCH"]),
+    ("sde-negative", [*BUILD, "-o", "{out}"], {"SOURCE_DATE_EPOCH": "-1"}, ["SOURCE_DATE_EPOCH"]),
+    ("base-url-newline", ["repo", "{out}", "--base-url", "http://a.example/x\ndeb http://evil/ stable main"], None,
+     ["--base-url", "control character"]),
+    ("base-url-space", ["repo", "{out}", "--base-url", "http://a.example/x y"], None, ["--base-url"]),
+    ("base-url-no-scheme", ["repo", "{out}", "--base-url", "a.example/x"], None, ["--base-url"]),
+    ("base-url-other-scheme", ["repo", "{out}", "--base-url", "javascript://x"], None, ["--base-url"]),
+    ("base-url-bad-port", ["repo", "{out}", "--base-url", "http://a.example:port/x"], None, ["--base-url"]),
+]
+
+
+@pytest.mark.parametrize("args,env,needles", [pytest.param(a, e, n, id=i) for i, a, e, n in RANGE_CASES])
+def test_an_option_out_of_range_is_refused(work, args, env, needles):
+    work.refused(*args, needles=needles, env=env)

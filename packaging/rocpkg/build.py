@@ -600,6 +600,10 @@ def publish_repositories(out_dir: str, *, suite: str, signer=None, source_date_e
         raise RocpkgInputError(("--suite", f"{suite!r} is not a suite name (letters, digits, '.', '_', '-'; "
                                           "it becomes a directory under deb/dists/)"))
     from rocpkg.integrity import unrecorded_packages
+    from rocpkg.preflight import url_problem
+
+    if base_url is not None and (problem := url_problem(base_url, ("http", "https", "file"), path=True)):
+        raise RocpkgInputError(("--base-url", problem))
 
     foreign = unrecorded_packages(out_dir)      # indexing a file no build of rocpkg wrote would vouch for it
     if foreign:

@@ -147,6 +147,7 @@ def _cmd_build(args) -> int:
         raise RocpkgInputError(("--repo", "a shard is part of a release: merge the shards' OUT trees, "
                                          "then run `rocpkg repo OUT` (docs/sharding.md)"))
     _check_jobs(args)
+    _check_output(args)
     # what the plan imports, before the fork: the workers need most of it too (the kpack
     # readers) and so inherit it
     from rocpkg import host_code, plan  # noqa: F401
@@ -255,9 +256,24 @@ def _install_instructions(result) -> list[str]:
     return lines
 
 
+MAX_JOBS = 256
+
+
 def _check_jobs(args) -> None:
-    if args.jobs is not None and args.jobs < 1:
-        raise RocpkgInputError(("-j", f"expected a number of jobs >= 1, got {args.jobs}"))
+    """-j from 1 to MAX_JOBS; more than 4 per core is taken as 4 per core (workers beyond
+    that only wait on each other)."""
+    if args.jobs is not None and not 1 <= args.jobs <= MAX_JOBS:
+        raise RocpkgInputError(("-j", f"expected a number of jobs from 1 to {MAX_JOBS}, got {args.jobs}"))
+    if args.jobs is not None:
+        args.jobs = min(args.jobs, 4 * (os.cpu_count() or 1))
+
+
+def _check_output(args) -> None:
+    """-o neither the artifacts directory nor inside it (the build would write into its input)."""
+    out, artifacts = os.path.realpath(args.output), os.path.realpath(args.artifacts)
+    if out == artifacts or out.startswith(artifacts.rstrip(os.sep) + os.sep):
+        where = "the artifacts directory" if out == artifacts else "inside the artifacts directory"
+        raise RocpkgInputError(("-o", f"{args.output} is {where} {args.artifacts}: write OUT elsewhere"))
 
 
 def _cmd_demo(args) -> int:

@@ -85,6 +85,28 @@ def control_problem(text: str, multi_line: bool = False) -> str:
     return f"control character U+{code:04X}"
 
 
+def url_problem(text: str, schemes: tuple[str, ...] = ("http", "https"), path: bool = False) -> str:
+    """What is wrong with a URL that lands in a repository config or names a server ("" if
+    nothing): one token (no space, no control character), one of the schemes and a host;
+    path: an absolute local path is fine too."""
+    import urllib.parse
+
+    if not text or any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in text):
+        return f"{printable(text)!r} holds a space or a control character (or is empty)"
+    if path and text.startswith("/"):
+        return ""
+    try:
+        parsed = urllib.parse.urlsplit(text)
+        host = parsed.hostname if parsed.scheme != "file" else "-"
+        parsed.port     # a port that is not a number raises here
+    except ValueError as exc:
+        return f"{printable(text)!r} is not a URL: {exc}"
+    if parsed.scheme not in schemes or not host:
+        wanted = "/".join(schemes) + ("://HOST/... or an absolute path" if path else "://HOST[:PORT]")
+        return f"expected {wanted}, got {printable(text)!r}"
+    return ""
+
+
 def _without_epoch(evr: str) -> tuple[str, str]:
     """(what is wrong with the epoch or "", the version after it): both formats write
     `[epoch:]version-release`."""

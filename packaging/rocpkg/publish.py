@@ -24,12 +24,12 @@ import os
 import posixpath
 import re
 import stat
-import urllib.parse
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable
 
 from rocpkg.errors import RocpkgInputError
+from rocpkg.preflight import url_problem
 from rocpkg.outfiles import kind_of, open_dir, open_file, parts_of, read_file
 from rocpkg.publish_record import RECORD, RECORD_LIMIT, parse_record, record_bytes, refuse_overlap
 from rocpkg.streams import HashingWriter, copy_stream
@@ -225,7 +225,7 @@ class S3Dest:
 
     def __init__(self, url: str, endpoint_url: str | None = None, client=None, allow_bucket_root: bool = False):
         match = re.fullmatch(r"s3://([a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(?:/(.*))?", url)
-        if not match or not _clean(url):
+        if not match or url_problem(url, ("s3",)):
             raise RocpkgInputError(("DEST", f"expected s3://BUCKET/PREFIX, got {url!r}"))
         self.bucket, prefix = match.group(1), (match.group(2) or "").strip("/")
         if prefix:
@@ -320,19 +320,12 @@ class S3Dest:
             raise RocpkgInputError((f"{self.label.rstrip('/')}/{rel}", f"cannot {what} it: {exc}")) from None
 
 
-def _clean(text: str) -> bool:
-    """No space and no control character: a string that stays one token in a URL."""
-    return not any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in text)
-
-
 def _s3_client(endpoint_url: str | None):
     """A boto3 S3 client; a malformed endpoint URL is bad input naming --endpoint-url."""
     import boto3
 
-    if endpoint_url is not None:
-        parsed = urllib.parse.urlsplit(endpoint_url) if _clean(endpoint_url) else None
-        if parsed is None or parsed.scheme not in ("http", "https") or not parsed.hostname:
-            raise RocpkgInputError(("--endpoint-url", f"expected http(s)://HOST[:PORT], got {endpoint_url!r}"))
+    if endpoint_url is not None and (problem := url_problem(endpoint_url)):
+        raise RocpkgInputError(("--endpoint-url", problem))
     try:
         return boto3.client("s3", endpoint_url=endpoint_url)
     except ValueError as exc:       # botocore's invalid endpoint, a bad port

@@ -8,6 +8,7 @@ from typing import Iterable
 
 from rocpkg import model as m
 from rocpkg.errors import RocpkgInputError
+from rocpkg.manifest_schema import MAX_SHARDS
 
 # A package costs something to write even without payload (rendering, headers, fsync):
 # the shard balancer and the thread split count each as this many payload bytes more.
@@ -17,8 +18,8 @@ PACKAGE_OVERHEAD = 256 << 10
 def parse_shard(text: str) -> tuple[int, int]:
     """"I/N" (1-based) -> (I, N)."""
     match = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text or "")
-    if not match or not 1 <= int(match.group(1)) <= int(match.group(2)):
-        raise RocpkgInputError(("--shard", f"expected I/N with 1 <= I <= N, got {text!r}"))
+    if not match or len(match.group(2)) > 6 or not 1 <= int(match.group(1)) <= int(match.group(2)) <= MAX_SHARDS:
+        raise RocpkgInputError(("--shard", f"expected I/N with 1 <= I <= N <= {MAX_SHARDS}, got {text[:40]!r}"))
     return int(match.group(1)), int(match.group(2))
 
 
