@@ -10,6 +10,7 @@ Features are kept in LLVM's canonical (alphabetical) order when printed. Family 
 from __future__ import annotations
 
 import functools
+import itertools
 import re
 from dataclasses import dataclass, field
 
@@ -352,3 +353,12 @@ def _expand_name(name: str, families: dict[str, list[str]]) -> list[str]:
         raise InvalidTargetError(f"{name!r}: {tid.processor} has no {' or '.join(unsupported)} feature "
                                  f"(it supports {', '.join(sorted(supported_features(tid.processor))) or 'none'})")
     return [str(tid)]
+
+
+def device_isas(target: str) -> list[str]:
+    """Every ISA name a GPU of this bare target can report: each feature it supports on
+    and off (`gfx90a:sramecc+:xnack-`, ...), in LLVM's feature order; the bare name for a
+    processor without features."""
+    features = sorted(supported_features(target))
+    return [target + "".join(f":{name}{sign}" for name, sign in zip(features, signs))
+            for signs in itertools.product("+-", repeat=len(features))]

@@ -136,7 +136,8 @@ def test_the_catalog_records_each_files_facts(split):
 
 
 def test_plan_and_verify_use_the_facts_without_reopening_an_artifact(split, tmp_path):
-    from rocpkg.plan import make_plan, plan_to_dict
+    from rocpkg.plan import make_plan
+    from rocpkg.plan_dump import plan_to_dict
     from rocpkg.verify import verify_plan
 
     config = load_config(None)

@@ -18,7 +18,8 @@ from rocpkg import repo_dnf
 from rocpkg.catalog import scan
 from rocpkg.config import load_config
 from rocpkg.model import KIND_META, BuildOptions, PackageSpec
-from rocpkg.plan import closure, make_plan
+from rocpkg.graphs import closure
+from rocpkg.plan import make_plan
 from rocpkg.rpm import write_rpm
 
 # What a distribution's base repository provides and the release depends on (rocm-llvm's

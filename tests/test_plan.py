@@ -13,7 +13,8 @@ from rocpkg.catalog import scan
 from rocpkg.cli import main
 from rocpkg.config import load_config
 from rocpkg.errors import RocpkgInputError
-from rocpkg.plan import closure, make_plan
+from rocpkg.graphs import closure
+from rocpkg.plan import make_plan
 from rocpkg.sample import make_sample_artifacts
 
 TARGETS = ["gfx942", "gfx1100", "gfx1101"]

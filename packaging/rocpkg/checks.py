@@ -13,7 +13,7 @@ from rocpkg import model as m
 from rocpkg.facts import ArchiveToc
 from rocpkg.config import relation_names
 from rocpkg.graphs import closures, dependency_edges, provided_names
-from rocpkg.plan import device_isas
+from kpack.targets import device_isas
 from rocpkg.verify_view import RELATION_FIELDS, Closure, ReleaseView, VerifyReport, key_order, payload, target_order
 
 
@@ -181,7 +181,6 @@ class Checker:
 
     def _check_one(self, spec, path, marker, isa, target, root, required) -> None:
         self.counts["lookups"] += 1
-        shipped = self.shipped(root)
         candidates = find_candidates(marker, path, isa, self.opener(root))
         wanted = self._release_variant(isa, target)
         needed_by = f"needed by {path} (in {spec.name})"
@@ -205,7 +204,7 @@ class Checker:
         what = (f"holds no {marker.kernel_name}#N kernel" if len(missing) == len(required) else
                 f"lacks {', '.join(missing[:5])}" + (f" and {len(missing) - 5} more" if len(missing) > 5 else ""))
         if len(ordered) == 1:
-            how = f"on {{isas}} the runtime opens this archive and fails with KERNEL_NOT_FOUND"
+            how = "on {isas} the runtime opens this archive and fails with KERNEL_NOT_FOUND"
         else:
             how = (f"on {{isas}} the runtime tries {tried} and none holds "
                    f"{'them' if len(missing) > 1 else 'it'}: KERNEL_NOT_FOUND")

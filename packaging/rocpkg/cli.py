@@ -35,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _cmd_plan(args) -> int:
     import json
 
-    from rocpkg.plan import plan_to_dict, plan_to_dot
+    from rocpkg.plan_dump import plan_to_dict, plan_to_dot
 
     if args.no_files and not args.json:
         raise RocpkgInputError(("--no-files", "only applies to --json output"))

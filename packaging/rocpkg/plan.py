@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import itertools
 import re
 from dataclasses import dataclass, field
 
@@ -17,9 +16,11 @@ from rocpkg import model as m
 from rocpkg.catalog import Catalog, StageEntry, dropped_mode_bits, sort_targets
 from rocpkg.config import Config, Definition, relation_names, validate_settings
 from rocpkg.errors import RocpkgInputError
-from rocpkg.graphs import closure, strongly_connected  # noqa: F401 (closure: the plan's API)
+from rocpkg.graphs import strongly_connected
 from rocpkg.layout import alternatives, owned_ancestors
+from rocpkg.naming import Namer, abi_of
 from rocpkg.preflight import check_plan, printable
+from rocpkg.providers import link_archive_providers
 from rocpkg.rpath import planned_patches
 
 FORMATS = ("deb", "rpm")
@@ -58,53 +59,6 @@ class Plan:
 
     def by_name(self, fmt: str) -> dict[str, m.PackageSpec]:
         return {p.name: p for p in self.packages.get(fmt, [])}
-
-
-def abi_of(version: str) -> str:
-    return ".".join(version.split(".")[:2])
-
-
-def _lower_devel(name: str) -> str:
-    """DEB spelling of a definition name: `-devel` becomes `-dev` (Debian convention)."""
-    return re.sub(r"-devel(?=$|-)", "-dev", name)
-
-
-class _Namer:
-    """Package names per format from the settings' patterns."""
-
-    def __init__(self, settings: dict, abi: str, fmt: str):
-        self.naming = settings["naming"]
-        self.abi = abi
-        self.fmt = fmt
-
-    def _fix(self, name: str) -> str:
-        # dpkg folds case and apt does not: DEB names are lower-case. RPM names are too,
-        # so that one spelling works everywhere; mixed-case family names become Provides.
-        return name.lower()
-
-    def _base(self, definition: str) -> str:
-        return _lower_devel(definition) if self.fmt == "deb" else definition
-
-    def unversioned(self, d: str) -> str:
-        return self._fix(self._base(d))
-
-    def versioned(self, d: str) -> str:
-        return self._fix(self.naming["versioned"].format(name=self._base(d), abi=self.abi))
-
-    def host(self, d: str) -> str:
-        return self._fix(self.naming["host"].format(name=self._base(d), abi=self.abi))
-
-    def device(self, d: str, target: str) -> str:
-        return self._fix(self.naming["device"].format(name=self._base(d), abi=self.abi, target=target))
-
-    def family(self, d: str, family: str) -> str:
-        return self._fix(self.naming["family"].format(name=self._base(d), abi=self.abi, family=family))
-
-    def alias(self, family: str) -> str:
-        return self._fix(self.naming["alias"].format(family=family, abi=self.abi))
-
-    def alias_provides(self, family: str) -> str:
-        return self.naming["alias"].format(family=family, abi=self.abi)
 
 
 def make_plan(config: Config, catalog: Catalog, *, version: str | None = None, release: str | None = None,
@@ -256,7 +210,7 @@ class _PlanBuilder:
                 chosen.extend((label, e) for e in entries if not named or not e.variant or e.variant in named)
         return self._entries_to_files(pkg_label, chosen)
 
-    def _check_artifacts(self, d: Definition, namer: _Namer) -> None:
+    def _check_artifacts(self, d: Definition, namer: Namer) -> None:
         cls = self.classes[d.name]
         for ref in d.artifacts:
             dirs = self.catalog.artifact_dirs(ref.artifact, ref.component)
@@ -285,7 +239,7 @@ class _PlanBuilder:
     def _pin(self, fmt: str, name: str) -> str:
         return f"{name} (= {self._evr()})" if fmt == "deb" else f"{name} = {self._evr()}"
 
-    def _map_relation(self, fmt: str, relation: str, namer: _Namer, context: str, target: str = "") -> list[str]:
+    def _map_relation(self, fmt: str, relation: str, namer: Namer, context: str, target: str = "") -> list[str]:
         """Rewrite one DEBDepends/RPMRequires entry for a package of the given context:
         in-release names become the right versioned/host/device names, system names stay."""
         names = relation_names(relation)
@@ -308,7 +262,7 @@ class _PlanBuilder:
         # plain meta: members at their all-target versioned names
         return [self._pin(fmt, namer.versioned(dep.name))]
 
-    def _relations(self, fmt: str, d: Definition, namer: _Namer, context: str, target: str = "") -> dict[str, list[str]]:
+    def _relations(self, fmt: str, d: Definition, namer: Namer, context: str, target: str = "") -> dict[str, list[str]]:
         source = d.deb_relations if fmt == "deb" else d.rpm_relations
         out: dict[str, list[str]] = {}
         for attr, relations in source.items():
@@ -361,7 +315,7 @@ class _PlanBuilder:
 
     def build(self, formats) -> Plan:
         # artifact problems first: they do not depend on the format
-        deb_namer = _Namer(self.settings, self.abi, "deb")
+        deb_namer = Namer(self.settings, self.abi, "deb")
         for d in self.defs.values():
             self._check_artifacts(d, deb_namer)
         if not self.targets and any(c == PER_TARGET_META for c in self.classes.values()):
@@ -384,7 +338,9 @@ class _PlanBuilder:
                     files[(d.name, t)] = self._collect(d, t, f"{d.name}[{t}]")
         for fmt in formats:
             plan.packages[fmt] = self._format_packages(fmt, files, top)
-        self._link_archive_providers(plan, files)
+        warnings, problems = link_archive_providers(plan, self.catalog.facts_of, self._pin, self.settings)
+        self.warnings += warnings
+        self.problems += problems
         if "deb" in plan.packages:
             self._add_libc_dependency(plan.packages["deb"])
         for fmt in formats:
@@ -412,7 +368,7 @@ class _PlanBuilder:
         return min(roots, key=lambda n: (len(n), n)) if roots else ""
 
     def _format_packages(self, fmt: str, files, top: str) -> list[m.PackageSpec]:
-        namer = _Namer(self.settings, self.abi, fmt)
+        namer = Namer(self.settings, self.abi, fmt)
         out: list[m.PackageSpec] = []
         pin = lambda name: self._pin(fmt, name)  # noqa: E731
         links = self._links_package(fmt, namer, files)
@@ -486,7 +442,7 @@ class _PlanBuilder:
             out += self._unversioned_target_metas(fmt, namer, top, {spec.name for spec in out})
         return out
 
-    def _unversioned_target_metas(self, fmt: str, namer: _Namer, top: str, taken: set[str]) -> list[m.PackageSpec]:
+    def _unversioned_target_metas(self, fmt: str, namer: Namer, top: str, taken: set[str]) -> list[m.PackageSpec]:
         """settings.unversioned_targets: the names users are told to type (TheRock's
         `apt install amdrocm-gfx942`), `{top}-{t}` per target and `{top}-{family}` per
         family, each pinning the top meta-package's variant of this release, so that the
@@ -509,13 +465,13 @@ class _PlanBuilder:
             out.append(meta)
         return out
 
-    def _host_spec(self, fmt: str, d: Definition, namer: _Namer, files) -> m.PackageSpec:
+    def _host_spec(self, fmt: str, d: Definition, namer: Namer, files) -> m.PackageSpec:
         """The host package of a per-target definition."""
         host = self._spec(fmt, d, namer.host(d.name), m.KIND_HOST, files=files, summary_note="host code",
                           long_note="This package holds the host code; the GPU kernels are in one package per target.")
         return self._apply(host, self._relations(fmt, d, namer, "host"))
 
-    def _device_spec(self, fmt: str, d: Definition, namer: _Namer, target: str, files) -> m.PackageSpec:
+    def _device_spec(self, fmt: str, d: Definition, namer: Namer, target: str, files) -> m.PackageSpec:
         """The device package of a per-target definition for one target."""
         dev = self._spec(fmt, d, namer.device(d.name, target), m.KIND_DEVICE, files=files, target=target,
                          summary_note=f"{target} kernels",
@@ -523,7 +479,7 @@ class _PlanBuilder:
         dev.depends.append(self._pin(fmt, namer.host(d.name)))
         return self._apply(dev, self._relations(fmt, d, namer, "device", target))
 
-    def _links_package(self, fmt: str, namer: _Namer, files) -> m.PackageSpec | None:
+    def _links_package(self, fmt: str, namer: Namer, files) -> m.PackageSpec | None:
         """The one package per release whose scripts manage the release's links
         (/opt/rocm/core, /opt/rocm/bin, /usr/bin/hipcc... with update-alternatives), so that
         removing one variant of a release while another stays keeps them: `N{abi}-links` of
@@ -559,67 +515,6 @@ class _PlanBuilder:
                         for n in relation_names(r)[:1] if n in self.defs)
         return seen
 
-    def _link_archive_providers(self, plan: Plan, files) -> None:
-        """A device package that ships no kpack archive of its own depends on the device
-        packages that ship the archives the runtime would load for its host binaries on a
-        GPU of its target, in every feature mode (the splitter put a shared artifact's
-        archive under its first stage prefix only; a release may build only feature
-        variants, `gfx90a:xnack+` and `gfx90a:xnack-`). Markers and archive TOCs are the
-        catalog's facts: no artifact is reopened here."""
-        from kpack.loader import STRICT, find_candidates
-
-        index_cache: dict[str, object] = {}
-        strict = self.settings.get("kpack_lookup") == STRICT
-
-        for fmt, specs in plan.packages.items():
-            shipped: dict[str, m.FileEntry] = {}
-            owner: dict[str, str] = {}
-            for p in specs:
-                if p.kind == m.KIND_DEVICE:
-                    for fe in p.files:
-                        if fe.type == m.FILE and fe.path.endswith(".kpack"):
-                            shipped[fe.path] = fe
-                            owner[fe.path] = p.name
-
-            def open_archive(path: str):
-                fe = shipped.get(path)
-                if fe is None:
-                    return None
-                if fe.source not in index_cache:
-                    index_cache[fe.source] = _archive_index(self.catalog.facts_of(fe.source))
-                return index_cache[fe.source]
-
-            for p in specs:
-                if p.kind != m.KIND_DEVICE:
-                    continue
-                if any(fe.path.endswith(".kpack") for fe in p.files if fe.type == m.FILE):
-                    continue
-                host = next((h for h in specs if h.kind == m.KIND_HOST and h.definition == p.definition), None)
-                providers: list[str] = []
-                for fe in host.files if host else []:
-                    if fe.type != m.FILE:
-                        continue
-                    marker = self.catalog.facts_of(fe.source).marker  # a malformed one: preflight's
-                    if marker is None:
-                        continue
-                    for isa in device_isas(p.target):
-                        ordered = find_candidates(marker, fe.path, isa, open_archive).ordered
-                        for archive, _ in ordered[:1] if strict else ordered:
-                            provider = owner.get(archive)
-                            if provider and provider != p.name and provider not in providers:
-                                providers.append(provider)
-                for provider in providers:
-                    dep = self._pin(fmt, provider)
-                    if dep not in p.depends:
-                        p.depends.append(dep)
-                if not providers and not any(fe.type != m.DIR for fe in p.files):
-                    what = (f"device package {p.name} would be empty: no file of {p.definition} is for {p.target} "
-                            f"and no host binary's marker names an archive another package ships")
-                    if self.settings.get("allow_unsatisfied"):
-                        self.warnings.append(what)
-                    elif fmt == "deb" or "deb" not in plan.packages:
-                        self.problems.append((p.name, what))
-
     def _add_libc_dependency(self, specs: list[m.PackageSpec]) -> None:
         """What dpkg-shlibdeps would add and package.json lists often forget: a package
         whose ELF files need libc.so.6 depends on libc6 (Debian's C library)."""
@@ -641,26 +536,6 @@ class _PlanBuilder:
                 if len(c) > 1]
 
 
-def device_isas(target: str) -> list[str]:
-    """Every ISA name a GPU of this bare target can report: each feature it supports on
-    and off (`gfx90a:sramecc+:xnack-`, ...), in LLVM's feature order; the bare name for a
-    processor without features."""
-    features = sorted(kt.supported_features(target))
-    return [target + "".join(f":{name}{sign}" for name, sign in zip(features, signs))
-            for signs in itertools.product("+-", repeat=len(features))]
-
-
-def _archive_index(facts):
-    """What the runtime consults of one archive (kpack.loader.ArchiveIndex), from the
-    catalog's TOC summary; an archive that does not open is skipped by the runtime, so it
-    answers nothing here (preflight and the build checks name it)."""
-    from kpack.loader import ArchiveIndex
-
-    if facts.archive is None:
-        return None
-    return ArchiveIndex.from_kernels(facts.archive.arches, facts.archive.kernels)
-
-
 def _normalise_external(fmt: str, relation: str) -> str:
     """System relations are kept verbatim, only spaced the way each format writes them."""
     if fmt == "deb":
@@ -668,55 +543,3 @@ def _normalise_external(fmt: str, relation: str) -> str:
     if "|" in relation:
         return "(" + " or ".join(p.strip() for p in relation.split("|")) + ")"
     return relation
-
-
-PLAN_SCHEMA = "rocpkg-plan/1"
-
-
-def spec_to_dict(spec: m.PackageSpec, with_files: bool = True) -> dict:
-    """The stable JSON form of one package (documented in README, `rocpkg plan --json`)."""
-    out = {
-        "format": spec.format, "name": spec.name, "kind": spec.kind, "definition": spec.definition,
-        "target": spec.target, "family": spec.family, "version": spec.version, "release": spec.release,
-        "epoch": spec.epoch, "arch": spec.arch, "filename": spec.filename, "summary": spec.summary,
-    }
-    for attr in ("depends", "pre_depends", "recommends", "suggests", "conflicts", "breaks", "replaces",
-                 "provides", "obsoletes"):
-        out[attr] = list(getattr(spec, attr))
-    out["scripts"] = dict(spec.scripts)
-    out["files"] = sum(1 for f in spec.files if f.type != m.DIR)
-    out["bytes"] = spec.payload_size
-    if with_files:
-        out["file_list"] = [
-            {"path": f.path, "type": f.type, "mode": f.mode, "size": f.size, "source": f.source,
-             "link_target": f.link_target, "patches": [[a, d.hex()] for a, d in f.patches]} for f in spec.files
-        ]
-    return out
-
-
-def plan_to_dict(plan: Plan, with_files: bool = True) -> dict:
-    return {
-        "schema": PLAN_SCHEMA,
-        "version": plan.settings["version"], "release": plan.settings["release"], "epoch": plan.settings["epoch"],
-        "abi": plan.abi, "targets": plan.targets, "families": plan.families, "top_metapackage": plan.top_metapackage,
-        "info": plan.info, "warnings": plan.warnings,
-        "packages": [spec_to_dict(p, with_files) for fmt in sorted(plan.packages) for p in plan.packages[fmt]],
-    }
-
-
-def plan_to_dot(plan: Plan, fmt: str) -> str:
-    """Graphviz text of one format's relations; node shape says the kind."""
-    shapes = {m.KIND_FILES: "box", m.KIND_HOST: "box", m.KIND_DEVICE: "component", m.KIND_META: "ellipse",
-              m.KIND_ALIAS: "doubleoctagon"}
-    specs = plan.by_name(fmt)
-    lines = [f'digraph "rocpkg-{fmt}" {{', "  rankdir=LR;", "  node [fontsize=10];"]
-    for name, spec in sorted(specs.items()):
-        lines.append(f'  "{name}" [shape={shapes.get(spec.kind, "box")}];')
-    for name, spec in sorted(specs.items()):
-        for rel in spec.depends + spec.pre_depends:
-            for dep in relation_names(rel):
-                style = "" if dep in specs else ' [style=dashed]'
-                lines.append(f'  "{name}" -> "{dep}"{style};')
-                break
-    lines.append("}")
-    return "\n".join(lines) + "\n"
