@@ -91,7 +91,7 @@ def load_config_of(args):
     config = load_config(args.config, unknown_keys=getattr(args, "unknown_keys", None))
     prefix = getattr(args, "install_prefix", None)
     if prefix is not None:
-        from rocpkg.config import prefix_problem
+        from rocpkg.config_strings import prefix_problem
 
         problem = prefix_problem(prefix, getattr(args, "pkg_version", None) or config.settings["version"])
         if problem:

@@ -14,16 +14,14 @@ import difflib
 import functools
 import json
 import os
-import posixpath
 import re
-import string
 from dataclasses import dataclass, field
 
 from kpack.loader import LOOKUP_MODES
 from rocpkg import preflight as pf
+from rocpkg.config_strings import VERSION_RE, definition_string_problems, prefix_problem, settings_string_problems
 from rocpkg.compression import KINDS as COMPRESSIONS, level_problem
 from rocpkg.errors import RocpkgInputError
-from rocpkg.filelist import SYSTEM_DIRS
 
 # Keys of a package definition and the type each must have. "bool" accepts TheRock's
 # string booleans ("True"/"False") as well as real ones.
@@ -131,22 +129,6 @@ ARTIFACT_KEYS = ("Artifact", "Artifact_Subdir", "Artifact_Gfxarch")
 SUBDIR_KEYS = ("Name", "Components")
 EPOCH_MAX = 2**31 - 1
 _NAME_RE = pf.DEB_NAME
-_VERSION_RE = re.compile(r"^[0-9][A-Za-z0-9.+~]*$")
-# Definition strings that land in one line of a control file or spec header.
-ONE_LINE_KEYS = ("Version", "Release", "Architecture", "BuildArch", "Maintainer", "Description_Short", "Section",
-                 "Priority", "Group", "License", "Vendor", "Homepage")
-ONE_LINE_SETTINGS = ("maintainer", "vendor", "homepage", "license")
-PRIORITIES = ("required", "important", "standard", "optional", "extra")
-_SECTION_RE = re.compile(r"^[a-z0-9][a-z0-9+._-]*(?:/[a-z0-9][a-z0-9+._-]*)?$")
-_SUITE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-_FAMILY_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.+-]*$")
-# An install prefix: plain path characters only (it lands in maintainer scripts, spec
-# %files and ld.so.conf.d).
-_PREFIX_RE = re.compile(r"^/[A-Za-z0-9._+~@/-]*$")
-# The placeholders each naming pattern may use, and sample values to check what it makes.
-NAMING_FIELDS = {"versioned": ("name", "abi"), "host": ("name", "abi"), "device": ("name", "abi", "target"),
-                 "family": ("name", "abi", "family"), "alias": ("family", "abi")}
-_SAMPLE = {"name": "lib", "abi": "7.1", "target": "gfx942", "family": "gfx110X", "version": "7.1.0"}
 
 
 @dataclass(frozen=True)
@@ -318,7 +300,7 @@ def _load_settings(raw, problems) -> dict:
 def validate_settings(settings: dict, where_prefix: str = "settings") -> list[tuple[str, str]]:
     """Checks that also apply after command-line overrides (--version, --release)."""
     problems = []
-    version_ok = _VERSION_RE.match(str(settings["version"])) and str(settings["version"]).count(".") >= 1
+    version_ok = VERSION_RE.match(str(settings["version"])) and str(settings["version"]).count(".") >= 1
     if not version_ok:
         problems.append((f"{where_prefix}.version", f"{settings['version']!r} is not a MAJOR.MINOR[.PATCH] version"))
     if not re.match(r"^[A-Za-z0-9.+~]+$", str(settings["release"])):
@@ -342,123 +324,8 @@ def validate_settings(settings: dict, where_prefix: str = "settings") -> list[tu
         problems.append((f"{where_prefix}.prefix", problem))
     if not 0 <= settings["epoch"] <= EPOCH_MAX:
         problems.append((f"{where_prefix}.epoch", f"must be between 0 and {EPOCH_MAX} (dpkg and rpm keep a 32-bit int)"))
-    problems += [(f"{where_prefix}.{w}", what) for w, what in _settings_string_problems(settings)]
+    problems += [(f"{where_prefix}.{w}", what) for w, what in settings_string_problems(settings)]
     return problems
-
-
-def _placeholder_problem(pattern: str, allowed) -> str:
-    """A str.format pattern may use only the named placeholders, bare (no attribute,
-    index, conversion or format spec: `{name.__class__}` is not a package name)."""
-    try:
-        fields = [(name, spec, conv) for _, name, spec, conv in string.Formatter().parse(pattern) if name is not None]
-    except ValueError as exc:
-        return f"{pattern!r} is not a valid pattern ({exc})"
-    for name, spec, conv in fields:
-        if name not in allowed or spec or conv:
-            return f"placeholder {{{name}}} is not one of {', '.join('{' + a + '}' for a in allowed)}"
-    return ""
-
-
-def prefix_problem(pattern: str, version: str) -> str:
-    """What is wrong with the install prefix ("" if nothing): absolute, normalised, no
-    `..` or `//`, plain path characters, and not / itself."""
-    problem = _placeholder_problem(pattern, ("abi", "version")) or pf.control_problem(pattern)
-    if problem:
-        return problem
-    prefix = pattern.format(abi=".".join(version.split(".")[:2]), version=version)
-    if not prefix.startswith("/"):
-        return f"{prefix!r} must be an absolute path"
-    if ".." in prefix.split("/"):
-        return f"{prefix!r} holds '..'"
-    if "//" in prefix:
-        return f"{prefix!r} holds '//'"
-    if posixpath.normpath(prefix) != prefix:
-        return f"{prefix!r} is not normalised (write {posixpath.normpath(prefix)!r})"
-    if prefix in SYSTEM_DIRS:
-        return f"{prefix} is a system directory, which no package may own: install under a directory of its own"
-    if not _PREFIX_RE.match(prefix):
-        return f"{prefix!r} holds characters other than letters, digits and . _ + ~ @ - /"
-    return ""
-
-
-def _settings_string_problems(settings: dict) -> list[tuple[str, str]]:
-    """Settings strings that land in metadata or on disk: one-line fields, the suite,
-    architectures, naming patterns, families, targets and names."""
-    from kpack.targets import parse_target
-
-    out = []
-    for key in ONE_LINE_SETTINGS:
-        problem = pf.control_problem(settings[key])
-        if problem:
-            out.append((key, problem))
-    if not settings["maintainer"].strip():
-        out.append(("maintainer", "empty: every Debian package needs a Maintainer"))
-    if not _SUITE_RE.match(settings["suite"]) or ".." in settings["suite"]:
-        out.append(("suite", f"{settings['suite']!r} is not a suite name (letters, digits and . _ -; no '/')"))
-    if not pf.DEB_ARCH.match(settings["deb_arch"]):
-        out.append(("deb_arch", f"{settings['deb_arch']!r} is not a Debian architecture name"))
-    if not pf.RPM_ARCH.match(settings["rpm_arch"]):
-        out.append(("rpm_arch", f"{settings['rpm_arch']!r} is not an RPM architecture name"))
-    for key, pattern in settings["naming"].items():
-        allowed = NAMING_FIELDS[key]
-        problem = _placeholder_problem(pattern, allowed) or pf.control_problem(pattern)
-        if not problem:
-            made = pattern.format(**{k: _SAMPLE[k] for k in allowed}).lower()
-            if not _NAME_RE.match(made):
-                problem = f"{pattern!r} makes {made!r}, not a valid package name"
-        if problem:
-            out.append((f"naming.{key}", problem))
-    families = settings["families"] or {}
-    for name, members in families.items():
-        if not _FAMILY_RE.match(name):
-            out.append((f"families.{name}", "not a family name (letters, digits and . + -)"))
-        if not isinstance(members, list) or not all(isinstance(t, str) for t in members):
-            out.append((f"families.{name}", "expected a list of target names"))
-            continue
-        out += [(f"families.{name}", f"{t!r} is not a target") for t in members if not _is_target(t, parse_target)]
-    for index, target in enumerate(settings["targets"] or []):
-        if not isinstance(target, str) or not _is_target(target, parse_target):
-            out.append((f"targets[{index}]", f"{target!r} is not a target"))
-    for index, name in enumerate(settings["external"]):
-        if not isinstance(name, str) or not (pf.DEB_NAME.match(name) or pf.RPM_NAME.match(name)):
-            out.append((f"external[{index}]", f"{name!r} is not a package name"))
-    top = settings["top_metapackage"]
-    if top is not None and not _NAME_RE.match(top):
-        out.append(("top_metapackage", f"{top!r} is not a package name"))
-    return out
-
-
-def _is_target(text: str, parse_target) -> bool:
-    try:
-        parse_target(text)
-    except ValueError:
-        return False
-    return True
-
-
-def _definition_string_problems(entry: dict) -> list[tuple[str, str]]:
-    """(key, what) for a definition's metadata strings."""
-    out = []
-    for key in ONE_LINE_KEYS:
-        value = entry.get(key)
-        if isinstance(value, str) and pf.control_problem(value):
-            out.append((key, pf.control_problem(value)))
-    if isinstance(entry.get("Maintainer"), str) and entry["Maintainer"] and not entry["Maintainer"].strip():
-        out.append(("Maintainer", "blank: leave it out to use settings.maintainer"))
-    if isinstance(entry.get("Description_Long"), str) and pf.control_problem(entry["Description_Long"], True):
-        out.append(("Description_Long", pf.control_problem(entry["Description_Long"], True)))
-    checks = (("Section", lambda v: _SECTION_RE.match(v), "not a Debian section (lower-case, e.g. libs, devel)"),
-              ("Priority", lambda v: v in PRIORITIES, f"not one of {', '.join(PRIORITIES)}"),
-              ("Architecture", lambda v: pf.DEB_ARCH.match(v), "not a Debian architecture name"),
-              ("BuildArch", lambda v: pf.RPM_ARCH.match(v), "not an RPM architecture name"),
-              ("Version", lambda v: _VERSION_RE.match(v), "not a version valid for both DEB and RPM"),
-              ("Release", lambda v: re.match(r"^[A-Za-z0-9.+~]+$", v), "not a release valid for both DEB and RPM"))
-    done = {key for key, _ in out}
-    for key, ok, what in checks:
-        value = entry.get(key)
-        if isinstance(value, str) and value and key not in done and not ok(value):
-            out.append((key, f"{value!r} is {what}"))
-    return out
 
 
 def relation_problem(fmt: str, relation: str) -> str:
@@ -491,6 +358,52 @@ def _relation_names(relation: str) -> tuple[str, ...]:
             continue
         names.append(re.split(r"[\s(<>=]", part, maxsplit=1)[0])
     return tuple(names)
+
+
+def _load_definition(entry, index: int, base: str, seen: dict[str, str], problems: list) -> Definition | None:
+    """One package.json entry as a Definition (None when it has no usable name); its
+    problems are added to `problems`, `seen` maps each name to where it was first defined."""
+    where = f"{base}[{index}]"
+    if not isinstance(entry, dict):
+        problems.append((where, "expected an object"))
+        return None
+    name = entry.get("Package")
+    if not isinstance(name, str) or not name:
+        problems.append((f"{where}.Package", "missing or not a non-empty string"))
+        return None
+    where = f"{where}({name})"
+    if not _NAME_RE.match(name):
+        problems.append((f"{where}.Package", "not a valid package name (lower-case letters, digits, + - .)"))
+    if name in seen:
+        problems.append((f"{where}.Package", f"defined twice (first at {seen[name]})"))
+    seen[name] = where
+    for key, value in entry.items():
+        if key not in DEFINITION_KEYS:
+            problems.append(UnknownKey(f"{where}.{key}", key, DEFINITION_KEYS))
+        else:
+            _check_type(value, DEFINITION_KEYS[key], f"{where}.{key}", problems)
+    d = Definition(name=name, index=index, fields=entry)
+    d.gfxarch = _as_bool(entry.get("Gfxarch", False), f"{where}.Gfxarch", problems)
+    d.metapackage = _as_bool(entry.get("Metapackage", False), f"{where}.Metapackage", problems)
+    d.disabled = _as_bool(entry.get("DisablePackaging", False), f"{where}.DisablePackaging", problems)
+    d.postinstall = _as_bool(entry.get("Postinstall", False), f"{where}.Postinstall", problems)
+    for key in ("Disable_DWZ", "Disable_RPM_STRIP", "Disable_DEB_STRIP"):
+        if key in entry:  # rocpkg never rewrites payload files: these hold by construction
+            _as_bool(entry[key], f"{where}.{key}", problems)
+    d.artifacts = _parse_artifactory(entry.get("Artifactory", []), where, problems)
+    if d.metapackage and d.artifacts and not d.disabled:
+        problems.append((f"{where}.Artifactory", "a meta-package ships no files"))
+    problems += [(f"{where}.{key}", what) for key, what in definition_string_problems(entry)]
+    for fmt, keys, relations in (("deb", DEB_RELATION_KEYS, d.deb_relations),
+                                 ("rpm", RPM_RELATION_KEYS, d.rpm_relations)):
+        for key, attr in keys.items():
+            if not isinstance(entry.get(key), list) or not all(isinstance(r, str) for r in entry[key]):
+                continue
+            relations[attr] = [r.strip() for r in entry[key] if r.strip()]
+            problems += [(f"{where}.{key}[{ri}]", relation_problem(fmt, r)) for ri, r in enumerate(entry[key])
+                         if r.strip() and relation_problem(fmt, r)]
+    # TheRock leaves RPMRequires out where it matches DEBDepends minus system names
+    return d
 
 
 def load_config(path: str | os.PathLike | None = None, unknown_keys: str | None = None) -> Config:
@@ -534,47 +447,9 @@ def load_config(path: str | os.PathLike | None = None, unknown_keys: str | None 
     definitions: list[Definition] = []
     seen: dict[str, str] = {}
     for index, entry in enumerate(entries):
-        where = f"{base}[{index}]"
-        if not isinstance(entry, dict):
-            problems.append((where, "expected an object"))
-            continue
-        name = entry.get("Package")
-        if not isinstance(name, str) or not name:
-            problems.append((f"{where}.Package", "missing or not a non-empty string"))
-            continue
-        where = f"{where}({name})"
-        if not _NAME_RE.match(name):
-            problems.append((f"{where}.Package", "not a valid package name (lower-case letters, digits, + - .)"))
-        if name in seen:
-            problems.append((f"{where}.Package", f"defined twice (first at {seen[name]})"))
-        seen[name] = where
-        for key, value in entry.items():
-            if key not in DEFINITION_KEYS:
-                problems.append(UnknownKey(f"{where}.{key}", key, DEFINITION_KEYS))
-            else:
-                _check_type(value, DEFINITION_KEYS[key], f"{where}.{key}", problems)
-        d = Definition(name=name, index=index, fields=entry)
-        d.gfxarch = _as_bool(entry.get("Gfxarch", False), f"{where}.Gfxarch", problems)
-        d.metapackage = _as_bool(entry.get("Metapackage", False), f"{where}.Metapackage", problems)
-        d.disabled = _as_bool(entry.get("DisablePackaging", False), f"{where}.DisablePackaging", problems)
-        d.postinstall = _as_bool(entry.get("Postinstall", False), f"{where}.Postinstall", problems)
-        for key in ("Disable_DWZ", "Disable_RPM_STRIP", "Disable_DEB_STRIP"):
-            if key in entry:  # rocpkg never rewrites payload files: these hold by construction
-                _as_bool(entry[key], f"{where}.{key}", problems)
-        d.artifacts = _parse_artifactory(entry.get("Artifactory", []), where, problems)
-        if d.metapackage and d.artifacts and not d.disabled:
-            problems.append((f"{where}.Artifactory", "a meta-package ships no files"))
-        problems += [(f"{where}.{key}", what) for key, what in _definition_string_problems(entry)]
-        for fmt, keys, relations in (("deb", DEB_RELATION_KEYS, d.deb_relations),
-                                     ("rpm", RPM_RELATION_KEYS, d.rpm_relations)):
-            for key, attr in keys.items():
-                if not isinstance(entry.get(key), list) or not all(isinstance(r, str) for r in entry[key]):
-                    continue
-                relations[attr] = [r.strip() for r in entry[key] if r.strip()]
-                problems += [(f"{where}.{key}[{ri}]", relation_problem(fmt, r)) for ri, r in enumerate(entry[key])
-                             if r.strip() and relation_problem(fmt, r)]
-        # TheRock leaves RPMRequires out where it matches DEBDepends minus system names
-        definitions.append(d)
+        d = _load_definition(entry, index, base, seen, problems)
+        if d is not None:
+            definitions.append(d)
 
     if len(definitions) == len(entries) and not any(not d.disabled for d in definitions):
         problems.append((base or "package list", "no package to build: the list is empty or every definition "
