@@ -122,24 +122,7 @@ def build_header(spec: PackageSpec, parsed: ParsedSpec, options: BuildOptions,
     large = any(s >= LARGE_SIZE for s in sizes)
     total = sum(sizes)
 
-    provides = list(parsed.relations["provides"]) + [(name, RPMSENSE_EQUAL, evr)]
-    if spec.arch == "x86_64":
-        provides.append((f"{name}(x86-64)", RPMSENSE_EQUAL, evr))
-    requires = list(parsed.relations["requires"])
-    for script, (program, _body) in parsed.scripts.items():
-        if program.startswith("/"):
-            requires.append((program, RPMSENSE_INTERP | SCRIPT_SENSE[script], ""))
-    requires += [rpmlib("CompressedFileNames", "3.0.4-1"), rpmlib("FileDigests", "4.6.0-1"),
-                 rpmlib("PayloadFilesHavePrefix", "4.0-1")]
-    if options.compression == "zstd":
-        requires.append(rpmlib("PayloadIsZstd", "5.4.18-1"))
-    elif options.compression == "xz":
-        requires.append(rpmlib("PayloadIsXz", "5.2-1"))
-    all_relations = [r for key in RELATION_KEYS for r in parsed.relations[key]]
-    if any(r[0].startswith("(") for r in all_relations):
-        requires.append(rpmlib("RichDependencies", "4.12.0-1"))
-    if large:
-        requires.append(rpmlib("LargeFiles", "4.12.0-1"))
+    provides, requires = _provides_requires(spec, parsed, options, name, evr, large)
 
     tags = {
         Tag.HEADERI18NTABLE: (TYPE_STRING_ARRAY, ["C"]),
@@ -173,6 +156,40 @@ def build_header(spec: PackageSpec, parsed: ParsedSpec, options: BuildOptions,
     for key, tag in (("vendor", Tag.VENDOR), ("url", Tag.URL), ("packager", Tag.PACKAGER)):
         if pre.get(key):
             tags[tag] = (TYPE_STRING, pre[key])
+    tags.update(_script_and_changelog_tags(parsed))
+    tags.update(_all_relation_tags(parsed, provides, requires))
+    tags.update(file_tags(files, digests, options.source_date_epoch, large))
+    return tags
+
+
+def _provides_requires(spec: PackageSpec, parsed: ParsedSpec, options: BuildOptions, name: str, evr: str,
+                       large: bool) -> tuple[list, list]:
+    """The package's Provides (its own name, and name(x86-64) as rpmbuild adds) and
+    Requires (script interpreters and the rpmlib() features the file needs)."""
+    provides = list(parsed.relations["provides"]) + [(name, RPMSENSE_EQUAL, evr)]
+    if spec.arch == "x86_64":
+        provides.append((f"{name}(x86-64)", RPMSENSE_EQUAL, evr))
+    requires = list(parsed.relations["requires"])
+    for script, (program, _body) in parsed.scripts.items():
+        if program.startswith("/"):
+            requires.append((program, RPMSENSE_INTERP | SCRIPT_SENSE[script], ""))
+    requires += [rpmlib("CompressedFileNames", "3.0.4-1"), rpmlib("FileDigests", "4.6.0-1"),
+                 rpmlib("PayloadFilesHavePrefix", "4.0-1")]
+    if options.compression == "zstd":
+        requires.append(rpmlib("PayloadIsZstd", "5.4.18-1"))
+    elif options.compression == "xz":
+        requires.append(rpmlib("PayloadIsXz", "5.2-1"))
+    all_relations = [r for key in RELATION_KEYS for r in parsed.relations[key]]
+    if any(r[0].startswith("(") for r in all_relations):
+        requires.append(rpmlib("RichDependencies", "4.12.0-1"))
+    if large:
+        requires.append(rpmlib("LargeFiles", "4.12.0-1"))
+    return provides, requires
+
+
+def _script_and_changelog_tags(parsed: ParsedSpec) -> dict:
+    """Scriptlet bodies and programs, and the changelog."""
+    tags = {}
     script_tags = {"pre": (Tag.PREIN, Tag.PREINPROG), "post": (Tag.POSTIN, Tag.POSTINPROG),
                    "preun": (Tag.PREUN, Tag.PREUNPROG), "postun": (Tag.POSTUN, Tag.POSTUNPROG)}
     for script, (program, body) in parsed.scripts.items():
@@ -184,6 +201,12 @@ def build_header(spec: PackageSpec, parsed: ParsedSpec, options: BuildOptions,
         tags[Tag.CHANGELOGTIME] = (TYPE_INT32, [c[0] for c in parsed.changelog])
         tags[Tag.CHANGELOGNAME] = (TYPE_STRING_ARRAY, [c[1] for c in parsed.changelog])
         tags[Tag.CHANGELOGTEXT] = (TYPE_STRING_ARRAY, [c[2] for c in parsed.changelog])
+    return tags
+
+
+def _all_relation_tags(parsed: ParsedSpec, provides: list, requires: list) -> dict:
+    """Every relation tag: provides, requires, conflicts, obsoletes, recommends, suggests."""
+    tags = {}
     tags.update(_relation_tags(_sorted_unique(provides), Tag.PROVIDENAME, Tag.PROVIDEFLAGS,
                                Tag.PROVIDEVERSION))
     tags.update(_relation_tags(_sorted_unique(requires), Tag.REQUIRENAME, Tag.REQUIREFLAGS,
@@ -195,7 +218,6 @@ def build_header(spec: PackageSpec, parsed: ParsedSpec, options: BuildOptions,
         "suggests": (Tag.SUGGESTNAME, Tag.SUGGESTFLAGS, Tag.SUGGESTVERSION),
     }.items():
         tags.update(_relation_tags(_sorted_unique(parsed.relations[key]), n_tag, f_tag, v_tag))
-    tags.update(file_tags(files, digests, options.source_date_epoch, large))
     return tags
 
 
