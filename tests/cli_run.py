@@ -33,3 +33,17 @@ def snapshot(out: Path) -> dict[str, tuple] | None:
             else:
                 found[rel] = ("dir", st.st_mode)
     return found
+
+
+def refusal_lines(result: subprocess.CompletedProcess, needles=()) -> list[str]:
+    """The `error:` lines of a run that must have been refused: exit 2, no traceback, each
+    problem once, and every needle named by some error line."""
+    output = result.stdout + result.stderr
+    assert "Traceback" not in output, output
+    assert result.returncode == 2, output
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert errors, output
+    assert len(errors) == len(set(errors)), f"a problem reported twice:\n{output}"
+    for needle in needles:
+        assert any(needle in line for line in errors), f"no error line names {needle!r}:\n{output}"
+    return errors

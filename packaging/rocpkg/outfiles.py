@@ -159,6 +159,19 @@ def read_json(root: str, rel: str, what: str = "JSON", limit: int = RECORD_LIMIT
     return None if data is None else parse_json(data, os.path.join(root, rel), what)
 
 
+def wrong_type(path: str, want_dir: bool, role: str) -> tuple[str, str] | None:
+    """(path, why) when path exists and is not a real directory (want_dir) or regular file;
+    role says what rocpkg does there. lstat() only: a symlink is never followed."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return None
+    if stat.S_ISDIR(mode) if want_dir else stat.S_ISREG(mode):
+        return None
+    return (path, f"is {kind_of(mode)} where {role} {'a directory' if want_dir else 'a regular file'} "
+                  f"(never followed)")
+
+
 def check_tree(out_dir: str, roots: tuple[str, ...] = OWN_DIRS, files: tuple[str, ...] = OWN_FILES,
                discarded: tuple[str, ...] = ()) -> None:
     """Refuse (every problem, one line each) a symlink or special file where rocpkg keeps
@@ -169,17 +182,10 @@ def check_tree(out_dir: str, roots: tuple[str, ...] = OWN_DIRS, files: tuple[str
     skipped = {os.path.join(out_dir, rel) for rel in discarded}
 
     def look(rel: str, want_dir: bool) -> bool:
-        path = os.path.join(out_dir, rel)
-        try:
-            mode = os.lstat(path).st_mode
-        except FileNotFoundError:
-            return False
-        if stat.S_ISDIR(mode) if want_dir else stat.S_ISREG(mode):
-            return True
-        wanted = "a directory" if want_dir else "a regular file"
-        problems.append((path, f"is {kind_of(mode)} where rocpkg keeps {wanted} of its own "
-                               f"(never followed or read)"))
-        return False
+        problem = wrong_type(os.path.join(out_dir, rel), want_dir, "rocpkg keeps")
+        if problem:
+            problems.append(problem)
+        return problem is None and os.path.lexists(os.path.join(out_dir, rel))
 
     for name in files:
         look(name, False)

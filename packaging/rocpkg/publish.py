@@ -30,7 +30,7 @@ from typing import Callable
 
 from rocpkg.errors import RocpkgInputError
 from rocpkg.preflight import url_problem
-from rocpkg.outfiles import kind_of, open_dir, open_file, parts_of, read_file
+from rocpkg.outfiles import open_dir, open_file, parts_of, read_file, wrong_type
 from rocpkg.publish_record import RECORD, RECORD_LIMIT, parse_record, record_bytes, refuse_overlap
 from rocpkg.streams import HashingWriter, copy_stream
 
@@ -154,15 +154,7 @@ class DirectoryDest:
             raise RocpkgInputError(*problems)
 
     def _problem(self, rel: str, is_file: bool):
-        path = os.path.join(self.root, rel)
-        try:
-            mode = os.lstat(path).st_mode
-        except FileNotFoundError:
-            return None
-        if stat.S_ISREG(mode) if is_file else stat.S_ISDIR(mode):
-            return None
-        wanted = "a regular file" if is_file else "a directory"
-        return (path, f"is {kind_of(mode)} where publish puts {wanted} (never followed or replaced)")
+        return wrong_type(os.path.join(self.root, rel), not is_file, "publish puts")
 
     def same(self, f: LocalFile, size: int) -> bool:
         if size != f.size:
