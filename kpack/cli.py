@@ -29,6 +29,8 @@ import shutil
 import sys
 import tempfile
 
+import zstandard
+
 from kpack.archive import SCHEME_ZSTD, SCHEMES, KpackReader, KpackWriter
 from kpack.bundle import bundle_entries
 from kpack.check import check_archive
@@ -41,6 +43,14 @@ CODE_OBJECT_SUFFIXES = (".hsaco", ".co", "")
 
 class UsageError(Exception):
     """A bad argument or input that is not a format error: reported like one."""
+
+
+def shown(text: str) -> str:
+    """`text` safe for a terminal: a character that is not printable (control characters,
+    escape sequences an archive may carry in its names) is written as a Python escape."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
 
 
 def _print(*lines: str) -> None:
@@ -69,9 +79,9 @@ def _cmd_info(args) -> int:
                 print()
             _print(f"file:               {path}",
                    f"format version:     {reader.version}",
-                   f"group:              {reader.group_name}",
-                   f"family:             {reader.gfx_arch_family}",
-                   f"arches:             {' '.join(reader.gfx_arches)}",
+                   f"group:              {shown(reader.group_name)}",
+                   f"family:             {shown(reader.gfx_arch_family)}",
+                   f"arches:             {shown(' '.join(reader.gfx_arches))}",
                    f"compression scheme: {reader.scheme}",
                    f"binaries:           {len(reader.binaries)}",
                    f"kernels:            {len(entries)}",
@@ -87,7 +97,7 @@ def _cmd_ls(args) -> int:
         for entry in reader.entries():
             if args.arch and entry.arch != args.arch:
                 continue
-            print(f"{entry.key}\t{entry.arch}\t{entry.ordinal}\t{entry.original_size}")
+            print(f"{shown(entry.key)}\t{shown(entry.arch)}\t{entry.ordinal}\t{entry.original_size}")
     return 0
 
 
@@ -97,7 +107,7 @@ def _cmd_verify(args) -> int:
     for path in args.files:
         problems = check_archive(path, args.target, require_code_objects=args.strict)
         for problem in problems:
-            print(f"error: {' '.join(str(problem).split())}", file=sys.stderr)
+            print(f"error: {shown(' '.join(str(problem).split()))}", file=sys.stderr)
         if problems:
             status = 2
             continue
@@ -179,10 +189,21 @@ def _pack_items(full: str, relative: str) -> list[tuple[str, str, str, int, int]
             for entry in entries if entry.target is not None and entry.size]
 
 
+def _check_pack_args(args) -> None:
+    """The level is one zstd has, and the output is not among the inputs."""
+    if args.scheme == SCHEME_ZSTD and not 1 <= args.level <= zstandard.MAX_COMPRESSION_LEVEL:
+        raise UsageError(f"--level: {args.level} is not a zstd level (1 to {zstandard.MAX_COMPRESSION_LEVEL})")
+    root, output = os.path.realpath(args.directory), os.path.realpath(args.output)
+    if output == root or output.startswith(root + os.sep):
+        raise UsageError(f"-o {args.output}: is inside {args.directory}, the directory being packed "
+                         f"(write the archive elsewhere)")
+
+
 def _cmd_pack(args) -> int:
     root = args.directory
     if not os.path.isdir(root):
         raise UsageError(f"{root}: not a directory")
+    _check_pack_args(args)
     found: list[tuple[str, str, str, int, int]] = []  # (relative path, key, target, offset, size)
     skipped = 0
     for directory, subdirs, files in os.walk(root):
@@ -278,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
         message = f"{exc.filename}: {exc.strerror}" if exc.filename else str(exc)
     except MemoryError:
         message = "out of memory"
-    print(f"error: {' '.join(message.split())}", file=sys.stderr)
+    print(f"error: {shown(' '.join(message.split()))}", file=sys.stderr)
     return 2
 
 

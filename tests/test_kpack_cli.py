@@ -216,3 +216,35 @@ def test_pack_of_a_directory_without_code_objects_fails(tmp_path, capsys):
 ])
 def test_pack_key_rule(relative, target, key):
     assert pack_key(relative, target) == key
+
+
+@pytest.mark.parametrize("level", ["0", "23", "-5"])
+def test_pack_refuses_a_level_zstd_does_not_have(tmp_path, capsys, level):
+    code_object_tree(tmp_path / "tree")
+    assert main(["pack", str(tmp_path / "tree"), "-o", str(tmp_path / "x.kpack"), "--family", "gfx94X",
+                 "--level", level]) == 2
+    assert f"--level: {level} is not a zstd level" in capsys.readouterr().err
+    assert not (tmp_path / "x.kpack").exists()
+
+
+@pytest.mark.parametrize("output", ["lib/new.kpack", "."])
+def test_pack_refuses_an_output_inside_its_input(tmp_path, capsys, output):
+    tree = tmp_path / "tree"
+    code_object_tree(tree)
+    before = sorted(p.relative_to(tree) for p in tree.rglob("*"))
+    assert main(["pack", str(tree), "-o", str(tree / output), "--family", "gfx94X"]) == 2
+    assert "the directory being packed" in capsys.readouterr().err
+    assert sorted(p.relative_to(tree) for p in tree.rglob("*")) == before
+
+
+def test_ls_and_info_show_an_archives_control_characters_escaped(tmp_path, capsys):
+    from kpack.archive import KpackWriter
+
+    path = tmp_path / "x.kpack"
+    with KpackWriter(path, "group\x1b]0;owned\x07", "gfx94X", ["gfx942"]) as writer:
+        writer.add("lib/\x1b[2Jevil.so#0", "gfx942", b"\x00" * 16)
+    assert main(["ls", str(path)]) == 0
+    assert main(["info", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\x07" not in out
+    assert "lib/\\x1b[2Jevil.so#0" in out and "group\\x1b]0;owned\\x07" in out
