@@ -101,6 +101,11 @@ def test_usual_install_prefixes_are_accepted(prefix):
     assert prefix_problem(prefix, "7.1.0") == ""
 
 
+@pytest.mark.parametrize("prefix", ["/proc", "/proc/rocm", "/sys/rocm", "/dev/shm/rocm", "/run/rocm", "/tmp/rocm"])
+def test_a_prefix_under_a_kernel_or_boot_time_file_system_is_refused(prefix):
+    assert "a package cannot install there" in prefix_problem(prefix, "7.1.0")
+
+
 def test_every_bad_string_of_one_file_is_reported_at_once(tmp_path):
     path = write(tmp_path, {"settings": {"maintainer": "a\nb", "prefix": "/opt/../x"}, "packages": [
         {"Package": "ns-a", "Section": "x\ny", "DEBDepends": ["libfoo >="], "RPMRequires": ["(a or"]}]})

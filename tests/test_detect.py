@@ -87,3 +87,22 @@ def test_a_target_outside_every_family_is_named_not_guessed(tmp_path):
     assert "node 0: gfx600" in result.stdout
     assert "no package for it" in result.stdout
     assert "install" not in result.stdout
+
+
+@pytest.mark.parametrize("value", [-163615, 91600, 90016, 1000000])
+def test_a_gfx_target_version_no_gpu_reports_is_an_error_naming_the_file(tmp_path, value):
+    sysfs = fake_sysfs(tmp_path, [(gpu_properties(value, 1), "gpu\n")])
+    result = run_detect(sysfs)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "properties" in result.stderr and f"gfx_target_version {value}" in result.stderr
+    assert "gfx-" not in result.stdout
+
+
+def test_sysfs_text_that_is_not_utf8_is_read_not_a_traceback(tmp_path):
+    sysfs = fake_sysfs(tmp_path, [(gpu_properties(90402, 1), "gpu\n")])
+    node = sysfs / "class/kfd/kfd/topology/nodes/0"
+    (node / "properties").write_bytes(b"name \xff\xfe\n" + gpu_properties(90402, 1).encode())
+    (node / "name").write_bytes(b"\xff\x1b[2Jgpu\n")
+    result = run_detect(sysfs)
+    assert result.returncode == 0, result.stderr
+    assert "node 0: gfx942" in result.stdout and "\x1b" not in result.stdout

@@ -11,6 +11,10 @@ import string
 from rocpkg import preflight as pf
 from rocpkg.filelist import SYSTEM_DIRS
 
+# Top directories whose contents the kernel or the boot provides, or that are emptied at boot.
+VOLATILE_ROOTS = {"proc": "the kernel's process file system", "sys": "the kernel's sysfs",
+                  "dev": "device nodes", "run": "emptied at every boot", "tmp": "emptied at boot",
+                  "boot": "the boot loader's"}
 VERSION_RE = re.compile(r"^[0-9][A-Za-z0-9.+~]*$")
 # Definition strings that land in one line of a control file or spec header.
 ONE_LINE_KEYS = ("Version", "Release", "Architecture", "BuildArch", "Maintainer", "Description_Short", "Section",
@@ -57,6 +61,9 @@ def prefix_problem(pattern: str, version: str) -> str:
         return f"{prefix!r} holds '//'"
     if posixpath.normpath(prefix) != prefix:
         return f"{prefix!r} is not normalised (write {posixpath.normpath(prefix)!r})"
+    top = prefix.split("/")[1]
+    if top in VOLATILE_ROOTS:
+        return f"{prefix} is under /{top}, {VOLATILE_ROOTS[top]}: a package cannot install there"
     if prefix in SYSTEM_DIRS:
         return f"{prefix} is a system directory, which no package may own: install under a directory of its own"
     if not _PREFIX_RE.match(prefix):

@@ -13,6 +13,8 @@ import os
 from dataclasses import dataclass
 
 from kpack import targets as kt
+from rocpkg.errors import RocpkgInputError
+from rocpkg.preflight import printable
 
 TOPOLOGY = os.path.join("class", "kfd", "kfd", "topology", "nodes")
 
@@ -27,15 +29,20 @@ class GpuNode:
 
 
 def target_from_version(value: int) -> str:
-    """gfx_target_version (decimal) -> target name: 90402 -> gfx942, 90010 -> gfx90a."""
+    """gfx_target_version (decimal) -> target name: 90402 -> gfx942, 90010 -> gfx90a.
+    ValueError for a number no GPU reports (negative, or a minor or stepping past one hex
+    digit: the name would be ambiguous)."""
     major, minor, stepping = value // 10000, (value // 100) % 100, value % 100
+    if value <= 0 or minor > 15 or stepping > 15 or major > 99:
+        raise ValueError(f"gfx_target_version {value} is not major*10000 + minor*100 + stepping with a minor "
+                         f"and stepping of one hex digit each")
     return f"gfx{major}{minor:x}{stepping:x}"
 
 
 def read_properties(path: str) -> dict[str, int]:
     """A KFD `properties` file as {key: int}; lines that are not `key integer` are skipped."""
     props: dict[str, int] = {}
-    with open(path) as fh:
+    with open(path, encoding="utf-8", errors="replace") as fh:     # sysfs text is not ours to trust
         for line in fh:
             parts = line.split()
             if len(parts) == 2:
@@ -64,10 +71,13 @@ def detect_gpus(sysfs_root: str = "/sys", families: dict[str, list[str]] | None 
         version = props.get("gfx_target_version", 0)
         if not version:
             continue  # a CPU node
-        target = target_from_version(version)
         try:
-            with open(os.path.join(node_dir, "name")) as fh:
-                name = fh.read().strip()
+            target = target_from_version(version)
+        except ValueError as exc:
+            raise RocpkgInputError((os.path.join(node_dir, "properties"), str(exc))) from None
+        try:
+            with open(os.path.join(node_dir, "name"), encoding="utf-8", errors="replace") as fh:
+                name = printable(fh.read(256).strip())
         except OSError:
             name = ""
         gpus.append(GpuNode(int(entry), target, kt.family_of(target, families), name, props.get("device_id", 0)))
