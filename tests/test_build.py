@@ -258,6 +258,22 @@ def test_shards_of_different_dates_are_refused_when_merging(artifacts, tmp_path)
         assemble_manifest(merged)
 
 
+@pytest.mark.parametrize("when", [7258118400, -86400])
+def test_inputs_dated_outside_what_rpm_stores_are_refused_without_source_date_epoch(artifacts, tmp_path, when):
+    copy = tmp_path / "artifacts"
+    shutil.copytree(artifacts, copy, symlinks=True)
+    manifest = next(copy.glob("*/artifact_manifest.txt"))
+    os.utime(manifest, (when, when))
+    if when < 0:        # every input that old: the newest is the one that counts
+        for other in copy.glob("*/artifact_manifest.txt"):
+            os.utime(other, (when, when))
+    env = {k: v for k, v in os.environ.items() if k != "SOURCE_DATE_EPOCH"}
+    done = rocpkg("build", "-a", copy, "-o", tmp_path / "out", "--formats", "deb", check=False, env=env)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "SOURCE_DATE_EPOCH" in done.stderr and "set SOURCE_DATE_EPOCH" in done.stderr
+    assert not (tmp_path / "out").exists()
+
+
 def test_bad_shard_and_jobs_are_input_errors(artifacts, tmp_path):
     for args, message in ((["--shard", "3/2"], "--shard"), (["--shard", "x"], "--shard"), (["-j", "0"], "-j")):
         result = rocpkg("build", "-a", artifacts, "-o", tmp_path / "o", *args, check=False)

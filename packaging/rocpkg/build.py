@@ -167,6 +167,10 @@ def source_date_epoch(settings: dict, environ=None, default: int | None = None) 
             raise RocpkgInputError(("SOURCE_DATE_EPOCH", f"must be a number of seconds from 0 to {MAX_DATE} "
                                                          f"(what rpm's 32-bit dates hold), got {value[:40]!r}"))
         return int(value)
+    if default is not None and not 0 <= default <= MAX_DATE:
+        raise RocpkgInputError(("SOURCE_DATE_EPOCH", f"unset, and the inputs' date ({default}, the newest time of "
+                                f"the package list and the artifact manifests) is outside 0 to {MAX_DATE}, what "
+                                f"rpm's 32-bit dates hold: set SOURCE_DATE_EPOCH"))
     return default if default is not None else default_source_date_epoch(settings)
 
 

@@ -98,7 +98,7 @@ def inputs_date(config_path: str | os.PathLike | None, artifacts_dir: str | os.P
     times = []
     for path in paths:
         try:
-            times.append(int(os.stat(path, follow_symlinks=False).st_mtime))
+            times.append(int(os.stat(path, follow_symlinks=False).st_mtime))   # may be negative
         except OSError:
             continue
     return max(times) if times else None
