@@ -92,3 +92,19 @@ def device_isas(targets: list[str]) -> list[str]:
 
 def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+def therock_release(root: Path, shared_dir: Path, targets: list[str], size_mb: float, build,
+                    **sample) -> tuple[Path, Path, Path]:
+    """(config, artifacts, OUT) of TheRock's real package list over sample artifacts for
+    `targets` (make_sample_artifacts' other options in `sample`), built by `build(*args)`."""
+    from rocpkg.config import load_config
+    from rocpkg.sample import make_sample_artifacts
+
+    config = root / "package.json"
+    shutil.copy(shared_dir / "fixtures" / "therock" / "package.json", config)
+    artifacts = root / "artifacts"
+    make_sample_artifacts(artifacts, load_config(config), targets=targets, size_mb=size_mb, **sample)
+    out = root / "out"
+    build("build", "-c", config, "-a", artifacts, "-o", out)
+    return config, artifacts, out

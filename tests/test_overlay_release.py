@@ -8,7 +8,6 @@ refused either way."""
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -17,7 +16,7 @@ import pytest
 import cli_run
 from kpack.archive import KpackReader, KpackWriter
 from kpack.loader import filesystem_opener, find_kernel
-from loader_trees import device_isas, host_binaries
+from loader_trees import device_isas, host_binaries, therock_release
 from reference_runtime import compare_with_loader
 from rocpkg.config import load_config
 from rocpkg.sample import KERNELS_PER_BINARY, make_sample_artifacts
@@ -38,14 +37,7 @@ def rocpkg(*args, code: int = 0) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="module")
 def release(tmp_path_factory, shared_dir):
     """(config, artifacts, OUT) of TheRock's package list with xnack overlays, built."""
-    root = tmp_path_factory.mktemp("overlays")
-    config = root / "package.json"
-    shutil.copy(shared_dir / "fixtures" / "therock" / "package.json", config)
-    artifacts = root / "artifacts"
-    make_sample_artifacts(artifacts, load_config(config), targets=TARGETS, size_mb=0.3, overlays=True)
-    out = root / "out"
-    rocpkg("build", "-c", config, "-a", artifacts, "-o", out)
-    return config, artifacts, out
+    return therock_release(tmp_path_factory.mktemp("overlays"), shared_dir, TARGETS, 0.3, rocpkg, overlays=True)
 
 
 def archives(root: Path, pattern: str) -> list[Path]:

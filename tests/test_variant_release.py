@@ -5,17 +5,15 @@ installs; installed, every host binary finds its kernels on every GPU of the rel
 way rocm-kpack's runtime does, and the reference runtime agrees with kpack.loader."""
 from __future__ import annotations
 
-import shutil
 import subprocess
 
 import pytest
 
 import cli_run
 
-from loader_trees import device_isas, host_binaries
+from loader_trees import device_isas, host_binaries, therock_release
 from reference_runtime import compare_with_loader
 from rocpkg.config import load_config
-from rocpkg.sample import make_sample_artifacts
 from test_deb import throwaway_root
 from test_release import external_names
 
@@ -29,14 +27,7 @@ def rocpkg(*args) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="module")
 def release(tmp_path_factory, shared_dir):
     """(config path, artifacts, OUT) of the built release, both formats."""
-    root = tmp_path_factory.mktemp("variant")
-    config = root / "package.json"
-    shutil.copy(shared_dir / "fixtures" / "therock" / "package.json", config)
-    artifacts = root / "artifacts"
-    make_sample_artifacts(artifacts, load_config(config), targets=TARGETS, size_mb=0.5)
-    out = root / "out"
-    rocpkg("build", "-c", config, "-a", artifacts, "-o", out)
-    return config, artifacts, out
+    return therock_release(tmp_path_factory.mktemp("variant"), shared_dir, TARGETS, 0.5, rocpkg)
 
 
 @pytest.fixture(scope="module")
