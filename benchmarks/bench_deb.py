@@ -61,7 +61,7 @@ def generate_payload(root: Path, size_gib: float) -> list[tuple[str, str, int]]:
 
 def child_pack(job: dict) -> None:
     """In the child: build the .deb with rocpkg (nothing else imported before)."""
-    from rocpkg.deb import write_deb
+    from rocpkg.formats.deb import write_deb
     from rocpkg.model import DIR, FILE, KIND_FILES, BuildOptions, FileEntry, PackageSpec
 
     entries = {PREFIX: FileEntry(PREFIX, DIR, 0o755)}

@@ -17,10 +17,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "packaging"), str(ROOT)]
 
-from rocpkg.catalog import scan  # noqa: E402
-from rocpkg.config import load_config  # noqa: E402
-from rocpkg.plan import make_plan  # noqa: E402
-from rocpkg.sample import make_sample_artifacts  # noqa: E402
+from rocpkg.inputs.catalog import scan  # noqa: E402
+from rocpkg.inputs.config import load_config  # noqa: E402
+from rocpkg.plan.make import make_plan  # noqa: E402
+from rocpkg.inputs.sample import make_sample_artifacts  # noqa: E402
 
 
 def main() -> int:

@@ -21,7 +21,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 CHILD = """
 import sys
-from rocpkg import rpm
+from rocpkg.formats import rpm
 from rocpkg.model import BuildOptions, FileEntry, PackageSpec
 staging, out, level = sys.argv[1], sys.argv[2], int(sys.argv[3])
 files = [FileEntry("/opt/bench", "dir", 0o755)]

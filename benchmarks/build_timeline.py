@@ -14,18 +14,19 @@ import time
 
 T0 = time.time()
 
-from rocpkg import build  # noqa: E402
+from rocpkg.build import packing  # noqa: E402
+from rocpkg.build import run as build  # noqa: E402
 
 LOG = f"/tmp/build-timeline-{os.getpid()}.jsonl"
 EVENTS: list[tuple[str, float]] = []
 MOVES: list[float] = []
 
 
-_BUILD_ONE, _TAKE, _RECORD, _COLLECT = build._build_one, build._HostVerdict.take, build._record, build._collect
+_BUILD_ONE, _TAKE, _RECORD, _COLLECT = packing.build_one, build._HostVerdict.take, build._record, build._collect
 
 
 def timed_build_one(task):
-    """build._build_one, its start and end logged (module level: the pool pickles it by name)."""
+    """packing.build_one, its start and end logged (module level: the pool pickles it by name)."""
     started = time.time()
     try:
         return _BUILD_ONE(task)
@@ -57,13 +58,13 @@ def _collected(*args, **kwargs):
 
 def _patch() -> None:
     """Log what the build does, around its own functions (the workers fork after this)."""
-    build._build_one, build._HostVerdict.take, build._record, build._collect = (
+    packing.build_one, build._HostVerdict.take, build._record, build._collect = (
         timed_build_one, _took, _recorded, _collected)
 
 
 def main() -> int:
     _patch()
-    from rocpkg.cli import main as rocpkg
+    from rocpkg.cli.main import main as rocpkg
 
     status = rocpkg(sys.argv[1:])
     EVENTS.append(("main end", time.time() - T0))

@@ -32,7 +32,7 @@ _CHILD: dict = {}   # in a child: the log, its start, the writer the timed one w
 
 
 def timed_build_one(task):
-    """build._build_one, its CPU logged (module level: the pool pickles it by name)."""
+    """packing.build_one, its CPU logged (module level: the pool pickles it by name)."""
     begun, cpu = time.time(), time.process_time()
     try:
         return _CHILD["write"](task)
@@ -57,11 +57,11 @@ def timed_floor(job):
 
 def _child_rocpkg(argv: list[str]) -> None:
     """`rocpkg build ARGV`, each package's CPU taken in its worker (the workers fork after
-    build._build_one is wrapped)."""
-    from rocpkg import build
-    from rocpkg.cli import main
+    packing.build_one is wrapped)."""
+    from rocpkg.build import packing
+    from rocpkg.cli.main import main
 
-    _CHILD["write"], build._build_one = build._build_one, timed_build_one
+    _CHILD["write"], packing.build_one = packing.build_one, timed_build_one
     main(argv)
 
 

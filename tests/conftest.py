@@ -88,8 +88,8 @@ def stop_gpg_agents(tmp_path_factory):
 @pytest.fixture(scope="module")
 def small_release(tmp_path_factory) -> Path:
     """A two-target sample release (gfx942, gfx1100) made once per module: read it only."""
-    from rocpkg.config import load_config
-    from rocpkg.sample import make_sample_artifacts
+    from rocpkg.inputs.config import load_config
+    from rocpkg.inputs.sample import make_sample_artifacts
 
     root = tmp_path_factory.mktemp("pristine")
     make_sample_artifacts(root / "artifacts", load_config(None), targets=["gfx942", "gfx1100"], size_mb=0.3)

@@ -51,7 +51,7 @@ def uninstall(state: dict) -> None:
 
 if __name__ == "__main__":
     counter = install(sys.argv[1], sys.argv[2])
-    from rocpkg.cli import main
+    from rocpkg.cli.main import main
 
     status = main(sys.argv[3:])
     sys.stdout.flush()

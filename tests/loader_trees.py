@@ -98,8 +98,8 @@ def therock_release(root: Path, shared_dir: Path, targets: list[str], size_mb: f
                     **sample) -> tuple[Path, Path, Path]:
     """(config, artifacts, OUT) of TheRock's real package list over sample artifacts for
     `targets` (make_sample_artifacts' other options in `sample`), built by `build(*args)`."""
-    from rocpkg.config import load_config
-    from rocpkg.sample import make_sample_artifacts
+    from rocpkg.inputs.config import load_config
+    from rocpkg.inputs.sample import make_sample_artifacts
 
     config = root / "package.json"
     shutil.copy(shared_dir / "fixtures" / "therock" / "package.json", config)

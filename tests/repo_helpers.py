@@ -8,10 +8,10 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from rocpkg.deb import write_deb
+from rocpkg.formats.deb import write_deb
 from rocpkg.model import DIR, FILE, KIND_FILES, KIND_META, BuildOptions, FileEntry, PackageSpec
-from rocpkg.rpm import write_rpm
-from rocpkg.sign import Signer
+from rocpkg.formats.rpm import write_rpm
+from rocpkg.formats.sign import Signer
 
 VERSION, RELEASE = "7.1.0", "1"
 SOURCE_DATE_EPOCH = 1700000000

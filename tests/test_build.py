@@ -15,11 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from rocpkg.build import assemble_manifest, assign_shards, shard_weight
+from rocpkg.build.schedule import assign_shards, shard_weight
+from rocpkg.repo.index import assemble_manifest
 from rocpkg.errors import RocpkgInputError
-from rocpkg.catalog import scan
-from rocpkg.config import load_config
-from rocpkg.plan import make_plan
+from rocpkg.inputs.catalog import scan
+from rocpkg.inputs.config import load_config
+from rocpkg.plan.make import make_plan
 
 ROCPKG = [sys.executable, "-m", "rocpkg.cli"]
 
@@ -146,8 +147,8 @@ def test_a_source_changed_while_its_package_is_written_is_rebuilt_next_time(tmp_
     file that changes while its package is written no longer matches, and the next build
     writes the package again. (Taken after the write, the record would match the changed
     file, and the package would keep bytes of the old one.)"""
-    import rocpkg.deb
-    from rocpkg.build import build_release
+    import rocpkg.formats.deb
+    from rocpkg.build.run import build_release
     from rocpkg.model import BuildOptions
 
     artifacts = make_artifacts(tmp_path / "artifacts")
@@ -156,7 +157,7 @@ def test_a_source_changed_while_its_package_is_written_is_rebuilt_next_time(tmp_
     plan = load_plan(artifacts)
     spec = next(s for s in plan.packages["deb"] if s.kind == "device")
     source = next(f.source for f in spec.files if f.type == "file")
-    write_deb = rocpkg.deb.write_deb
+    write_deb = rocpkg.formats.deb.write_deb
 
     def write_then_change_a_source(written, out_dir, opts, *more):
         built = write_deb(written, out_dir, opts, *more)
@@ -165,7 +166,7 @@ def test_a_source_changed_while_its_package_is_written_is_rebuilt_next_time(tmp_
             os.utime(source, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
         return built
 
-    monkeypatch.setattr(rocpkg.deb, "write_deb", write_then_change_a_source)
+    monkeypatch.setattr(rocpkg.formats.deb, "write_deb", write_then_change_a_source)
     build_release(plan, out, formats=["deb"], options=options, jobs=1)
     monkeypatch.undo()
     again = build_release(load_plan(artifacts), out, formats=["deb"], options=options, jobs=1)
@@ -371,7 +372,7 @@ def test_an_output_directory_that_cannot_be_created_exits_2_with_one_line(artifa
 def test_the_indexers_reuse_the_digests_the_build_took(built):
     """The build hands each package's sha256 to the repository digest cache: `rocpkg repo`
     then reads no package again, and what it publishes matches the manifest."""
-    from rocpkg.digest_cache import DigestCache
+    from rocpkg.out.digest_cache import DigestCache
 
     manifest = json.loads((built / "manifest.json").read_text())
     for entry in manifest["packages"]:

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 from cli_run import rocpkg
-from rocpkg.config import load_config
-from rocpkg.sample import make_sample_artifacts
+from rocpkg.inputs.config import load_config
+from rocpkg.inputs.sample import make_sample_artifacts
 
 from kpack.elf import build_amdgpu_code_object, build_host_elf, build_offload_bundle
 from kpack.marker import MARKER_SECTION, encode_marker, read_marker
@@ -137,11 +137,11 @@ def test_an_unknown_allow_name_is_one_error_line_listing_the_checks(artifacts, t
 
 def test_a_source_swapped_after_the_catalog_read_it_is_refused_by_the_writer(artifacts, tmp_path):
     """The writers open what the catalog read, never a file (or symlink) put in its place."""
-    from rocpkg.catalog import scan
-    from rocpkg.deb import write_deb
+    from rocpkg.inputs.catalog import scan
+    from rocpkg.formats.deb import write_deb
     from rocpkg.errors import RocpkgInputError
     from rocpkg.model import BuildOptions
-    from rocpkg.plan import make_plan
+    from rocpkg.plan.make import make_plan
 
     config = load_config(None)
     plan = make_plan(config, scan(artifacts, config.settings["families"]), formats=("deb",))

@@ -7,10 +7,10 @@ import shutil
 import pytest
 
 from kpack.elf import build_amdgpu_code_object, build_host_elf
-from rocpkg.catalog import dropped_mode_bits, scan
-from rocpkg.config import load_config
+from rocpkg.inputs.catalog import dropped_mode_bits, scan
+from rocpkg.inputs.config import load_config
 from rocpkg.errors import RocpkgInputError
-from rocpkg.sample import make_sample_artifacts
+from rocpkg.inputs.sample import make_sample_artifacts
 
 
 @pytest.fixture(scope="module")
@@ -136,9 +136,9 @@ def test_the_catalog_records_each_files_facts(split):
 
 
 def test_plan_and_verify_use_the_facts_without_reopening_an_artifact(split, tmp_path):
-    from rocpkg.plan import make_plan
-    from rocpkg.plan_dump import plan_to_dict
-    from rocpkg.verify import verify_plan
+    from rocpkg.plan.make import make_plan
+    from rocpkg.plan.dump import plan_to_dict
+    from rocpkg.verify.run import verify_plan
 
     config = load_config(None)
     copy = tmp_path / "artifacts"

@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 
 from repo_helpers import AptClient, DnfClient, kill_gpg_agent, make_signer
-from rocpkg.channels import channel_version
-from rocpkg.config import load_config
+from rocpkg.inputs.channels import channel_version
+from rocpkg.inputs.config import load_config
 from rocpkg.errors import RocpkgInputError
-from rocpkg.releases import ReleaseRecord, manifest_releases, read_manifest
-from rocpkg.sample import make_sample_artifacts
-from rocpkg.version_order import order_problems, version_order_refusals
+from rocpkg.out.releases import ReleaseRecord, manifest_releases, read_manifest
+from rocpkg.inputs.sample import make_sample_artifacts
+from rocpkg.build.version_order import order_problems, version_order_refusals
 from test_demo import base_repository
 from test_versions import dpkg_signs, rpm_signs
 
@@ -269,7 +269,7 @@ def test_apt_and_dnf_upgrade_one_series_from_dev_to_nightly_to_prerelease_to_rel
 # -- retention by channel ---------------------------------------------------------------------
 
 def test_a_policy_removes_by_channel_age_and_count_never_the_newest_of_a_series():
-    from rocpkg.retention import parse_policy, policy_now, releases_to_remove
+    from rocpkg.repo.retention import parse_policy, policy_now, releases_to_remove
 
     day = lambda n: JAN_1 + n * DAY  # noqa: E731
     records = [_record("7.1.0~20260102~dev", date=day(1)), _record("7.1.0~20260103", date=day(2)),

@@ -71,7 +71,7 @@ def test_help_describes_the_tool_not_its_code():
 
 
 def test_every_option_of_every_command_has_help():
-    from rocpkg.cli import build_parser
+    from rocpkg.cli.main import build_parser
 
     parser = build_parser()
     commands = next(a for a in parser._actions if a.dest == "command").choices
@@ -159,7 +159,7 @@ def test_install_prefix_places_a_therock_list_form_release(shared_dir, tmp_path)
                         "--install-prefix", "/opt/rocm/core")
     assert result.returncode == 0, result.stderr
     paths = [f["path"] for p in json.loads(result.stdout)["packages"] for f in p["file_list"]]
-    # /opt/rocm itself is owned by every package that installs under it (rocpkg.layout)
+    # /opt/rocm itself is owned by every package that installs under it (rocpkg.formats.layout)
     assert paths and all(p.startswith("/opt/rocm/core/") or p in ("/opt/rocm/core", "/opt/rocm") for p in paths)
 
 

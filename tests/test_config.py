@@ -6,8 +6,8 @@ import shutil
 
 import pytest
 
-from rocpkg.config import load_config, namespace, relation_names, relation_problem
-from rocpkg.config_strings import prefix_problem
+from rocpkg.inputs.config import load_config, namespace, relation_names, relation_problem
+from rocpkg.inputs.config_strings import prefix_problem
 from rocpkg.errors import RocpkgInputError
 
 

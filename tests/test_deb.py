@@ -19,8 +19,8 @@ from datetime import datetime, timezone
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rocpkg import deb
-from rocpkg.deb import iter_deb_members, list_deb_files, read_deb_control, read_deb_control_file, write_deb
+from rocpkg.formats import deb
+from rocpkg.formats.deb import iter_deb_members, list_deb_files, read_deb_control, read_deb_control_file, write_deb
 from rocpkg.errors import RocpkgInputError
 from rocpkg.model import DIR, FILE, KIND_FILES, KIND_META, SYMLINK, BuildOptions, FileEntry, PackageSpec
 
@@ -447,7 +447,7 @@ def test_a_data_member_over_the_ar_size_limit_is_refused(library, tmp_path, monk
 
 
 def test_every_rendered_stanza_is_what_python_debian_dumps(library, meta, scripted):
-    from rocpkg.render import render_deb
+    from rocpkg.formats.render import render_deb
 
     for spec in (library, meta, scripted):
         text = render_deb(spec, BuildOptions(source_date_epoch=SDE)).control
@@ -500,7 +500,7 @@ def test_a_broken_stanza_is_refused(text, why):
 @settings(max_examples=200, deadline=None)
 @given(st.integers(min_value=0, max_value=2**34))
 def test_the_changelog_date_is_email_utils_rfc_2822_date(epoch):
-    from rocpkg.render import changelog_date
+    from rocpkg.formats.render import changelog_date
 
     assert changelog_date(epoch) == format_datetime(datetime.fromtimestamp(epoch, tz=timezone.utc))
 

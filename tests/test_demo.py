@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 
 from repo_helpers import AptClient, DnfClient, planned_installs
-from rocpkg import repo_dnf
-from rocpkg.catalog import scan
-from rocpkg.config import load_config
+from rocpkg.repo import dnf as repo_dnf
+from rocpkg.inputs.catalog import scan
+from rocpkg.inputs.config import load_config
 from rocpkg.model import KIND_META, BuildOptions, PackageSpec
-from rocpkg.graphs import closure
-from rocpkg.plan import make_plan
-from rocpkg.rpm import write_rpm
+from rocpkg.plan.graphs import closure
+from rocpkg.plan.make import make_plan
+from rocpkg.formats.rpm import write_rpm
 
 # What a distribution's base repository provides and the release depends on (rocm-llvm's
 # RPMRequires, rocm-smi's python3): stand-ins for the OS repo an empty installroot lacks.

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rocpkg.detect import detect_gpus, target_from_version
+from rocpkg.inputs.detect import detect_gpus, target_from_version
 
 CPU_PROPERTIES = "cpu_cores_count 16\nsimd_count 0\nmem_banks_count 1\ngfx_target_version 0\n"
 

@@ -24,9 +24,10 @@ from test_one_pass import _files, _options, _spec
 
 from kpack import memsearch
 from kpack.check import check_archive
-from rocpkg import compression, deb
-from rocpkg.deb import write_deb
-from rocpkg.rpm import write_rpm
+from rocpkg.formats import compression
+from rocpkg.formats import deb
+from rocpkg.formats.deb import write_deb
+from rocpkg.formats.rpm import write_rpm
 
 MIB = 1 << 20
 
@@ -188,8 +189,8 @@ def test_damage_inside_a_compressed_block_is_what_only_the_deep_check_finds(tmp_
 def test_build_deep_check_decodes_every_kernel_and_refuses_a_damaged_one(tmp_path):
     from test_build_refuses import refused
 
-    from rocpkg.config import load_config
-    from rocpkg.sample import make_sample_artifacts
+    from rocpkg.inputs.config import load_config
+    from rocpkg.inputs.sample import make_sample_artifacts
 
     make_sample_artifacts(tmp_path / "artifacts", load_config(None), targets=["gfx942"], size_mb=0.3)
     archive = tmp_path / "artifacts" / "blas_lib_gfx942" / "rocBLAS" / "stage" / ".kpack" / "blas_lib_gfx942.kpack"
@@ -217,7 +218,7 @@ NODE_NAMES = st.sampled_from([f"p{i}" for i in range(12)])
 def test_all_closures_at_once_are_each_closure_walked_apart(raw_edges):
     """graphs.closures (one pass over the dependency graph's components) against
     graphs.closure (one walk per root), cycles, self-loops and shared subgraphs included."""
-    from rocpkg.graphs import closure, closures
+    from rocpkg.plan.graphs import closure, closures
 
     edges = {name: ([d for d in inside if d in raw_edges], outside) for name, (inside, outside) in raw_edges.items()}
     table = closures(edges)
@@ -251,7 +252,7 @@ def test_target_lists_made_once_per_isa_are_the_ones_made_each_time():
 
 @pytest.mark.parametrize("fmt", ["deb", "rpm"])
 def test_templates_loaded_from_the_cache_render_what_freshly_compiled_ones_do(fmt, tmp_path, monkeypatch):
-    from rocpkg import render
+    from rocpkg.formats import render
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     spec = _spec(fmt, [])
@@ -269,7 +270,7 @@ def test_templates_loaded_from_the_cache_render_what_freshly_compiled_ones_do(fm
 
 
 def test_the_template_cache_is_only_a_directory_of_this_user_alone(tmp_path):
-    from rocpkg.render import template_cache
+    from rocpkg.formats.render import template_cache
 
     cache = tmp_path / "home"
     assert template_cache({"XDG_CACHE_HOME": str(cache)}).directory == str(cache / "rocpkg" / "templates")
@@ -291,7 +292,7 @@ def test_the_template_cache_is_only_a_directory_of_this_user_alone(tmp_path):
 def test_a_damaged_or_unwritable_template_cache_never_fails_a_build(tmp_path, monkeypatch):
     import shutil
 
-    from rocpkg import render
+    from rocpkg.formats import render
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     spec, cache = _spec("deb", []), tmp_path / "cache" / "rocpkg" / "templates"

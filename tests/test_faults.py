@@ -14,8 +14,8 @@ import pytest
 
 import cli_run
 
-from rocpkg.config import load_config
-from rocpkg.sample import make_sample_artifacts
+from rocpkg.inputs.config import load_config
+from rocpkg.inputs.sample import make_sample_artifacts
 
 def rocpkg(*args, file_size_limit: int | None = None) -> subprocess.CompletedProcess:
     def limit():  # Python ignores SIGXFSZ, so a write past the limit fails with EFBIG

@@ -1,4 +1,4 @@
-"""The normalised file list (rocpkg.filelist): a parent that is not a directory is refused,
+"""The normalised file list (rocpkg.formats.filelist): a parent that is not a directory is refused,
 missing parents are added; held to a plain walk of every path's whole chain of ancestors."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rocpkg.errors import RocpkgInputError
-from rocpkg.filelist import UNLISTED_BASE_DIRS, checked_files, sort_key, with_parents
+from rocpkg.formats.filelist import UNLISTED_BASE_DIRS, checked_files, sort_key, with_parents
 from rocpkg.model import DIR, FILE, FileEntry
 
 

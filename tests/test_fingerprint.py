@@ -1,4 +1,4 @@
-"""The code fingerprint (rocpkg.fingerprint.code_fingerprint): what it covers, held to an
+"""The code fingerprint (rocpkg.build.fingerprint.code_fingerprint): what it covers, held to an
 import walk by ast, and that it moves with the writers' code and the templates only."""
 from __future__ import annotations
 
@@ -8,16 +8,16 @@ import shutil
 from pathlib import Path
 
 import rocpkg
-from rocpkg import fingerprint
+from rocpkg.build import fingerprint
 
-ROCPKG_DIR = Path(fingerprint.__file__).resolve().parent
+ROCPKG_DIR = Path(fingerprint.__file__).resolve().parents[1]
 
 
 def _ast_closure(root: Path) -> set[str]:
     """The files (relative to root, posix) of every rocpkg module the writers import,
-    transitively, by parsing them: a package counts with all its .py files."""
+    transitively, by parsing them: a package counts with its __init__.py."""
     files: set[str] = set()
-    todo = ["rocpkg.deb", "rocpkg.rpm", "rocpkg.sign"]
+    todo = ["rocpkg.formats.deb", "rocpkg.formats.rpm", "rocpkg.formats.sign"]
     seen: set[str] = set()
     while todo:
         module = todo.pop()
@@ -25,7 +25,7 @@ def _ast_closure(root: Path) -> set[str]:
             continue
         seen.add(module)
         base = root.joinpath(*module.split(".")[1:])
-        found = sorted(base.glob("*.py")) if base.is_dir() else [base.with_suffix(".py")]
+        found = [base / "__init__.py"] if base.is_dir() else [base.with_suffix(".py")]
         for path in (p for p in found if p.is_file()):
             name = path.relative_to(root).as_posix()
             if name in files:
@@ -43,8 +43,9 @@ def _ast_closure(root: Path) -> set[str]:
 def test_the_writers_sources_are_what_they_import():
     found = fingerprint.writer_sources()
     assert set(found) == _ast_closure(ROCPKG_DIR)
-    assert {"deb.py", "streams.py", "compression.py", "rpm/write.py", "sign.py"} <= set(found)
-    assert "cli.py" not in found and "build.py" not in found
+    assert {"formats/deb.py", "formats/streams.py", "formats/compression.py", "formats/rpm/write.py",
+            "formats/sign.py"} <= set(found)
+    assert not [name for name in found if name.startswith(("cli/", "build/", "plan/", "inputs/"))]
 
 
 def _copy(tmp_path: Path, monkeypatch) -> tuple[Path, Path]:
@@ -52,7 +53,7 @@ def _copy(tmp_path: Path, monkeypatch) -> tuple[Path, Path]:
     shutil.copytree(ROCPKG_DIR, code, ignore=shutil.ignore_patterns("__pycache__"))
     templates = tmp_path / "templates"
     shutil.copytree(rocpkg.bundled_dir("rocpkg.templates"), templates)
-    monkeypatch.setattr(fingerprint, "__file__", os.fspath(code / "fingerprint.py"))
+    monkeypatch.setattr(fingerprint, "__file__", os.fspath(code / "build" / "fingerprint.py"))
     monkeypatch.setattr(rocpkg, "bundled_dir", lambda package: os.fspath(templates))
     return code, templates
 
@@ -62,11 +63,11 @@ def test_the_fingerprint_moves_with_the_writers_and_templates_only(tmp_path, mon
     first = fingerprint.code_fingerprint()
     assert fingerprint.code_fingerprint() == first
 
-    with open(code / "cli.py", "a") as fh:      # not imported by a writer
+    with open(code / "cli" / "main.py", "a") as fh:      # not imported by a writer
         fh.write("\n# a comment\n")
     assert fingerprint.code_fingerprint() == first
 
-    with open(code / "streams.py", "a") as fh:  # imported by the writers
+    with open(code / "formats" / "streams.py", "a") as fh:  # imported by the writers
         fh.write("\n# a comment\n")
     second = fingerprint.code_fingerprint()
     assert second != first
@@ -85,7 +86,7 @@ def test_a_new_module_a_writer_imports_counts(tmp_path, monkeypatch):
     first = fingerprint.code_fingerprint()
     (code / "extra_helper.py").write_text("X = 1\n")
     assert fingerprint.code_fingerprint() == first     # nothing imports it yet
-    with open(code / "render.py", "a") as fh:
+    with open(code / "formats" / "render.py", "a") as fh:
         fh.write("\n\ndef _extra():\n    from rocpkg.extra_helper import X  # a lazy import counts\n    return X\n")
     assert "extra_helper.py" in fingerprint.writer_sources()
     assert fingerprint.code_fingerprint() != first

@@ -26,8 +26,8 @@ from cli_run import refusal_lines, snapshot
 
 from kpack.archive import KpackReader, KpackWriter
 from kpack.elf import build_amdgpu_code_object, build_host_elf
-from rocpkg.config import load_config
-from rocpkg.sample import make_sample_artifacts
+from rocpkg.inputs.config import load_config
+from rocpkg.inputs.sample import make_sample_artifacts
 
 REPO = Path(__file__).resolve().parent.parent
 CONFIG = {
@@ -502,8 +502,8 @@ def test_a_percent_sign_reaches_the_rpm_header_as_written(release):
 
 
 def test_symlinks_that_resolve_inside_through_other_links_are_accepted(release):
-    from rocpkg.catalog import scan
-    from rocpkg.plan import make_plan
+    from rocpkg.inputs.catalog import scan
+    from rocpkg.plan.make import make_plan
 
     stage = release.path(BASE_STAGE)
     os.symlink("lib", stage / "lib64")

@@ -22,8 +22,8 @@ import pytest
 from cli_run import refusal_lines, snapshot
 from test_hostile_input import CONFIG
 
-from rocpkg.config import load_config
-from rocpkg.sample import make_sample_artifacts
+from rocpkg.inputs.config import load_config
+from rocpkg.inputs.sample import make_sample_artifacts
 
 REPO = Path(__file__).resolve().parent.parent
 TIMEOUT = 120
@@ -391,7 +391,7 @@ def test_a_huge_sparse_elf_member_is_read_through_a_window_never_spilled(tmp_pat
     verify's read-back keeps a bounded window in memory and writes nothing to TMPDIR."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from rocpkg.readback import read_tree_release
+    from rocpkg.verify.readback import read_tree_release
 
     root = tmp_path / "pkg"
     (root / "DEBIAN").mkdir(parents=True)

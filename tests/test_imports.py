@@ -25,7 +25,7 @@ def modules(package: str) -> dict[str, Path]:
 
 def imported(path: Path, known: set[str]) -> set[str]:
     """The known modules a source file imports, at module level or inside a function
-    (`from rocpkg import rpm` names the module rocpkg.rpm, `from rocpkg.x import f` rocpkg.x)."""
+    (`from rocpkg import rpm` names the module rocpkg.formats.rpm, `from rocpkg.x import f` rocpkg.x)."""
     names = set()
     for node in ast.walk(ast.parse(path.read_bytes(), str(path))):
         if isinstance(node, ast.Import):
@@ -64,7 +64,7 @@ def test_rocpkg_modules_import_each_other_without_a_circle():
     known = modules("rocpkg")
     graph = {name: {n for n in imported(path, set(known)) if n in known and n != name}
              for name, path in known.items()}
-    assert "rocpkg.rpm.write" in graph["rocpkg.rpm"]          # the reader sees the package's parts
+    assert "rocpkg.formats.rpm.write" in graph["rocpkg.formats.rpm"]          # the reader sees the package's parts
     assert cycle(graph) is None, " -> ".join(cycle(graph))
 
 
@@ -104,15 +104,54 @@ def test_no_private_name_is_imported_across_modules():
 def test_the_writers_are_pure_functions_of_a_spec():
     """The .deb and .rpm writers, and everything they import, know nothing of ROCm: no
     kpack, no host-code search, no catalog, plan or build. What a build wants to see of
-    a file's bytes reaches them as an observer (rocpkg.streams.Observe)."""
+    a file's bytes reaches them as an observer (rocpkg.formats.streams.Observe)."""
     known = modules("rocpkg")
     graph = {name: imported(path, set(known)) for name, path in known.items()}
-    reached, todo = set(), ["rocpkg.deb", "rocpkg.rpm"]
+    reached, todo = set(), ["rocpkg.formats.deb", "rocpkg.formats.rpm"]
     while todo:
         name = todo.pop()
         if name not in reached:
             reached.add(name)
             todo.extend(n for n in graph.get(name, ()) if n in known or n.split(".")[0] == "kpack")
     forbidden = {n for n in reached if n.split(".")[0] == "kpack"} | \
-        (reached & {"rocpkg.host_code", "rocpkg.catalog", "rocpkg.plan", "rocpkg.build", "rocpkg.gate"})
+        (reached & {"rocpkg.inputs.host_code", "rocpkg.inputs.catalog", "rocpkg.plan.make", "rocpkg.build.run", "rocpkg.build.gate"})
     assert forbidden == set()
+
+
+# The layers of rocpkg, lowest first: a module imports from its own layer and the ones below.
+# (top-level: errors, model, the package's resources) < formats < out < inputs < plan < verify
+# < build < repo < cli. So the writers know no artifacts, OUT's records know no plan, the
+# repository commands never import the builder, and only the command line prints or exits.
+LAYERS = ["", "formats", "out", "inputs", "plan", "verify", "build", "repo", "cli"]
+
+
+def layer_of(module: str) -> int:
+    parts = module.split(".")
+    return LAYERS.index(parts[1]) if len(parts) > 2 and parts[1] in LAYERS else 0
+
+
+def test_every_import_goes_down_the_layers():
+    known = modules("rocpkg")
+    upward = [f"{name} imports {dep}" for name, path in known.items()
+              for dep in imported(path, set(known)) if dep in known and layer_of(dep) > layer_of(name)]
+    assert upward == []
+    assert {name.split(".")[1] for name in known if name.count(".") >= 2} <= set(LAYERS)
+
+
+def test_at_most_twelve_modules_at_the_top():
+    top = sorted(p.name for p in ROOTS["rocpkg"].glob("*.py"))
+    assert len(top) <= 12, top
+
+
+def test_no_product_file_over_600_lines_and_no_function_over_80():
+    long_files, long_functions = [], []
+    for package in ROOTS:
+        for name, path in modules(package).items():
+            source = path.read_text()
+            if source.count("\n") > 600:
+                long_files.append(f"{path.relative_to(REPO)}: {source.count(chr(10))} lines")
+            for node in ast.walk(ast.parse(source)):
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and \
+                        node.end_lineno - node.lineno + 1 > 80:
+                    long_functions.append(f"{name}.{node.name}: {node.end_lineno - node.lineno + 1} lines")
+    assert long_files == [] and long_functions == []

@@ -194,7 +194,7 @@ def test_ls_into_a_closed_pipe_ends_quietly(tmp_path):
 
 
 def test_rocpkg_into_a_closed_pipe_ends_quietly_too(tmp_path):
-    from rocpkg.cli import main as rocpkg_main
+    from rocpkg.cli.main import main as rocpkg_main
 
     assert rocpkg_main(["sample-artifacts", str(tmp_path / "a"), "--targets", "gfx942", "--size-mb", "0.1"]) == 0
     assert _closed_pipe("rocpkg.cli", "plan", "-a", str(tmp_path / "a"), "--json") == (0, "")

@@ -209,7 +209,7 @@ def test_a_section_count_past_what_is_read_is_refused_though_the_file_holds_it(t
 
 
 def test_a_dynamic_table_without_its_end_is_read_no_further_than_a_real_one_goes(tmp_path):
-    from rocpkg.rpath import runpath_tags
+    from rocpkg.inputs.rpath import runpath_tags
 
     image = build_host_elf({".text": b"\xc3"}, soname="libx.so", runpath="$ORIGIN")
     entries = elfread.DYNAMIC_LIMIT + 8

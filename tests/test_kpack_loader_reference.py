@@ -28,14 +28,14 @@ def assert_agree(oracle, root: Path, isas: list[str], minimum: int, extra: list[
 
 @pytest.fixture(scope="module")
 def sample_config():
-    from rocpkg.config import load_config
+    from rocpkg.inputs.config import load_config
 
     return load_config(None)
 
 
 @pytest.mark.parametrize("layout", ["split", "recombined"])
 def test_a_sample_release_loads_what_the_runtime_loads(reference_loader, sample_config, tmp_path, layout):
-    from rocpkg.sample import make_sample_artifacts
+    from rocpkg.inputs.sample import make_sample_artifacts
 
     targets = ["gfx942", "gfx90a", "gfx1100", "gfx1201"]
     make_sample_artifacts(tmp_path / "artifacts", sample_config, targets=targets, layout=layout, size_mb=0.02)

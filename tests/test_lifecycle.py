@@ -21,14 +21,14 @@ import pytest
 import zstandard
 
 from repo_helpers import AptClient, DnfClient, kill_gpg_agent, make_signer, planned_installs
-from rocpkg.config import load_config
-from rocpkg.deb import iter_deb_members
+from rocpkg.inputs.config import load_config
+from rocpkg.formats.deb import iter_deb_members
 from rocpkg.errors import RocpkgInputError
-from rocpkg.integrity import check_integrity
-from rocpkg.lifecycle import releases_to_prune
-from rocpkg.publish import S3Dest, publish
-from rocpkg.releases import manifest_releases, read_manifest
-from rocpkg.sample import make_sample_artifacts
+from rocpkg.verify.integrity import check_integrity
+from rocpkg.repo.lifecycle import releases_to_prune
+from rocpkg.repo.publish import S3Dest, publish
+from rocpkg.out.releases import manifest_releases, read_manifest
+from rocpkg.inputs.sample import make_sample_artifacts
 from test_demo import base_repository
 
 TARGETS = ["gfx942"]
@@ -438,7 +438,7 @@ def entry(name, version, release, fmt="deb"):
 
 
 def test_recording_a_release_keeps_the_earlier_ones_and_merges_a_second_run_of_the_same(tmp_path):
-    from rocpkg.releases import ReleaseRecord, record_release
+    from rocpkg.out.releases import ReleaseRecord, record_release
 
     doc = record_release(None, ReleaseRecord("7.1.0", "1", targets=("gfx942",), formats=("deb",)),
                          [entry("a", "7.1.0", "1")])
@@ -460,7 +460,7 @@ def test_a_manifest_written_before_releases_existed_reads_as_one_release():
 
 
 def test_releases_to_prune_keep_n_per_series_newest_by_debian_version_order():
-    from rocpkg.releases import ReleaseRecord
+    from rocpkg.out.releases import ReleaseRecord
 
     records = [ReleaseRecord(v, r) for v, r in [("7.1.0", "1"), ("7.1.0", "10"), ("7.1.0", "9"), ("7.2.0", "1"),
                                                 ("7.2.1", "0.20261201"), ("6.4.0", "1")]]
@@ -469,7 +469,7 @@ def test_releases_to_prune_keep_n_per_series_newest_by_debian_version_order():
 
 
 def test_without_source_date_epoch_the_release_is_dated_by_its_artifacts(tmp_path):
-    from rocpkg.releases import inputs_date
+    from rocpkg.out.releases import inputs_date
 
     artifacts = tmp_path / "artifacts"
     make_sample_artifacts(artifacts, load_config(None), targets=TARGETS, size_mb=1)
@@ -516,8 +516,8 @@ def published_bytes(out: Path) -> dict[str, bytes]:
 
 
 def test_a_prune_that_fails_while_reindexing_leaves_out_as_it_was(story, tmp_path):
-    from rocpkg.lifecycle import prune
-    from rocpkg.sign import Signer
+    from rocpkg.repo.lifecycle import prune
+    from rocpkg.formats.sign import Signer
 
     out = tmp_path / "out"
     for version_release in (R1, R2):

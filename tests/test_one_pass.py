@@ -10,11 +10,11 @@ import subprocess
 
 import pytest
 
-from rocpkg import build
-from rocpkg.deb import read_deb_control_file, write_deb
+from rocpkg.build import run as build
+from rocpkg.formats.deb import read_deb_control_file, write_deb
 from rocpkg.model import DIR, FILE, BuildOptions, FileEntry, PackageSpec
-from rocpkg.rpm import write_rpm
-from rocpkg.streams import DigestThread
+from rocpkg.formats.rpm import write_rpm
+from rocpkg.formats.streams import DigestThread
 
 PREFIX = "/opt/rocm-7.1.0"
 MIB = 1 << 20
@@ -124,7 +124,7 @@ def test_when_fewer_packages_than_jobs_are_left_they_share_all_the_cores():
 
 
 def test_the_largest_start_first_then_the_small_ones_then_the_rest():
-    from rocpkg.schedule import PACKAGE_OVERHEAD, start_order
+    from rocpkg.build.schedule import PACKAGE_OVERHEAD, start_order
 
     sizes = [900 * MIB, 500 * MIB, 300 * MIB, 20 * MIB, 2 * MIB, PACKAGE_OVERHEAD, 4096, 0]
     # two workers: the two largest at once, then the three whose cost is their overhead
@@ -139,8 +139,8 @@ def test_no_package_gets_more_workers_than_the_writer_allows():
 
 
 def test_sample_artifacts_make_the_payload_asked_for(tmp_path):
-    from rocpkg.config import load_config
-    from rocpkg.sample import make_sample_artifacts
+    from rocpkg.inputs.config import load_config
+    from rocpkg.inputs.sample import make_sample_artifacts
 
     summary = make_sample_artifacts(tmp_path / "artifacts", load_config(None), targets=["gfx942"], size_mb=96)
     assert 0.8 * 96 * MIB <= summary.bytes <= 1.3 * 96 * MIB

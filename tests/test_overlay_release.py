@@ -18,8 +18,8 @@ from kpack.archive import KpackReader, KpackWriter
 from kpack.loader import filesystem_opener, find_kernel
 from loader_trees import device_isas, host_binaries, therock_release
 from reference_runtime import compare_with_loader
-from rocpkg.config import load_config
-from rocpkg.sample import KERNELS_PER_BINARY, make_sample_artifacts
+from rocpkg.inputs.config import load_config
+from rocpkg.inputs.sample import KERNELS_PER_BINARY, make_sample_artifacts
 from test_deb import throwaway_root
 from test_release import external_names, run
 from test_rpm import base_system_spec
@@ -107,8 +107,8 @@ def _check_installed(root: Path, reference_loader) -> None:
 
 def test_installed_with_dpkg_every_kernel_loads_as_the_reference_runtime_does(release, reference_loader, tmp_path):
     config, artifacts, out = release
-    from rocpkg.catalog import scan
-    from rocpkg.plan import make_plan
+    from rocpkg.inputs.catalog import scan
+    from rocpkg.plan.make import make_plan
 
     plan = make_plan(load_config(config), scan(artifacts))
     root = throwaway_root(tmp_path / "root", external_names(plan, "deb"), version="9999")
@@ -119,10 +119,10 @@ def test_installed_with_dpkg_every_kernel_loads_as_the_reference_runtime_does(re
 
 def test_installed_with_rpm_every_kernel_loads_as_the_reference_runtime_does(release, reference_loader, tmp_path):
     config, artifacts, out = release
-    from rocpkg.catalog import scan
+    from rocpkg.inputs.catalog import scan
     from rocpkg.model import BuildOptions
-    from rocpkg.plan import make_plan
-    from rocpkg.rpm import write_rpm
+    from rocpkg.plan.make import make_plan
+    from rocpkg.formats.rpm import write_rpm
 
     plan = make_plan(load_config(config), scan(artifacts))
     root = tmp_path / "root"
@@ -138,14 +138,14 @@ def test_only_the_variant_device_package_still_loads_every_kernel(release, refer
     """One library's gfx90a device package with what it depends on, nothing else of the
     release: the overlay and the bare archive it falls through to come together."""
     config, artifacts, out = release
-    from rocpkg.catalog import scan
-    from rocpkg.plan import make_plan
+    from rocpkg.inputs.catalog import scan
+    from rocpkg.plan.make import make_plan
 
     plan = make_plan(load_config(config), scan(artifacts))
     specs = plan.by_name("deb")
     device = next(s for s in plan.packages["deb"] if s.kind == "device" and s.target == "gfx90a"
                   and any(f.path.endswith("gfx90a:xnack-.kpack") for f in s.files))
-    from rocpkg.graphs import closures, dependency_edges, provided_names
+    from rocpkg.plan.graphs import closures, dependency_edges, provided_names
 
     names, _ = closures(dependency_edges(specs, provided_names(specs)))[device.name]
     debs = [next((out / "deb" / "pool" / "main").glob(f"{n}_*.deb")) for n in sorted(names)]
@@ -162,7 +162,7 @@ def test_only_the_variant_device_package_still_loads_every_kernel(release, refer
 
 
 def _strict_config(tmp_path: Path) -> Path:
-    from rocpkg.config import default_config_path
+    from rocpkg.inputs.config import default_config_path
 
     doc = json.loads(Path(default_config_path()).read_text())
     doc["settings"]["kpack_lookup"] = "strict"

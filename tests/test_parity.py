@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from rocpkg.catalog import scan
-from rocpkg.config import load_config
-from rocpkg.deb import write_deb
+from rocpkg.inputs.catalog import scan
+from rocpkg.inputs.config import load_config
+from rocpkg.formats.deb import write_deb
 from rocpkg.model import DIR, BuildOptions
-from rocpkg.plan import make_plan
-from rocpkg.rpm import write_rpm
-from rocpkg.sample import make_sample_artifacts
+from rocpkg.plan.make import make_plan
+from rocpkg.formats.rpm import write_rpm
+from rocpkg.inputs.sample import make_sample_artifacts
 from test_deb import dpkg, throwaway_root
 from test_rpm import base_system_spec
 from test_rpm import run as rpm_run

@@ -8,14 +8,13 @@ import sys
 
 import pytest
 
-from rocpkg import model as m
-from rocpkg.catalog import scan
-from rocpkg.cli import main
-from rocpkg.config import load_config
+from rocpkg.inputs.catalog import scan
+from rocpkg.cli.main import main
+from rocpkg.inputs.config import load_config
 from rocpkg.errors import RocpkgInputError
-from rocpkg.graphs import closure
-from rocpkg.plan import make_plan
-from rocpkg.sample import make_sample_artifacts
+from rocpkg.plan.graphs import closure
+from rocpkg.plan.make import make_plan
+from rocpkg.inputs.sample import make_sample_artifacts
 
 TARGETS = ["gfx942", "gfx1100", "gfx1101"]
 

@@ -176,7 +176,7 @@ def test_device_code_filed_under_another_target_is_caught(rocrand, tmp_path):
 
 
 def test_sample_artifacts_for_gfx803_as_debian_builds_it(tmp_path):
-    from rocpkg.cli import main as rocpkg_main
+    from rocpkg.cli.main import main as rocpkg_main
 
     assert rocpkg_main(["sample-artifacts", str(tmp_path / "a"), "--targets", "gfx803", "--size-mb", "0.1"]) == 0
     device_dirs = [d for d in (tmp_path / "a").iterdir() if d.name.endswith("_gfx803")]

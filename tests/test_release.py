@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 import rpmfile
 
-from rocpkg.catalog import scan
-from rocpkg.config import load_config, relation_names
-from rocpkg.deb import write_deb
+from rocpkg.inputs.catalog import scan
+from rocpkg.inputs.config import load_config, relation_names
+from rocpkg.formats.deb import write_deb
 from rocpkg.model import FILE, BuildOptions
-from rocpkg.plan import make_plan
-from rocpkg.rpm import write_rpm
-from rocpkg.sample import make_sample_artifacts
+from rocpkg.plan.make import make_plan
+from rocpkg.formats.rpm import write_rpm
+from rocpkg.inputs.sample import make_sample_artifacts
 from test_deb import throwaway_root
 from test_rpm import base_system_spec
 

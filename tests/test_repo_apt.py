@@ -17,10 +17,10 @@ from debian import deb822
 
 from repo_helpers import (CHAIN, META, META_CLOSURE, AptClient, apt_source_line,
                           planned_installs, write_chain, write_package)
-from rocpkg import repo_apt
-from rocpkg.cli import main
+from rocpkg.repo import apt as repo_apt
+from rocpkg.cli.main import main
 from rocpkg.errors import RocpkgInputError
-from rocpkg.sign import Signer
+from rocpkg.formats.sign import Signer
 
 SDE = 1700000000
 

@@ -13,10 +13,10 @@ import pytest
 
 from repo_helpers import (CHAIN, META, META_CLOSURE, DnfClient,
                           rpmbuild_package, write_chain, write_package)
-from rocpkg import repo_dnf
-from rocpkg.cli import main
+from rocpkg.repo import dnf as repo_dnf
+from rocpkg.cli.main import main
 from rocpkg.errors import RocpkgInputError
-from rocpkg.sign import Signer
+from rocpkg.formats.sign import Signer
 
 SDE = 1700000000
 REPO = "{http://linux.duke.edu/metadata/repo}"

@@ -12,17 +12,17 @@ from pathlib import Path
 import pytest
 
 from kpack.elf import build_host_elf
-from rocpkg.build import package_fingerprint
-from rocpkg.catalog import scan
-from rocpkg.config import load_config
-from rocpkg.deb import write_deb
+from rocpkg.build.fingerprint import package_fingerprint
+from rocpkg.inputs.catalog import scan
+from rocpkg.inputs.config import load_config
+from rocpkg.formats.deb import write_deb
 from rocpkg.errors import RocpkgInputError
 from rocpkg.model import FILE, BuildOptions
-from rocpkg.plan import make_plan
-from rocpkg.streams import patch_chunks
-from rocpkg.rpm import write_rpm
-from rocpkg.sample import make_sample_artifacts
-from rocpkg.verify import verify_plan
+from rocpkg.plan.make import make_plan
+from rocpkg.formats.streams import patch_chunks
+from rocpkg.formats.rpm import write_rpm
+from rocpkg.inputs.sample import make_sample_artifacts
+from rocpkg.verify.run import verify_plan
 from test_deb import throwaway_root
 from test_release import SDE, external_names, run
 from test_rpm import base_system_spec

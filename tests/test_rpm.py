@@ -23,11 +23,11 @@ from hypothesis import strategies as st
 import rpmfile
 import zstandard
 
-from rocpkg import rpm
-from rocpkg.rpm import write as rpm_write
+from rocpkg.formats import rpm
+from rocpkg.formats.rpm import write as rpm_write
 from rocpkg.errors import RocpkgInputError
 from rocpkg.model import DIR, FILE, SYMLINK, BuildOptions, FileEntry, PackageSpec
-from rocpkg.render import render_spec
+from rocpkg.formats.render import render_spec
 
 SDE = 1_700_000_000
 PREFIX = "/opt/rocm-7.1.0"

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from repo_helpers import write_package
-from rocpkg import rpm
+from rocpkg.formats import rpm
 from rocpkg.errors import RocpkgInputError
-from rocpkg.rpm import SigTag
-from rocpkg.sign import Signer, sign_rpm_header
+from rocpkg.formats.rpm import SigTag
+from rocpkg.formats.sign import Signer, sign_rpm_header
 
 SDE = 1700000000
 RELEASE_TEXT = b"Origin: rocpkg\nSuite: stable\n"

@@ -1,5 +1,5 @@
 """A build writes its packages into OUT/.rocpkg/staging while its checks run, and moves
-them into place only once the checks pass (rocpkg.outdir): a refused build leaves OUT as
+them into place only once the checks pass (rocpkg.out.outdir): a refused build leaves OUT as
 it found it, whether OUT did not exist, was empty, or held an earlier release."""
 from __future__ import annotations
 
@@ -7,18 +7,17 @@ import os
 import shutil
 import time
 from pathlib import Path
-from typing import NamedTuple
 
 import pytest
 from cli_run import rocpkg, snapshot
-from rocpkg import gate
-from rocpkg.build import build_release
-from rocpkg.catalog import scan
-from rocpkg.config import load_config
+from rocpkg.build import gate
+from rocpkg.build.run import build_release
+from rocpkg.inputs.catalog import scan
+from rocpkg.inputs.config import load_config
 from rocpkg.errors import RocpkgInputError
 from rocpkg.model import BuildOptions
-from rocpkg.outdir import STAGING_DIR
-from rocpkg.plan import make_plan
+from rocpkg.out.outdir import STAGING_DIR
+from rocpkg.plan.make import make_plan
 
 from kpack.elf import build_amdgpu_code_object, build_host_elf, build_offload_bundle
 from kpack.marker import MARKER_SECTION, encode_marker, read_marker
@@ -120,7 +119,7 @@ def test_a_build_with_one_job_checks_before_it_writes(artifacts, tmp_path, monke
     config = load_config(None)
     plan = make_plan(config, scan(str(artifacts), config.settings["families"]), formats=["deb"])
     out = tmp_path / "out"
-    from rocpkg import build
+    from rocpkg.build import run as build
 
     def never(task):
         raise AssertionError(f"{task.spec.name} written before the checks passed")
@@ -136,7 +135,7 @@ def test_a_build_with_one_job_checks_before_it_writes(artifacts, tmp_path, monke
 
 
 def test_the_host_search_on_workers_finds_what_the_threads_find(artifacts):
-    from rocpkg.workers import Workers
+    from rocpkg.build.workers import Workers
 
     library = str(carry_fat_binary(artifacts))
     families = load_config(None).settings["families"]
@@ -151,7 +150,7 @@ def test_the_host_search_on_workers_finds_what_the_threads_find(artifacts):
 
 
 def test_a_host_library_replaced_while_the_workers_search_it_is_refused(artifacts):
-    from rocpkg.workers import Workers
+    from rocpkg.build.workers import Workers
 
     library = carry_fat_binary(artifacts)
     families = load_config(None).settings["families"]
@@ -171,8 +170,8 @@ def _host_elfs(plan) -> list[str]:
 def test_a_build_searches_each_host_elf_while_its_writer_reads_it(artifacts, tmp_path, monkeypatch, jobs):
     """Issue 15: every input byte read once. The writer that packs a host ELF searches its
     data sections on the way; the file is not read again for the search (found_in)."""
-    from rocpkg import host_code
-    from rocpkg.workers import Workers
+    from rocpkg.inputs import host_code
+    from rocpkg.build.workers import Workers
 
     def read_again(*args):
         raise AssertionError(f"{args[0]} was read again for its search")
@@ -190,7 +189,7 @@ def test_a_build_searches_each_host_elf_while_its_writer_reads_it(artifacts, tmp
 @pytest.mark.parametrize("jobs", [1, 2])
 def test_device_code_a_writer_finds_in_a_host_elf_refuses_the_build_before_a_package_is_published(
         artifacts, tmp_path, jobs):
-    from rocpkg.workers import Workers
+    from rocpkg.build.workers import Workers
 
     library = str(carry_fat_binary(artifacts))
     config = load_config(None)
@@ -252,11 +251,11 @@ def test_a_host_elf_its_writer_cannot_read_leaves_out_as_it_was(artifacts, tmp_p
 
 
 def test_a_sparse_host_elf_is_searched_through_its_holes(tmp_path):
-    """A writer reads a file's holes as zeros it never reads (rocpkg.streams); the search
+    """A writer reads a file's holes as zeros it never reads (rocpkg.formats.streams); the search
     sees them too, and a bundle after a hole is found."""
     from kpack.bundle import BUNDLE_MAGIC
     from kpack.placement import StreamedSearch, host_device_code
-    from rocpkg.streams import SourceFile
+    from rocpkg.formats.streams import SourceFile
 
     bundle = build_offload_bundle([("hipv4-amdgcn-amd-amdhsa--gfx942", build_amdgpu_code_object("gfx942"))])
     image = build_host_elf({".text": b"\xc3", ".data": b"\1" + bytes(3 << 20) + bundle})
@@ -276,7 +275,7 @@ def test_a_sparse_host_elf_is_searched_through_its_holes(tmp_path):
 
 
 def test_the_host_elfs_of_packages_already_built_are_searched_by_reading_them(artifacts, tmp_path, monkeypatch):
-    from rocpkg import host_code
+    from rocpkg.inputs import host_code
 
     config = load_config(None)
     out = tmp_path / "out"
@@ -327,7 +326,7 @@ def _package(task):
 
 
 def test_held_checks_start_behind_each_workers_first_package_and_all_finish(tmp_path):
-    from rocpkg.workers import Workers
+    from rocpkg.build.workers import Workers
 
     log = str(tmp_path / "log")
     with Workers(2, hold=True) as workers:
@@ -344,7 +343,7 @@ def test_held_checks_start_behind_each_workers_first_package_and_all_finish(tmp_
 
 
 def test_a_held_check_waited_for_before_any_package_runs_at_once(tmp_path):
-    from rocpkg.workers import Workers
+    from rocpkg.build.workers import Workers
 
     log = str(tmp_path / "log")
     with Workers(2, hold=True) as workers:
@@ -353,7 +352,7 @@ def test_a_held_check_waited_for_before_any_package_runs_at_once(tmp_path):
 
 
 def test_a_package_task_that_raises_is_raised_where_its_result_would_be(tmp_path):
-    from rocpkg.workers import Workers
+    from rocpkg.build.workers import Workers
 
     log = str(tmp_path / "log")
     with Workers(2, hold=True) as workers:
@@ -398,7 +397,7 @@ def test_a_staging_area_planted_as_a_symlink_is_not_written_through(artifacts, t
 def _build_in_process(artifacts: Path, out: Path, *extra: str) -> int:
     """`rocpkg build -j 2` as the command runs it, in this process (its workers forked
     from here see this test's patches)."""
-    from rocpkg.cli import main
+    from rocpkg.cli.main import main
 
     return main(["build", "-a", str(artifacts), "-o", str(out), "--formats", "deb,rpm", "-j", "2", "-q", *extra])
 
@@ -408,7 +407,7 @@ def test_each_host_elf_is_searched_by_the_writer_that_packs_it_never_read_again(
     per file: of a library's .deb and .rpm, the first), never read again for the search."""
     import json
 
-    from rocpkg import host_code
+    from rocpkg.inputs import host_code
 
     def read_again(*args):
         raise AssertionError(f"{args[0]} was read again for its search")
@@ -425,8 +424,8 @@ def test_publication_waits_for_the_whole_set_of_searched_files():
     """_HostVerdict: in once every file of the set has been searched, whatever the number
     or order of answers (a package searching no file, or one answering twice, counts for
     nothing)."""
-    from rocpkg import build
-    from rocpkg.packing import PackageOutcome, Written
+    from rocpkg.build import run as build
+    from rocpkg.build.packing import PackageOutcome, Written
 
     outcome = PackageOutcome("deb", "x", "1", "1", "amd64", "host", "", "", "x.deb", 1, "", (), 1, True, 0.0)
 

@@ -13,7 +13,7 @@ import cli_run
 
 from loader_trees import device_isas, host_binaries, therock_release
 from reference_runtime import compare_with_loader
-from rocpkg.config import load_config
+from rocpkg.inputs.config import load_config
 from test_deb import throwaway_root
 from test_release import external_names
 
@@ -32,8 +32,8 @@ def release(tmp_path_factory, shared_dir):
 
 @pytest.fixture(scope="module")
 def plan(release):
-    from rocpkg.catalog import scan
-    from rocpkg.plan import make_plan
+    from rocpkg.inputs.catalog import scan
+    from rocpkg.plan.make import make_plan
 
     config, artifacts, _ = release
     loaded = load_config(config)

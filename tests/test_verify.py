@@ -21,14 +21,14 @@ import pytest
 from kpack.archive import KpackReader, KpackWriter
 from kpack.elf import build_host_elf
 from kpack.marker import Marker, encode_marker, read_marker
-from rocpkg.build import build_release
-from rocpkg.catalog import scan
-from rocpkg.config import load_config
-from rocpkg.deb import write_deb
+from rocpkg.build.run import build_release
+from rocpkg.inputs.catalog import scan
+from rocpkg.inputs.config import load_config
+from rocpkg.formats.deb import write_deb
 from rocpkg.model import BuildOptions
-from rocpkg.plan import make_plan
-from rocpkg.sample import make_sample_artifacts
-from rocpkg.verify import verify_plan, verify_tree
+from rocpkg.plan.make import make_plan
+from rocpkg.inputs.sample import make_sample_artifacts
+from rocpkg.verify.run import verify_plan, verify_tree
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TARGETS = ["gfx942", "gfx1100"]

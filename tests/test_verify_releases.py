@@ -7,8 +7,8 @@ import json
 
 import pytest
 from cli_run import rocpkg
-from rocpkg.config import load_config
-from rocpkg.sample import make_sample_artifacts
+from rocpkg.inputs.config import load_config
+from rocpkg.inputs.sample import make_sample_artifacts
 
 
 @pytest.fixture(scope="module")

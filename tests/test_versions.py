@@ -1,4 +1,4 @@
-"""rocpkg.versions against the real tools: thousands of generated pairs (with '~', '^',
+"""rocpkg.formats.versions against the real tools: thousands of generated pairs (with '~', '^',
 epochs, letters, digits, separators) compared by `dpkg --compare-versions` and by rpm's
 own rpm.vercmp, each tool called once per batch; properties by hypothesis; and the rule an
 error names."""
@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rocpkg.versions import DPKG, RPM, compare, dpkg_compare, evr, rpm_compare, rpmvercmp, split_evr
+from rocpkg.formats.versions import DPKG, RPM, compare, dpkg_compare, evr, rpm_compare, rpmvercmp, split_evr
 
 # full versions each tool accepts (dpkg warns about others; rpm refuses '-' in a version)
 VALID = {DPKG: re.compile(r"(\d+:)?[0-9][A-Za-z0-9.+~-]*-[A-Za-z0-9.+~]+"),
@@ -86,7 +86,7 @@ def rpm_signs(pairs, tmp_path) -> list[int]:
 
 
 def assert_same_order(tool: str, pairs, expected: list[int]) -> None:
-    """rocpkg.versions orders every pair as the tool did; the pairs reach all three answers."""
+    """rocpkg.formats.versions orders every pair as the tool did; the pairs reach all three answers."""
     assert len(expected) == len(pairs)
     wrong = [(a, b, want, compare(tool, a, b)) for (a, b), want in zip(pairs, expected)
              if compare(tool, a, b).sign != want]
@@ -116,7 +116,7 @@ def test_rpm_order_matches_rpm_vercmp(tmp_path):
 @needs_rpm
 def test_therock_forms_that_the_tools_order_apart(tmp_path):
     """TheRock's dev and prerelease forms sort above its nightly for dpkg and below it for
-    rpm: the tools themselves say so, and so does rocpkg.versions, with the rule."""
+    rpm: the tools themselves say so, and so does rocpkg.formats.versions, with the rule."""
     pairs = [("7.1.0~dev20260102-1", "7.1.0~20260103-1"), ("7.1.0~rc1-1", "7.1.0~20260103-1"),
              ("7.1.0~pre1-1", "7.1.0~20260103-1")]
     assert dpkg_signs(pairs, tmp_path) == [1, 1, 1]

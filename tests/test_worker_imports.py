@@ -13,21 +13,21 @@ import pytest
 
 PROBE = """
 import json, sys
-from rocpkg.workers import Workers
+from rocpkg.build.workers import Workers
 
 def loaded():
-    return {name: name in sys.modules for name in ("rocpkg.deb", "debian.deb822", "rocpkg.rpm", "jinja2",
-                                                    "email.utils", "rocpkg.packing", "rocpkg.build",
-                                                    "rocpkg.releases")}
+    return {name: name in sys.modules for name in ("rocpkg.formats.deb", "debian.deb822", "rocpkg.formats.rpm", "jinja2",
+                                                    "email.utils", "rocpkg.build.packing", "rocpkg.build.run",
+                                                    "rocpkg.out.releases")}
 
 with Workers(2, hold=False, formats=FORMATS) as workers:
     print(json.dumps(workers.pool.apply(loaded)))
 """
 
 
-# every worker: the task's module (rocpkg.packing), not the parent's side of the build
-# (rocpkg.build and its release and index modules: 16 ms a worker before its first write)
-_TASKS = {"rocpkg.packing": True, "rocpkg.build": False, "rocpkg.releases": False}
+# every worker: the task's module (rocpkg.build.packing), not the parent's side of the build
+# (rocpkg.build.run and its release and index modules: 16 ms a worker before its first write)
+_TASKS = {"rocpkg.build.packing": True, "rocpkg.build.run": False, "rocpkg.out.releases": False}
 
 
 def _worker_modules(formats: list[str]) -> dict[str, bool]:
@@ -38,9 +38,9 @@ def _worker_modules(formats: list[str]) -> dict[str, bool]:
 
 
 @pytest.mark.parametrize("formats,expected", [
-    (["rpm"], {"rocpkg.deb": False, "debian.deb822": False, "rocpkg.rpm": True, "jinja2": True, "email.utils": False, **_TASKS}),
-    (["deb"], {"rocpkg.deb": True, "debian.deb822": False, "rocpkg.rpm": False, "jinja2": True, "email.utils": False, **_TASKS}),
-    (["deb", "rpm"], {"rocpkg.deb": True, "debian.deb822": False, "rocpkg.rpm": True, "jinja2": True,
+    (["rpm"], {"rocpkg.formats.deb": False, "debian.deb822": False, "rocpkg.formats.rpm": True, "jinja2": True, "email.utils": False, **_TASKS}),
+    (["deb"], {"rocpkg.formats.deb": True, "debian.deb822": False, "rocpkg.formats.rpm": False, "jinja2": True, "email.utils": False, **_TASKS}),
+    (["deb", "rpm"], {"rocpkg.formats.deb": True, "debian.deb822": False, "rocpkg.formats.rpm": True, "jinja2": True,
                       "email.utils": False, **_TASKS}),
 ])
 def test_a_worker_loads_the_writers_of_the_formats_built(formats, expected):

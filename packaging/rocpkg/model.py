@@ -30,7 +30,7 @@ class FileEntry:
     size:   planned size in bytes (FILE only); writers fail if the source no longer has it
     link_target: SYMLINK only, written verbatim
     patches: (file offset, bytes) written over the source's bytes as they stream into the
-            package (FILE only; rocpkg.rpath: DT_RUNPATH -> DT_RPATH); same size
+            package (FILE only; rocpkg.inputs.rpath: DT_RUNPATH -> DT_RPATH); same size
     """
 
     path: str

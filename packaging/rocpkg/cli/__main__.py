@@ -1,0 +1,4 @@
+"""`python -m rocpkg.cli`: the command line."""
+from rocpkg.cli.main import entry
+
+entry()

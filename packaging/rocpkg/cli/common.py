@@ -1,0 +1,158 @@
+"""What every rocpkg subcommand module shares (cli.py and cli_build.py both import it,
+never each other): the error line, the plan options and loading a plan from them,
+interactive detection and the size format."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from rocpkg.errors import RocpkgInputError
+
+
+def print_error(where: str, what: str) -> None:
+    print(f"error: {where}: {what}" if where else f"error: {what}", file=sys.stderr)
+
+
+def add_verbosity_options(p: argparse.ArgumentParser, top: bool) -> None:
+    """-v/-q, accepted before the command (`rocpkg -q build`) and after it (`rocpkg build -q`):
+    a command's own parser must not reset what the top level set, so its default is SUPPRESS."""
+    g = p.add_mutually_exclusive_group()
+    default = 0 if top else argparse.SUPPRESS
+    g.add_argument("-v", "--verbose", dest="verbosity", action="store_const", const=1, default=default,
+                   help="say more: every package as it is written or found up to date, the plan's notes")
+    g.add_argument("-q", "--quiet", dest="verbosity", action="store_const", const=-1, default=default,
+                   help="only the command's result, warnings and errors: no progress, no summary")
+
+
+def verbosity(args) -> int:
+    """-1 quiet, 0 normal, 1 verbose."""
+    return getattr(args, "verbosity", 0)
+
+
+def add_plan_options(p: argparse.ArgumentParser, artifacts_required: bool = True) -> None:
+    """The options every plan-based command shares, so one command line moves between them."""
+    p.add_argument("-c", "--config", default=None, help="package.json (default: the bundled one)")
+    p.add_argument("-a", "--artifacts", required=artifacts_required, help="artifacts directory")
+    p.add_argument("--version", dest="pkg_version", help="release version (overrides settings.version)")
+    p.add_argument("--release", help="package release (overrides settings.release)")
+    p.add_argument("--targets", help="comma-separated targets to package (default: all found)")
+    p.add_argument("--formats", default="deb,rpm", help="comma-separated formats: deb,rpm")
+    p.add_argument("--install-prefix", default=None, metavar="DIR",
+                   help="install prefix, {abi} and {version} expanded (overrides settings.prefix; TheRock's "
+                        "list-form package.json has no settings: default /opt/rocm/core-{abi})")
+    p.add_argument("--unknown-keys", choices=("error", "warn"), default=None,
+                   help="an unknown package.json key is an error (default) or a warning "
+                        "(overrides settings.unknown_keys)")
+    p.add_argument("--kpack-lookup", choices=("fallthrough", "strict"), default=None,
+                   help="check kernels as this runtime finds them: fallthrough (the runtime ROCm ships) or "
+                        "strict (before the fall-through); overrides settings.kpack_lookup and, for verify "
+                        "OUT, what the release's record says")
+
+
+def add_subset_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--pkg-names", action="extend", nargs="+", default=None, metavar="NAME",
+                   help="only these packages (TheRock's --pkg-names): package.json definitions (all their "
+                        "packages) or package names, space- or comma-separated")
+    p.add_argument("--with-deps", action="store_true",
+                   help="with --pkg-names: also every package they depend on inside the release")
+
+
+def selected_packages(args, plan) -> set[tuple[str, str]] | None:
+    """(format, name) of the packages --pkg-names picks; None when it is not given."""
+    if not args.pkg_names:
+        if args.with_deps:
+            raise RocpkgInputError(("--with-deps", "only applies with --pkg-names"))
+        return None
+    from rocpkg.plan.subset import select
+
+    names = [n for arg in args.pkg_names for n in split_list(arg) or []]
+    if not names:
+        raise RocpkgInputError(("--pkg-names", "no package name given"))
+    return select(plan, names, closure=args.with_deps)
+
+
+def split_list(text: str | None) -> list[str] | None:
+    return [x.strip() for x in text.split(",") if x.strip()] if text else None
+
+
+def formats(args) -> list[str]:
+    chosen = split_list(args.formats) or []
+    bad = [f for f in chosen if f not in ("deb", "rpm")]
+    if bad or not chosen:
+        raise RocpkgInputError(("--formats", f"expected deb, rpm or both, got {args.formats!r}"))
+    return chosen
+
+
+def load_config_of(args):
+    """package.json of -c, with --unknown-keys, --install-prefix and --kpack-lookup applied."""
+    from rocpkg.inputs.config import load_config
+
+    config = load_config(args.config, unknown_keys=getattr(args, "unknown_keys", None))
+    prefix = getattr(args, "install_prefix", None)
+    if prefix is not None:
+        from rocpkg.inputs.config_strings import prefix_problem
+
+        problem = prefix_problem(prefix, getattr(args, "pkg_version", None) or config.settings["version"])
+        if problem:
+            raise RocpkgInputError(("--install-prefix", problem))
+        config.settings["prefix"] = prefix
+    if getattr(args, "kpack_lookup", None):
+        config.settings["kpack_lookup"] = args.kpack_lookup
+    for line in config.warnings:
+        print(f"warning: {line}", file=sys.stderr)
+    return config
+
+
+def load_plan(args, config=None, *, embedded_objects: bool = True, starmap_async=None, writers: bool = False):
+    """The plan of the plan options (config: load_config_of(args) when already loaded);
+    embedded_objects, starmap_async, writers: catalog.scan's (False for build: those
+    findings only warn; the build's workers; True for build)."""
+    from rocpkg.inputs.catalog import scan
+    from rocpkg.plan.make import make_plan
+
+    check_artifacts_dir(args.artifacts)
+    config = config or load_config_of(args)
+    catalog = scan(args.artifacts, config.settings["families"], embedded_objects=embedded_objects,
+                   starmap_async=starmap_async, writers=writers)
+    if not catalog.dirs:
+        raise RocpkgInputError((args.artifacts, "no artifact directories (<name>_<component>_<suffix>) in it"))
+    return make_plan(config, catalog, version=args.pkg_version, release=args.release,
+                     targets=split_list(args.targets), formats=formats(args))
+
+
+def check_artifacts_dir(path: str) -> None:
+    """-a names a directory: say what it is otherwise, before any scan."""
+    if not os.path.lexists(path):
+        raise RocpkgInputError((path, "artifacts directory not found"))
+    if not os.path.isdir(path):
+        raise RocpkgInputError((path, "not a directory (-a names the artifacts directory)"))
+
+
+def human_bytes(n: float) -> str:
+    """1536 -> "1.5 KiB": the size format of every rocpkg table and progress line."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def interactive(stream=None) -> bool:
+    """A progress bar on a terminal; plain lines in CI and in logs."""
+    stream = stream or sys.stderr
+    return stream.isatty() and not os.environ.get("CI")
+
+
+def warn_if_unsigned(signer) -> None:
+    """The client snippets of an unsigned repository turn signature checks off: say so."""
+    if signer is None:
+        print("warning: unsigned repository: rocm.list says trusted=yes and rocm.repo gpgcheck=0", file=sys.stderr)
+
+
+def print_snippets(snippets: dict, signer) -> None:
+    """The client snippets a re-index wrote, and who signed it."""
+    if snippets:
+        print(f"repositories: {', '.join(snippets.values())}"
+              + (f", signed by {signer.fingerprint}" if signer else ", unsigned"))
+        warn_if_unsigned(signer)

@@ -1,0 +1,288 @@
+"""`rocpkg` command line: the only place that prints or exits.
+
+Each subcommand is a `_cmd_<name>(args) -> int` handler registered in `build_parser()`.
+Library code raises RocpkgInputError (or kpack.errors.KpackFormatError) for bad input;
+main() turns those into `error: <where>: <what>` lines and exit status 2.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import rocpkg
+from rocpkg.cli.common import (add_plan_options, add_subset_options, add_verbosity_options, formats, human_bytes, load_config_of, load_plan,
+                               print_error, selected_packages, split_list, verbosity, warn_if_unsigned)
+from rocpkg.errors import RocpkgInputError
+
+EPILOG = ("Exit status: 0 done, 2 bad input (one `error: <where>: <what>` line per problem), 1 a failure "
+          "of rocpkg itself. `rocpkg COMMAND --help` shows a command's options; each command's --version "
+          "is the release version it packages, `rocpkg --version` the tool's own.")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="rocpkg", description=rocpkg.__doc__.strip(), epilog=EPILOG)
+    parser.add_argument("--version", action="version", version=f"rocpkg {rocpkg.__version__}",
+                        help="show rocpkg's own version and exit")
+    add_verbosity_options(parser, top=True)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _register_commands(sub)
+    for command in sub.choices.values():  # `rocpkg build -q` as well as `rocpkg -q build`
+        add_verbosity_options(command, top=False)
+    return parser
+
+
+def _cmd_plan(args) -> int:
+    import json
+
+    from rocpkg.plan.dump import plan_to_dict, plan_to_dot
+
+    if args.no_files and not args.json:
+        raise RocpkgInputError(("--no-files", "only applies to --json output"))
+    plan = load_plan(args)
+    chosen = selected_packages(args, plan)
+    if chosen is not None:
+        from rocpkg.plan.subset import restrict
+
+        plan = restrict(plan, chosen)
+    if args.json:
+        json.dump(plan_to_dict(plan, with_files=not args.no_files), sys.stdout, indent=1)
+        sys.stdout.write("\n")
+        return 0
+    if args.dot:
+        sys.stdout.write(plan_to_dot(plan, formats(args)[0]))
+        return 0
+    for fmt, specs in plan.packages.items():
+        rows = [("package", "kind", "target/family", "files", "bytes", "depends")]
+        for s in specs:
+            files = sum(1 for f in s.files if f.type != "dir")
+            rows.append((s.name, s.kind, s.target or s.family, str(files), human_bytes(s.payload_size),
+                         ", ".join(s.depends)))
+        widths = [max(len(r[i]) for r in rows) for i in range(5)]
+        print(f"== {fmt}: {len(specs)} packages, version {plan.settings['version']}-{plan.settings['release']}, "
+              f"targets {', '.join(plan.targets) or '-'}")
+        for r in rows:
+            print("  ".join(c.ljust(w) for c, w in zip(r[:5], widths)) + "  " + r[5])
+        print()
+    for fam, members in plan.families.items():
+        print(f"family {fam}: {', '.join(members)}")
+    for line in plan.info if verbosity(args) >= 0 else ():
+        print(f"info: {line}")
+    for line in plan.warnings:
+        print(f"warning: {line}", file=sys.stderr)
+    return 0
+
+
+def _cmd_sample_artifacts(args) -> int:
+    from rocpkg.inputs.config import load_config
+    from rocpkg.inputs.sample import make_sample_artifacts
+
+    config = load_config(args.config)
+    summary = make_sample_artifacts(args.dir, config, targets=split_list(args.targets), layout=args.layout,
+                                    size_mb=args.size_mb, seed=args.seed, clean=args.clean,
+                                    overlays=args.xnack_overlays)
+    print(f"{summary.root}: {len(summary.dirs)} artifact dirs, {summary.files} files, "
+          f"{human_bytes(summary.bytes)}, targets {', '.join(summary.targets)} ({summary.layout} layout)")
+    return 0
+
+
+def _cmd_repo(args) -> int:
+    """Index (and with a key, sign) OUT/deb and OUT/rpm, and write the client snippets."""
+    from rocpkg.out.dates import published_source_date_epoch
+    from rocpkg.repo.index import publish_repositories
+    from rocpkg.formats.sign import Signer
+
+    out = args.out
+    if args.gpg_home and not args.sign_key:
+        raise RocpkgInputError(("--gpg-home", "given without --sign-key"))
+    sde = published_source_date_epoch(out)
+    signer = None
+    if args.sign_key:
+        home = args.gpg_home or os.environ.get("GNUPGHOME") or os.path.expanduser("~/.gnupg")
+        signer = Signer(home, args.sign_key, signature_time=sde)
+    snippets, manifest = publish_repositories(out, suite=args.suite, signer=signer, source_date_epoch=sde,
+                                              base_url=args.base_url)
+    signed = f", signed by {signer.fingerprint}" if signer else ", unsigned"
+    if "deb" in snippets:
+        print(f"apt: {os.path.join(out, 'deb', 'dists', args.suite)} (source line in rocm.list){signed}")
+    if "rpm" in snippets:
+        print(f"dnf: {os.path.join(out, 'rpm', 'repodata')} (repo file rocm.repo){signed}")
+    if manifest:
+        print(f"manifest: {manifest}")
+    warn_if_unsigned(signer)
+    return 0
+
+
+def _cmd_verify(args) -> int:
+    """Verify a built OUT tree, or the plan of -c/-a before building; exit 2 on any problem."""
+    import json
+
+    from rocpkg.verify.run import verify_plan, verify_tree
+
+    if args.out:
+        if args.artifacts or args.config:
+            raise RocpkgInputError(("verify", "give either OUT (a built tree) or -c/-a (a plan), not both"))
+        from rocpkg.build.version_order import out_order_problems
+        from rocpkg.verify.integrity import check_integrity
+
+        report = verify_tree(args.out, formats=formats(args), release=args.release, lookup=args.kpack_lookup)
+        report.problems += check_integrity(args.out, keyring=args.keyring, formats=formats(args))
+        report.problems += out_order_problems(args.out)    # releases that apt or dnf would not upgrade to
+    elif args.artifacts:
+        config = load_config_of(args)
+        report = verify_plan(load_plan(args, config), config)
+    else:
+        raise RocpkgInputError(("verify", "give OUT (a built tree) or -a ARTIFACTS (a plan)"))
+    if args.json:
+        json.dump(report.to_dict(), sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    else:
+        _print_verify_summary(report)
+    for line in report.warnings:
+        print(f"warning: {line}", file=sys.stderr)
+    for problem in report.problems:
+        print(problem.line(), file=sys.stderr)
+    return 2 if report.problems else 0
+
+
+def _print_verify_summary(report) -> None:
+    print(f"verify {report.source}: {', '.join(report.formats)}")
+    for fmt in report.formats:
+        c = report.counts.get(fmt, {})
+        ids = "; ".join(f"{t}: {', '.join(v)}" for t, v in report.targets.get(fmt, {}).items()) or "-"
+        mine = sum(1 for p in report.problems if p.format == fmt)
+        print(f"== {fmt}: {c.get('packages', 0)} packages, {c.get('host_binaries', 0)} host binaries with kernels, "
+              f"{c.get('archives', 0)} archives, {c.get('lookups', 0)} archive lookups, "
+              f"{c.get('kernels_checked', 0)} kernels checked, {mine} problems")
+        print(f"  target IDs: {ids}")
+        mine = [c for c in report.closures if c.format == fmt]
+        print(f"  {len(mine)} meta-package closures computed; per family alias:")
+        for closure in mine:
+            if closure.kind == "alias":
+                print(f"  {closure.family} <- {closure.root} ({len(closure.packages)} packages)")
+                for target, names in closure.devices.items():
+                    print(f"      {target}: {', '.join(names)}")
+        print(f"  external: {', '.join(report.externals.get(fmt, [])) or '-'}")
+    print("OK: no problem found" if report.ok else f"FAILED: {len(report.problems)} problems")
+
+
+def _register_commands(sub) -> None:
+    """Subcommand parsers; each sets `func` to its handler."""
+    p = sub.add_parser("plan", help="show the package set and its relations")
+    add_plan_options(p)
+    add_subset_options(p)
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--json", action="store_true", help="machine-readable plan (schema rocpkg-plan/1)")
+    g.add_argument("--dot", action="store_true", help="Graphviz graph of the first format's relations")
+    p.add_argument("--no-files", action="store_true", help="with --json: leave out the file lists")
+    p.set_defaults(func=_cmd_plan)
+
+    p = sub.add_parser("sample-artifacts", help="synthesise an artifacts tree for a package.json")
+    p.add_argument("dir", help="directory to create the artifacts in")
+    p.add_argument("-c", "--config", default=None, help="package.json (default: the bundled one)")
+    p.add_argument("--targets", default=None, help="comma-separated targets (default gfx942,gfx1100,gfx1101); a bare target also gets its xnack+ build, a feature build (gfx90a:xnack-) named alone gets no bare one")
+    p.add_argument("--xnack-overlays", action="store_true",
+                   help="feature builds (gfx90a:xnack-) hold one kernel per binary over the bare build's archive")
+    p.add_argument("--layout", choices=("split", "recombined"), default="split",
+                   help="one artifact dir per target (split, default) or per family (recombined)")
+    p.add_argument("--size-mb", type=float, default=1.0, help="approximate payload size")
+    p.add_argument("--seed", type=int, default=0, help="random seed of the synthetic payload (default 0)")
+    p.add_argument("--clean", action="store_true", help="replace DIR if it is not empty")
+    p.set_defaults(func=_cmd_sample_artifacts)
+
+    p = sub.add_parser("repo", help="index and sign the APT and DNF repositories under OUT")
+    p.add_argument("out", metavar="OUT", help="a tree written by `rocpkg build`")
+    p.add_argument("--gpg-home", default=None, help="GnuPG home holding the signing key (default $GNUPGHOME)")
+    p.add_argument("--sign-key", default=None, help="key id, fingerprint or user id to sign with")
+    p.add_argument("--suite", default="stable", help="APT suite (default stable)")
+    p.add_argument("--base-url", default=None, help="URL OUT is served at, for rocm.list/rocm.repo "
+                                                    "(default file://OUT)")
+    p.set_defaults(func=_cmd_repo)
+
+    p = sub.add_parser("verify", help="prove every host binary finds its kernels, before or after building")
+    p.add_argument("out", metavar="OUT", nargs="?", help="a built tree (deb/pool/main, rpm/<arch>) to read back")
+    add_plan_options(p, artifacts_required=False)
+    p.add_argument("--json", action="store_true", help="machine-readable report (schema rocpkg-verify/1)")
+    p.add_argument("--keyring", default=None, help="with OUT: public key file (rocm.gpg or rocm.asc) the index "
+                                                   "signatures must verify against")
+    p.set_defaults(func=_cmd_verify)
+
+    from rocpkg.cli import build as cli_build  # build, demo, detect
+
+    cli_build.register(sub)
+    from rocpkg.cli import repo as cli_repo  # prune, promote, publish
+
+    cli_repo.register(sub)
+
+
+# the trees each command reads or writes, by argument name: repaired before it runs
+TREES = {"build": ("output",), "repo": ("out",), "verify": ("out",), "prune": ("out",),
+         "promote": ("src", "dst"), "publish": ("out",)}
+
+
+def _repair_trees(args) -> None:
+    """Before a command runs: an interrupted change of each tree it touches is rolled
+    back, the temporaries of dead runs swept (rocpkg.out.journal.recover), one line each on
+    stderr (stdout may be JSON)."""
+    from rocpkg.out.journal import recover
+
+    for name in TREES.get(args.command, ()):
+        tree = getattr(args, name, None)
+        for done in recover(tree, sweep=args.command != "build") if tree else ():
+            if done.action == "swept":
+                print(f"repaired: {tree}: removed {done.swept} temporaries of killed rocpkg runs", file=sys.stderr)
+            else:
+                print(f"repaired: {tree}: rolled back an interrupted rocpkg {done.command} (pid {done.pid}): "
+                      f"{done.restored} files put back, {done.removed} removed; the tree is as it was "
+                      f"before that command, run it again", file=sys.stderr)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        _repair_trees(args)
+        status = int(args.func(args) or 0)
+        sys.stdout.flush()  # a closed pipe shows up here when the output fits the buffer
+        return status
+    except RocpkgInputError as exc:
+        for where, what in exc.problems:
+            print_error(where, what)
+        return 2
+    except BrokenPipeError:  # `rocpkg plan | head`: the reader left, nothing is wrong
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except OSError as exc:  # a path that cannot be read, created or written (EACCES, ENOSPC, EIO)
+        where = exc.filename or getattr(args, "output", None) or getattr(args, "out", None) or ""
+        print_error(str(where), exc.strerror or str(exc))
+        return 2
+    except KeyboardInterrupt:
+        print_error("", "interrupted")
+        return 130
+    except Exception as exc:  # kpack format errors are input errors too
+        from kpack.errors import KpackFormatError
+
+        if isinstance(exc, KpackFormatError):
+            print_error("", str(exc))
+            return 2
+        raise
+
+
+def entry() -> None:
+    """The `rocpkg` command: main(), then the process ends without the interpreter's
+    teardown (freeing every module and object one by one, on a process whose work is
+    done, would add to the tail of every build). Safe because
+    everything rocpkg writes goes through `with` blocks (AtomicOutput, the state journal,
+    the OUT lock) and the worker pool is joined before main returns; what is left is
+    the standard streams, flushed here. An exception still takes the normal way out."""
+    status = main()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):   # a reader that left (`rocpkg plan | head`)
+            pass
+    os._exit(status)
+
+
+if __name__ == "__main__":
+    entry()

@@ -1,0 +1,92 @@
+"""Command-line handlers of a repository's later life: `rocpkg prune`, `rocpkg promote`
+and `rocpkg publish` (they print). cli._register_commands calls register().
+"""
+from __future__ import annotations
+
+import os
+
+from rocpkg.cli.build import signer_of_args
+from rocpkg.cli.channels import add_policy_option, prune_policy
+from rocpkg.cli.common import human_bytes, print_snippets
+
+
+def _add_index_options(p) -> None:
+    """What re-indexing needs, as `rocpkg repo` takes it."""
+    p.add_argument("--suite", default="stable", help="APT suite (default stable)")
+    p.add_argument("--gpg-home", default=None, help="GnuPG home of the signing key (default $GNUPGHOME)")
+    p.add_argument("--sign-key", default=None, help="key to re-sign the indexes with (required when they are signed)")
+    p.add_argument("--base-url", default=None, help="URL the repository is served at, for rocm.list/rocm.repo")
+
+
+def _index_signer(args, out_dir: str):
+    from rocpkg.out.dates import published_source_date_epoch
+
+    return signer_of_args(args, published_source_date_epoch(out_dir))
+
+
+def _cmd_prune(args) -> int:
+    from rocpkg.repo.lifecycle import prune
+
+    policy = prune_policy(args)     # --policy (rocpkg.cli.channels), or None for --keep
+    signer = None if args.dry_run else _index_signer(args, args.out)
+    result = prune(args.out, keep=args.keep, keep_list=args.keep_release or [], suite=args.suite, signer=signer,
+                   base_url=args.base_url, dry_run=args.dry_run, policy=policy)
+    verb = "would remove" if args.dry_run else "removed"
+    print(f"{verb} {len(result.removed)} releases ({', '.join(result.removed) or 'none'}), "
+          f"{len(result.files)} package files; kept {', '.join(result.kept) or 'none'}")
+    if not args.dry_run:
+        print_snippets(result.snippets, signer)
+    return 0
+
+
+def _cmd_promote(args) -> int:
+    from rocpkg.repo.lifecycle import promote
+
+    signer = _index_signer(args, args.src)
+    result = promote(args.src, args.dst, args.release, suite=args.suite, signer=signer, base_url=args.base_url)
+    print(f"promoted {args.release}: {len(result.files)} package files copied into {args.dst}; "
+          f"it now holds {', '.join(result.kept)}")
+    print_snippets(result.snippets, signer)
+    return 0
+
+
+def _cmd_publish(args) -> int:
+    from rocpkg.repo.publish import destination, publish
+
+    dest = destination(args.dest, args.endpoint_url, allow_bucket_root=args.allow_bucket_root)
+    result = publish(args.out, dest, keep_removed=args.keep_removed, check=not args.no_check)
+    print(f"published {args.out} to {result.dest}: {len(result.sent)} files sent ({human_bytes(result.bytes_sent)}), "
+          f"{result.unchanged} unchanged, {len(result.removed)} removed")
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser("prune", help="remove old releases from OUT and re-index it, in one step")
+    p.add_argument("out", metavar="OUT", help="the repository tree (built by rocpkg build)")
+    p.add_argument("--keep", type=int, default=None, help="releases kept per series (MAJOR.MINOR), newest first")
+    add_policy_option(p)
+    p.add_argument("--keep-release", action="append", metavar="V-R", help="also keep this release (repeatable)")
+    p.add_argument("--dry-run", action="store_true", help="only say what would be removed")
+    _add_index_options(p)
+    p.set_defaults(func=_cmd_prune)
+
+    p = sub.add_parser("promote", help="copy a tested release's packages into another repository and re-index it")
+    p.add_argument("src", metavar="SRC", help="the repository tree the tested release is in")
+    p.add_argument("dst", metavar="DST", help="the repository tree of the channel it goes to (created if absent)")
+    p.add_argument("--release", required=True, metavar="V-R", help="the release to promote, e.g. 7.1.0-1")
+    _add_index_options(p)
+    p.set_defaults(func=_cmd_promote)
+
+    p = sub.add_parser("publish", help="upload OUT's repositories to a directory or s3://bucket/prefix, "
+                                       "indexes last, removals after")
+    p.add_argument("out", metavar="OUT", help="the repository tree to publish")
+    p.add_argument("dest", metavar="DEST", help="a directory, or s3://BUCKET[/PREFIX]")
+    p.add_argument("--endpoint-url", default=os.environ.get("AWS_ENDPOINT_URL"),
+                   help="S3-compatible server (default $AWS_ENDPOINT_URL, else AWS)")
+    p.add_argument("--keep-removed", action="store_true",
+                   help="leave files an earlier publish put in DEST and OUT no longer has (publish never removes "
+                        "anything else)")
+    p.add_argument("--allow-bucket-root", action="store_true",
+                   help="allow s3://BUCKET with no prefix (the bucket holds nothing but this repository)")
+    p.add_argument("--no-check", action="store_true", help="publish even if OUT fails the integrity check")
+    p.set_defaults(func=_cmd_publish)

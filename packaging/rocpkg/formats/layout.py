@@ -1,0 +1,71 @@
+"""The install tree around a release's prefix, as TheRock lays out /opt/rocm: the
+directories above the prefix that a release owns (so that removing the last release
+leaves nothing, and nothing it does not own is deleted), and the links to the newest
+installed release that one package per release manages with update-alternatives."""
+from __future__ import annotations
+
+import posixpath
+import re
+from dataclasses import dataclass
+
+from rocpkg.formats.filelist import SYSTEM_DIRS
+
+# What TheRock's core postinst links beside the prefix (/opt/rocm/bin -> core-7.1/bin)
+# and into /usr/bin; a link is made only where the release has the target.
+SUBDIRS = ("bin", "lib", "include", "llvm", "amdgcn", "libexec", "share")
+TOOLS = ("hipcc", "hipconfig", "hipify-clang", "rocminfo", "amdclang", "amdclang++", "amdclang-cl",
+         "amdclang-cpp", "amdflang", "amdlld")
+
+
+@dataclass(frozen=True)
+class Alternative:
+    """One update-alternatives link group: `link` -> `target`, with slave links that
+    follow the master (made only when their target exists)."""
+
+    name: str
+    link: str
+    target: str
+    slaves: tuple[tuple[str, str, str], ...] = ()   # (link, name, target)
+
+
+def owned_ancestors(prefix: str) -> list[str]:
+    """The directories between the base system's and the prefix, which every package of
+    the release owns: /opt/rocm/core-7.1 -> [/opt/rocm]; /opt/rocm-7.1.0 -> []."""
+    out = []
+    parent = posixpath.dirname(prefix.rstrip("/"))
+    while parent not in SYSTEM_DIRS and parent not in ("", "/"):
+        out.append(parent)
+        parent = posixpath.dirname(parent)
+    return sorted(out)
+
+
+def priority(version: str) -> int:
+    """update-alternatives priority from the version: the newest release wins (7.1.0 ->
+    70100, 7.10.2 -> 71002); minor and patch above 99 count as 99."""
+    parts = [int(m.group()) if (m := re.match(r"\d+", p)) else 0 for p in version.split(".")[:3]]
+    parts += [0] * (3 - len(parts))
+    major, minor, patch = parts
+    return min(major, 200000) * 10000 + min(minor, 99) * 100 + min(patch, 99)
+
+
+def alternatives(prefix: str) -> list[Alternative]:
+    """TheRock's links for a release installed at `prefix` (/opt/rocm/core-7.1):
+    /opt/rocm/core (newest release) with /opt/rocm/{bin,lib,...} and /usr/bin/{hipcc,...}
+    as its slaves, and /opt/rocm/core-7 (newest release of that major version). Nothing
+    for a prefix that carries no version."""
+    base = posixpath.basename(prefix)
+    match = re.match(r"^(.*?)[-_]?(\d+)(\.\d+)*$", base)
+    if not match or not match.group(1):
+        return []
+    unversioned, major = match.group(1), match.group(2)
+    parent = posixpath.dirname(prefix)
+    slaves = []
+    if parent not in SYSTEM_DIRS:  # /opt/rocm/bin; never /opt/bin
+        group = posixpath.basename(parent)
+        slaves += [(f"{parent}/{sub}", f"{group}-{sub}", f"{prefix}/{sub}") for sub in SUBDIRS]
+    slaves += [(f"/usr/bin/{tool}", tool, f"{prefix}/bin/{tool}") for tool in TOOLS]
+    out = [Alternative(unversioned, posixpath.join(parent, unversioned), prefix, tuple(slaves))]
+    by_major = f"{unversioned}-{major}"
+    if by_major != base:
+        out.append(Alternative(by_major, posixpath.join(parent, by_major), prefix))
+    return out

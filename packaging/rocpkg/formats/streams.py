@@ -1,0 +1,481 @@
+"""One hashing and counting stream wrapper for every writer and indexer (createrepo_c's
+model: count and hash while writing, never read a file twice)."""
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import stat
+import queue
+import threading
+from typing import BinaryIO, Callable, Iterable, Iterator, Protocol
+
+from rocpkg.errors import RocpkgInputError
+
+# 256 KiB: a chunk is read, then compressed and hashed while it is still in the core's L2
+# cache (1 MiB per core is common, with zstd's window and tables beside it). Larger
+# chunks leave the cache and cost the writers more CPU than the four times as many
+# syscalls of 256 KiB chunks do (benchmarks/RESULTS.md).
+CHUNK = 256 << 10
+
+
+class HashingWriter:
+    """File-like sink that forwards writes and keeps running digests and a byte count."""
+
+    def __init__(self, sink: BinaryIO | None, algorithms: Iterable[str] = ("sha256",)):
+        self.sink = sink
+        self.hashes = {name: hashlib.new(name) for name in algorithms}
+        self.count = 0
+
+    def write(self, data) -> int:
+        if self.sink is not None:
+            self.sink.write(data)
+        for h in self.hashes.values():
+            h.update(data)
+        n = len(data)
+        self.count += n
+        return n
+
+    def flush(self) -> None:
+        if self.sink is not None and hasattr(self.sink, "flush"):
+            self.sink.flush()
+
+    def hexdigest(self, name: str = "sha256") -> str:
+        return self.hashes[name].hexdigest()
+
+    def digest(self, name: str = "sha256") -> bytes:
+        return self.hashes[name].digest()
+
+
+class Tee:
+    """Forwards writes to a sink and to taps (DigestThreads), counting the bytes."""
+
+    def __init__(self, sink, *taps):
+        self.sink, self.taps, self.count = sink, taps, 0
+
+    def write(self, data) -> int:
+        self.sink.write(data)
+        for tap in self.taps:
+            tap.write(data)
+        self.count += len(data)
+        return len(data)
+
+    def flush(self) -> None:
+        if hasattr(self.sink, "flush"):
+            self.sink.flush()
+
+
+def hash_file(path: str | os.PathLike, algorithms: Iterable[str] = ("sha256",)) -> HashingWriter:
+    """Digest a file in chunks; returns the HashingWriter (count + hexdigest)."""
+    hw = HashingWriter(None, algorithms)
+    with open(path, "rb") as f:
+        while chunk := f.read(CHUNK):
+            hw.write(chunk)
+    return hw
+
+
+def hash_open(f: BinaryIO, start: int, *hashes) -> int:
+    """Feed the bytes of the open file f from `start` to its end into every hash (one
+    reused buffer, bounded); returns their count. For the digests that cover bytes whose
+    prefix is only final once the payload is written (see the writers): the payload was
+    just written, so this reads the page cache, not the disk."""
+    f.flush()
+    buffer = bytearray(CHUNK)
+    view = memoryview(buffer)
+    count = 0
+    # through a read-only descriptor of its own: reading back through the one still open
+    # for writing costs several times the kernel time under gVisor
+    with open(f.name, "rb", buffering=0) as reader:
+        reader.seek(start)
+        while n := reader.readinto(buffer):
+            for h in hashes:
+                h.update(view[:n])
+            count += n
+    return count
+
+
+def copy_stream(src: BinaryIO, dst, size: int | None = None) -> int:
+    """Copy src to dst in bounded chunks; with size, copy exactly that many bytes or raise
+    EOFError (a file that shrank while being packed)."""
+    copied = 0
+    while size is None or copied < size:
+        want = CHUNK if size is None else min(CHUNK, size - copied)
+        chunk = src.read(want)
+        if not chunk:
+            if size is not None:
+                raise EOFError(f"expected {size} bytes, got {copied}")
+            break
+        dst.write(chunk)
+        copied += len(chunk)
+    return copied
+
+
+class AtomicOutput:
+    """Write to `<path>.tmp-<pid>` and rename into place on success; remove on failure,
+    so that no half-written package or index is ever visible under its final name."""
+
+    def __init__(self, path: str | os.PathLike, mode: str = "wb"):
+        self.path = os.fspath(path)
+        self.tmp = f"{self.path}.tmp-{os.getpid()}"
+        self.mode = mode
+        self.file = None
+
+    def __enter__(self):
+        # the directory is made only when the open finds it missing: a build writes
+        # thousands of files into a few directories (makedirs costs 12 us a call)
+        try:
+            self.file = open(self.tmp, self.mode)
+        except FileNotFoundError:
+            os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
+            self.file = open(self.tmp, self.mode)
+        return self.file
+
+    def __exit__(self, exc_type, exc, tb):
+        try:
+            self.file.close()  # flushes: a full disk may only show here
+            if exc_type is None:
+                os.replace(self.tmp, self.path)
+        except OSError as error:
+            self._discard()
+            raise self._named(error)
+        except BaseException:
+            self._discard()
+            raise
+        if exc_type is not None:
+            self._discard()
+            if isinstance(exc, OSError):
+                self._named(exc)
+        return False
+
+    def _discard(self) -> None:
+        try:
+            os.unlink(self.tmp)
+        except FileNotFoundError:
+            pass
+
+    def _named(self, error: OSError) -> OSError:
+        """A failed write (ENOSPC, EIO) names no file; the user needs to know which one."""
+        if error.filename is None:
+            error.filename = self.path
+        return error
+
+
+def write_atomic(path: str, data: bytes) -> None:
+    """`data` as the whole of `path`, atomically (AtomicOutput)."""
+    with AtomicOutput(path) as fh:
+        fh.write(data)
+
+
+def read_upto(stream, n: int) -> bytes:
+    """Up to n bytes, fewer only at the end of the stream (raw streams may return less)."""
+    chunks, got = [], 0
+    while got < n:
+        chunk = stream.read(n - got)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)
+
+
+def read_exact(stream, n: int) -> bytes:
+    """Exactly n bytes or EOFError: a truncated payload is an error, not a short read."""
+    data = read_upto(stream, n)
+    if len(data) != n:
+        raise EOFError(f"truncated: wanted {n} bytes, got {len(data)}")
+    return data
+
+
+def skip_exact(stream, n: int) -> None:
+    """Consume n bytes of a non-seekable stream in bounded chunks."""
+    while n > 0:
+        n -= len(read_exact(stream, min(CHUNK, n)))
+
+
+# -- reading sources: the one place both writers read a planned file's bytes ------------
+
+_ZEROS = memoryview(bytes(CHUNK))
+
+
+class _SourceChanged(Exception):
+    """The source file is not the size it was planned (or first read) with."""
+
+
+def _next_data(fd: int, position: int, size: int) -> int:
+    """Offset of the next byte of data at or after position (size if only a hole is
+    left). A file system that can't tell (EINVAL, EOPNOTSUPP) has no holes."""
+    try:
+        return min(os.lseek(fd, position, os.SEEK_DATA), size)
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:
+            return size
+        return position
+
+
+def _next_hole(fd: int, position: int, size: int) -> int:
+    try:
+        return min(os.lseek(fd, position, os.SEEK_HOLE), size)
+    except OSError:
+        return size
+
+
+def _chunks(source: BinaryIO, size: int) -> Iterator[bytes | memoryview]:
+    """Exactly `size` bytes of an open file, in chunks of at most CHUNK. Holes of a sparse
+    file come from a shared zero buffer instead of read(): the kernel would only hand back
+    zeros, at a real cost for multi-GiB sparse files."""
+    fd = source.fileno()
+    position = 0
+    while position < size:
+        data_at = _next_data(fd, position, size)
+        while position < data_at:
+            step = min(CHUNK, data_at - position)
+            yield _ZEROS[:step]
+            position += step
+        if position >= size:
+            break
+        hole_at = _next_hole(fd, position, size)
+        source.seek(position)
+        while position < hole_at:
+            chunk = source.read(min(CHUNK, hole_at - position))
+            if not chunk:
+                raise _SourceChanged(f"it shrank while being packed: it ended at {position} bytes")
+            yield chunk
+            position += len(chunk)
+    now = os.fstat(fd).st_size
+    if now != size:
+        raise _SourceChanged(f"it {'grew' if now > size else 'shrank'} while being packed: it has {now} bytes now")
+
+
+def patch_chunks(chunks: Iterable[bytes | memoryview], patches) -> Iterator[bytes | memoryview]:
+    """The chunks of one file with `patches` ((offset, bytes), sorted, not overlapping)
+    written over them as they stream by; a patch may straddle chunk boundaries. Chunks no
+    patch touches pass through untouched (no copy)."""
+    if not patches:
+        yield from chunks
+        return
+    position = 0
+    for chunk in chunks:
+        end = position + len(chunk)
+        touched = [(at, data) for at, data in patches if at < end and at + len(data) > position]
+        if touched:
+            chunk = bytearray(chunk)
+            for at, data in touched:
+                lo, hi = max(at, position), min(at + len(data), end)
+                chunk[lo - position:hi - position] = data[lo - at:hi - at]
+        yield chunk
+        position = end
+
+
+class StreamObserver(Protocol):
+    """What a build hands a writer to see one source file's bytes as they stream past
+    (Observe): the writer knows nothing of what it looks for. start() gets the open file
+    before its first byte; watch() wraps the chunks the writer reads (it may not change
+    them); result() is asked once the file is read, with the file still open, and what it
+    returns is recorded in BuiltPackage.observed."""
+
+    def start(self, handle: BinaryIO) -> None: ...
+
+    def watch(self, chunks: Iterator[bytes]) -> Iterator[bytes]: ...
+
+    def result(self, handle: BinaryIO, where: str) -> object: ...
+
+
+# Source path -> the observer of that file's bytes, or None for a file nobody watches.
+Observe = Callable[[str], "StreamObserver | None"]
+
+
+def observed_file(observe: "Observe | None", source: str) -> "StreamObserver | None":
+    """The observer `observe` gives `source` (None without one)."""
+    return observe(source) if observe is not None else None
+
+
+class SourceFile:
+    """One planned source file, opened for its single read: both writers read their
+    sources through chunks() and nowhere else, so the planned byte patches
+    (FileEntry.patches, rocpkg.inputs.rpath: RUNPATH -> RPATH) are applied here, once, before
+    any digest sees the bytes. A file that vanished, can't be read, or is not the planned
+    size (before or while it is read) is bad input naming `where` and the file."""
+
+    def __init__(self, where: str, source: str, size: int, patches=(), identity: tuple[int, int] = (0, 0),
+                 watch: "StreamObserver | None" = None):
+        self.where, self.source, self.size, self.patches = where, source, size, patches
+        self.watch = watch     # sees the file's own bytes as they pass (a StreamObserver)
+        try:  # never through a symlink swapped in since the catalog read the file
+            fd = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except FileNotFoundError:
+            raise self._error("the source file vanished while packing") from None
+        except OSError as exc:
+            raise self._error(f"the source file can't be read: {exc.strerror}") from None
+        self.handle = os.fdopen(fd, "rb")
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or (identity != (0, 0) and (info.st_dev, info.st_ino) != identity):
+            self.handle.close()
+            raise self._error("the source file was replaced while packing (not the file the plan read)")
+        self.mtime = int(info.st_mtime)
+        if info.st_size != size:
+            self.handle.close()
+            change = "grew" if info.st_size > size else "shrank"
+            raise self._error(f"the source file changed while packing: it {change} while being packed: "
+                              f"it has {info.st_size} bytes, the plan says {size}")
+
+    def _error(self, what: str) -> RocpkgInputError:
+        return RocpkgInputError((self.where, f"{what} ({self.source})"))
+
+    def __enter__(self) -> "SourceFile":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.handle.close()
+
+    def chunks(self) -> Iterator[bytes | memoryview]:
+        """Exactly the planned bytes, in chunks of at most CHUNK that are never reused
+        afterwards (a digest thread may still hold one)."""
+        try:
+            chunks = _chunks(self.handle, self.size)
+            if self.watch is not None:
+                self.watch.start(self.handle)
+                chunks = self.watch.watch(chunks)
+            yield from patch_chunks(chunks, self.patches)
+        except _SourceChanged as exc:
+            raise self._error(f"the source file changed while packing: {exc}") from None
+        except OSError as exc:
+            raise self._error(f"the source file can't be read: {exc.strerror}") from None
+
+
+# -- digests beside the writer --------------------------------------------------------------
+
+
+class InlineDigest:
+    """DigestThread's interface, hashed in the caller's thread: what a package written on
+    one core wants (handing each chunk to another thread only adds switches there)."""
+
+    def __init__(self, algorithm: str, whole: bool = False):
+        self.algorithm = algorithm
+        self.results: dict[object, str] = {}
+        self.count = 0
+        self._whole = whole
+        self._current = hashlib.new(algorithm, usedforsecurity=False) if whole else None
+
+    def write(self, data) -> int:
+        if self._current is not None:
+            self._current.update(data)
+        self.count += len(data)
+        return len(data)
+
+    def begin(self, key) -> None:
+        self._current = hashlib.new(self.algorithm, usedforsecurity=False)
+
+    def end(self, key=None) -> None:
+        self.results[key] = self._current.hexdigest()
+        self._current = None
+
+    def close(self) -> dict[object, str]:
+        if self._whole and self._current is not None:
+            self.end(None)
+        return self.results
+
+    def hexdigest(self) -> str:
+        return self.close()[None]
+
+    def abandon(self) -> None:
+        self._current = None
+
+
+def digester(algorithm: str, threads: int, whole: bool = False):
+    """The digest a writer takes beside its compressor: in a thread of its own when the
+    package has more than one core to itself (it then costs no wall time), inline when
+    it has one (every core is busy with another package)."""
+    return DigestThread(algorithm, whole) if threads > 1 else InlineDigest(algorithm, whole)
+
+
+class DigestThread:
+    """Running digests fed from a bounded queue by a thread of their own, so that hashing
+    overlaps reading and compressing (hashlib releases the GIL on large updates). The
+    writer hands each chunk over and moves on; small pieces (tar and cpio headers) are
+    gathered first so that the queue carries few items. begin(key)/end() delimit one
+    file's digest (per-file md5/sha256); without them the digest covers the whole stream.
+    At most DEPTH chunks wait, so memory stays flat in the payload size."""
+
+    DEPTH = 4
+    SMALL = 64 << 10
+
+    def __init__(self, algorithm: str, whole: bool = False):
+        self.algorithm = algorithm
+        self.results: dict[object, str] = {}
+        self.count = 0
+        self._pending = bytearray()
+        self._queue: queue.Queue = queue.Queue(self.DEPTH)
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name=f"digest-{algorithm}", daemon=True)
+        self._thread.start()
+        self._whole = whole
+        if whole:
+            self.begin(None)
+
+    def _run(self) -> None:
+        current = None
+        while True:
+            item = self._queue.get()
+            try:
+                if isinstance(item, tuple):
+                    op, key = item
+                    if op == "stop":
+                        return
+                    if op == "begin":
+                        current = hashlib.new(self.algorithm, usedforsecurity=False)
+                    else:
+                        self.results[key] = current.hexdigest()
+                        current = None
+                elif current is not None:
+                    current.update(item)
+            except BaseException as exc:  # reported by close(); keep draining so put() never blocks
+                self._error = exc
+
+    def _flush(self) -> None:
+        if self._pending:
+            self._queue.put(bytes(self._pending))
+            self._pending.clear()
+
+    def write(self, data) -> int:
+        n = len(data)
+        self.count += n
+        if n < self.SMALL:
+            self._pending += data
+            if len(self._pending) >= self.SMALL:
+                self._flush()
+        else:
+            self._flush()
+            if isinstance(data, memoryview) and not data.readonly or isinstance(data, bytearray):
+                data = bytes(data)  # the caller may reuse a mutable buffer
+            self._queue.put(data)
+        return n
+
+    def begin(self, key) -> None:
+        self._flush()
+        self._queue.put(("begin", key))
+
+    def end(self, key=None) -> None:
+        self._flush()
+        self._queue.put(("end", key))
+
+    def close(self) -> dict[object, str]:
+        """Wait for the queued bytes; the digests by key (None: the whole stream's)."""
+        if self._thread.is_alive():
+            if self._whole:
+                self.end(None)
+            self._queue.put(("stop", None))
+            self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self.results
+
+    def hexdigest(self) -> str:
+        """The whole stream's digest (a DigestThread made with whole=True), after close()."""
+        return self.close()[None]
+
+    def abandon(self) -> None:
+        """Stop the thread without waiting for a result (the writer failed)."""
+        if self._thread.is_alive():
+            self._pending.clear()
+            self._queue.put(("stop", None))
+            self._thread.join()

@@ -1,0 +1,194 @@
+"""OUT as the build and the repository commands share it: one writer at a time, no
+temporary left behind, and a staging area where a build's packages wait for its checks.
+
+Why staging: the checks a build must pass before it publishes anything (rocpkg.build.gate)
+take as long as writing the small packages of a release; run first, they would leave
+every core but one idle at the start of a build. So the packages are
+written into OUT/.rocpkg/staging while the checks run, and moved to their places only
+once the checks have passed. A refused build removes what it staged and every directory
+it made, OUT itself included: OUT is as it was.
+"""
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import shutil
+import stat
+
+from rocpkg.errors import RocpkgInputError
+from rocpkg.out.files import check_tree, kind_of, open_dir, refusal
+
+LOCK_FILE = os.path.join(".rocpkg", "lock")
+STAGING_DIR = os.path.join(".rocpkg", "staging")
+MANIFEST_PARTS = "manifest.d"
+TMP_RE = re.compile(r"\.tmp-\d+$")
+
+
+def remove_staging(out_dir: str) -> None:
+    """The staging area and what it holds; one that is a symlink is removed, not followed."""
+    staging = os.path.join(out_dir, STAGING_DIR)
+    if os.path.islink(staging):
+        os.unlink(staging)
+    else:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def remove_stale_temporaries(out_dir: str) -> None:
+    """Files `*.tmp-<pid>` and packages staged by a killed build (the caller holds the
+    lock: nobody else writes)."""
+    remove_staging(out_dir)
+    for sub in ("deb", "rpm", "control", ".rocpkg", MANIFEST_PARTS):
+        for dirpath, _dirs, files in os.walk(os.path.join(out_dir, sub)):
+            for name in files:
+                if TMP_RE.search(name):
+                    os.unlink(os.path.join(dirpath, name))
+    for name in os.listdir(out_dir):
+        if TMP_RE.search(name):
+            os.unlink(os.path.join(out_dir, name))
+
+
+class OutLock:
+    """One writer per OUT at a time, build or publish (flock: released by the kernel even
+    after kill -9). Leaving on an exception (a full disk, Ctrl-C) removes the temporaries
+    the run left: the lock holder is the only writer. Re-entrant within a process: prune
+    and promote hold it across the re-index that publish_repositories does.
+
+    The lock file is opened without following a symlink and never truncated; entering
+    refuses an OUT whose own trees hold a symlink or a special file (outfiles.check_tree),
+    before the holder reads or writes anything."""
+
+    held: dict[str, int] = {}
+
+    def __init__(self, out_dir: str):
+        self.out_dir = os.path.realpath(out_dir)     # OUT itself is the user's to name
+        self.path = os.path.join(self.out_dir, LOCK_FILE)
+
+    def __enter__(self):
+        if self.held.get(self.path):
+            self.held[self.path] += 1
+            self.fh = None
+            return self
+        check_tree(self.out_dir, discarded=(STAGING_DIR,))    # before the lock file is made: a refused OUT stays as it was
+        self.fh = os.fdopen(self._open(), "w")
+        try:
+            fcntl.flock(self.fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self.fh.close()
+            raise RocpkgInputError((self.out_dir, "another rocpkg build or repo is writing into this directory")) \
+                from None
+        self.held[self.path] = 1
+        return self
+
+    def _open(self) -> int:
+        """The lock file's descriptor: OUT/.rocpkg made when missing, neither it nor the
+        lock a symlink, the lock a regular file (created empty, never truncated)."""
+        try:
+            dir_fd = open_dir(self.out_dir, os.path.dirname(LOCK_FILE), create=True)
+        except FileNotFoundError:
+            raise RocpkgInputError((self.out_dir, "no such directory")) from None
+        name = os.path.basename(LOCK_FILE)
+        try:
+            fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644,
+                         dir_fd=dir_fd)
+        except OSError as exc:
+            raise refusal(self.out_dir, LOCK_FILE, exc, dir_fd, name) from None
+        finally:
+            os.close(dir_fd)
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            os.close(fd)
+            raise RocpkgInputError((self.path, f"is {kind_of(mode)}, not a regular file"))
+        return fd
+
+    def __exit__(self, exc_type, exc, tb):
+        self.held[self.path] -= 1
+        if self.fh is None:
+            return False        # an inner hold: the outer one cleans up
+        try:
+            if exc_type is not None:  # a failed or interrupted run leaves no temporary behind
+                remove_stale_temporaries(self.out_dir)
+        except OSError:
+            pass  # the original error is the one to report
+        finally:
+            self.fh.close()
+        return False
+
+
+class Staging:
+    """OUT locked, with a staging directory per format for the packages of a build that
+    has not passed its checks yet. `commit(staged, final)` moves one into place. Leaving
+    on an exception removes the staged packages and, when nothing was committed, every
+    directory entering made (the lock's, OUT's own): a refused build leaves OUT as it
+    found it. The caller stops its writers before leaving."""
+
+    def __init__(self, out_dir: str, formats):
+        self.out_dir = out_dir
+        self.formats = list(formats)
+        self.made: list[str] = []       # directories this build created, parents first
+        self.lock_made = False
+        self.committed = 0
+        self._dirs: set[str] = set()
+
+    def dir(self, fmt: str) -> str:
+        """Where a format's packages wait for the build's checks."""
+        return os.path.join(self.out_dir, STAGING_DIR, fmt)
+
+    def __enter__(self) -> "Staging":
+        self._make(os.path.join(self.out_dir, os.path.dirname(LOCK_FILE)))
+        self.lock_made = not os.path.lexists(os.path.join(self.out_dir, LOCK_FILE))
+        self.lock = OutLock(self.out_dir)
+        try:
+            self.lock.__enter__()
+        except BaseException:
+            self._unmake()
+            raise
+        try:
+            remove_stale_temporaries(self.out_dir)
+            for fmt in self.formats:
+                os.makedirs(self.dir(fmt))
+        except BaseException as exc:
+            self.__exit__(type(exc), exc, exc.__traceback__)
+            raise
+        return self
+
+    def commit(self, staged: str, final: str) -> None:
+        """Move a staged package to its place (same file system: a rename)."""
+        parent = os.path.dirname(final)
+        if parent not in self._dirs:
+            os.makedirs(parent, exist_ok=True)
+            self._dirs.add(parent)
+        os.replace(staged, final)
+        self.committed += 1
+
+    def __exit__(self, exc_type, exc, tb):
+        try:
+            remove_staging(self.out_dir)
+        finally:
+            self.lock.__exit__(exc_type, exc, tb)
+        if exc_type is not None and not self.committed:
+            self._unmake()
+        return False
+
+    def _make(self, path: str) -> None:
+        missing = []
+        while not os.path.lexists(path):
+            missing.append(path)
+            path = os.path.dirname(path)
+        for directory in reversed(missing):
+            os.mkdir(directory)
+            self.made.append(directory)
+
+    def _unmake(self) -> None:
+        """Remove what entering made: the lock file it created, then its directories
+        (deepest first; one that holds something else stays)."""
+        try:
+            if self.lock_made:
+                os.unlink(os.path.join(self.out_dir, LOCK_FILE))
+        except OSError:
+            pass
+        for directory in reversed(self.made):
+            try:
+                os.rmdir(directory)
+            except OSError:
+                pass

@@ -1,0 +1,1 @@
+"""The one plan of a release: every package of every format, its files and relations."""

@@ -1,0 +1,1 @@
+"""A repository's life: APT and DNF indexes, prune, promote, retention, publish."""

@@ -1,0 +1,148 @@
+"""Index what OUT holds: OUT/deb/pool as an APT repository and OUT/rpm as a DNF one (signed
+with a key when given), the client snippets, and manifest.json kept in line with the files
+(shard parts joined, packages whose bytes changed in place rehashed), all as one journaled
+change of OUT (rocpkg.out.journal). The repository commands run through here, never through
+the builder."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+
+from rocpkg.errors import RocpkgInputError
+from rocpkg.formats.streams import write_atomic
+from rocpkg.out import releases
+from rocpkg.out.files import read_json
+from rocpkg.out.journal import Change
+from rocpkg.out.manifest_schema import check_manifest, read_parts
+from rocpkg.out.outdir import MANIFEST_PARTS
+from rocpkg.out.state import read_states, rewrite_states
+
+# An APT suite is a directory name under dists/ and a Release field: no separators, no dots first
+_SUITE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+
+
+def assemble_manifest(out_dir: str | os.PathLike) -> str | None:
+    """Join OUT/manifest.d/shard-*-of-N.json (N runners' trees copied into one OUT) into
+    OUT/manifest.json, the same file an unsharded build writes. Refuses a missing shard
+    or parts of different plans or dates. Returns the path, or None when there are no parts."""
+    out_dir = os.fspath(out_dir)
+    parts_dir = os.path.join(out_dir, MANIFEST_PARTS)
+    docs = read_parts(out_dir)
+    if not docs:
+        return None
+    problems = []
+    first = docs[0][1]
+    count = first["shard"][1]
+
+    def date(doc: dict):
+        return (doc.get("release_record") or {}).get("date")
+
+    for name, doc in docs:
+        if (doc["plan"], doc["version"], doc["release"], doc["shard"][1]) != \
+                (first["plan"], first["version"], first["release"], count):
+            problems.append((name, f"built from another plan or split than {docs[0][0]}"))
+        elif date(doc) != date(first):
+            problems.append((name, f"dated {date(doc)} (SOURCE_DATE_EPOCH), {docs[0][0]} {date(first)}: "
+                                   f"set the same SOURCE_DATE_EPOCH on every runner"))
+    have = {doc["shard"][0] for _, doc in docs}
+    for index in range(1, count + 1):
+        if index not in have:
+            problems.append((parts_dir, f"shard {index} of {count} is missing"))
+    if problems:
+        raise RocpkgInputError(*problems)
+    entries = [e for _, doc in docs for e in doc["packages"]]
+    record = releases.ReleaseRecord.from_dict(first.get("release_record") or first)   # (older parts: none)
+    allowed = tuple(a for _, doc in docs for a in doc.get("release_record", {}).get("allowed", []))
+    return releases.write_release(out_dir, dataclasses.replace(record, files=(), allowed=allowed), entries)
+
+
+def publish_repositories(out_dir: str, *, suite: str, signer=None, source_date_epoch: int | None = None,
+                         base_url: str | None = None) -> tuple[dict[str, str], str | None]:
+    """Index (and with a signer, sign) what OUT holds: OUT/deb/pool as an APT repository,
+    OUT/rpm as a DNF one; write the client snippets; bring manifest.json in line (RPM
+    headers signed in place changed their bytes). Holds the OUT lock. Returns
+    ({"deb": rocm.list, "rpm": rocm.repo} for the formats present, the manifest's path)."""
+    from rocpkg.repo import apt as repo_apt
+    from rocpkg.repo import dnf as repo_dnf
+
+    if not os.path.isdir(out_dir):  # checked before the lock: nothing is created for a missing OUT
+        raise RocpkgInputError((out_dir, "no such directory: build a release into it first"))
+    if not _SUITE_RE.fullmatch(suite):
+        raise RocpkgInputError(("--suite", f"{suite!r} is not a suite name (letters, digits, '.', '_', '-'; "
+                                          "it becomes a directory under deb/dists/)"))
+    from rocpkg.verify.integrity import unrecorded_packages
+    from rocpkg.formats.preflight import url_problem
+
+    if base_url is not None and (problem := url_problem(base_url, ("http", "https", "file"), path=True)):
+        raise RocpkgInputError(("--base-url", problem))
+
+    foreign = unrecorded_packages(out_dir)      # indexing a file no build of rocpkg wrote would vouch for it
+    if foreign:
+        raise RocpkgInputError(*foreign)
+    base = base_url.rstrip("/") if base_url else None
+    snippets: dict[str, str] = {}
+    # one journaled change (rocpkg.out.journal): indexes, signatures and snippets all new, or all as they were
+    with Change(out_dir, "repo", {"suite": suite, "signed": signer is not None}):
+        if os.path.isdir(os.path.join(out_dir, "deb", "pool")):
+            repo_apt.publish_apt(out_dir, suite=suite, signer=signer, source_date_epoch=source_date_epoch)
+            snippets["deb"] = repo_apt.write_client_snippet(out_dir, suite=suite, base_url=base and f"{base}/deb")
+        if os.path.isdir(os.path.join(out_dir, "rpm")):
+            repo_dnf.publish_dnf(out_dir, signer=signer, source_date_epoch=source_date_epoch,
+                                 sign_packages=signer is not None)
+            snippets["rpm"] = repo_dnf.write_client_snippet(out_dir, base_url=base and f"{base}/rpm",
+                                                            gpgkey_url=base and f"{base}/rocm.asc")
+        if not snippets:
+            raise RocpkgInputError((out_dir, "no deb/pool or rpm directory to index"))
+        manifest = sync_manifest(out_dir)  # joins shards' manifest parts; rehashes RPMs signed just now
+    return snippets, manifest
+
+
+def sync_manifest(out_dir: str | os.PathLike) -> str | None:
+    """Bring OUT/manifest.json in line with the files under OUT: join the shard parts when
+    they are newer than it (assemble_manifest), then rehash every package whose file is
+    no longer the one recorded — an RPM whose header `rocpkg repo --sign-key` signed in
+    place, a tree merged by copying — and record the new file in its state, so that the
+    next build keeps it. Returns the manifest's path, None when OUT has none."""
+    out_dir = os.fspath(out_dir)
+    path = os.path.join(out_dir, "manifest.json")
+    parts_dir = os.path.join(out_dir, MANIFEST_PARTS)
+    if os.path.isdir(parts_dir):
+        newest = max((os.stat(os.path.join(parts_dir, n)).st_mtime_ns for n in os.listdir(parts_dir)), default=0)
+        if not os.path.exists(path) or os.stat(path).st_mtime_ns < newest:
+            assemble_manifest(out_dir)
+    doc = read_json(out_dir, "manifest.json", "manifest")
+    if doc is None:
+        return None
+    check_manifest(doc, path)
+    from rocpkg.out.digest_cache import DigestCache
+
+    changed, caches = False, {}
+    states = {fmt: read_states(out_dir, fmt) for fmt in ("deb", "rpm")}
+    restated: set[str] = set()
+    for entry in doc["packages"]:
+        file_path = os.path.join(out_dir, entry["file"])
+        state = states[entry["format"]].get(entry["name"])
+        if state is not None and state.get("file") != entry["file"]:
+            state = None        # the state is of this name's package in a newer release
+        st = os.stat(file_path)
+        seen = (st.st_size, st.st_mtime_ns, st.st_ino)
+        if state is not None and (state["size"], state["mtime_ns"], state["ino"]) == seen \
+                and state["sha256"] == entry["sha256"]:
+            continue
+        # the indexers have just hashed every package: earlier releases' are read from their cache
+        fmt_root, _, key = entry["file"].partition("/")
+        cache = caches.get(fmt_root) or caches.setdefault(fmt_root, DigestCache(out_dir, fmt_root))
+        sha256, size = cache.sha256(file_path, key)
+        if (size, sha256) != (entry["size"], entry["sha256"]):
+            entry["size"], entry["sha256"] = size, sha256
+            changed = True
+        if state is not None:
+            state.update(size=size, sha256=sha256, mtime_ns=st.st_mtime_ns, ino=st.st_ino)
+            restated.add(entry["format"])
+    for fmt in sorted(restated):
+        rewrite_states(out_dir, fmt, states[fmt])
+    if changed:
+        write_atomic(path, json.dumps(doc, indent=1).encode() + b"\n")
+    return path

@@ -1,0 +1,253 @@
+"""Integrity end to end: every package file in OUT against manifest.json and against the
+APT (Release -> Packages) and DNF (repomd.xml -> primary) indexes that publish it, by size
+and SHA-256, and the index signatures against a key.
+
+The checks, each its own name in verify's report:
+  tampered          a package's bytes differ from what manifest.json recorded
+  missing-package   the manifest or an index names a package file that is not there
+  index-mismatch    an index disagrees with what it describes: Release with a Packages
+                    file, repomd.xml with primary.xml.gz, Packages/primary with a package
+                    whose bytes the manifest vouches for (or that the manifest lacks)
+  stale-index       a package in OUT that no index lists (built after the last `repo`)
+  unrecorded-package  a package file no manifest records (dropped into the pool, not built)
+  bad-signature     with a key: InRelease, Release.gpg or repomd.xml.asc missing, not made
+                    by that key, or (InRelease) signing another text than Release
+
+Reading only, and trusting nothing OUT holds but what is checked: every package and index
+file is hashed in a stream (never a digest from a cache in OUT: a cache may make builds and
+`repo` fast, never a verdict); nothing under OUT is written.
+"""
+from __future__ import annotations
+
+import gzip
+import os
+import subprocess
+import tempfile
+from typing import Iterable
+
+from rocpkg.out.indexes import apt_suites, package_files, published_entries, release_files, repomd_records
+from rocpkg.out.manifest_schema import read_parts
+from rocpkg.out.outdir import STAGING_DIR
+from rocpkg.out.files import check_tree, open_file
+from rocpkg.out.releases import read_manifest
+from rocpkg.verify.view import Problem
+from rocpkg.formats.streams import HashingWriter, copy_stream
+
+UNRECORDED = ("no manifest records it: rocpkg did not build it into this OUT (remove it, or build "
+              "the release it belongs to)")
+
+# -- the check -----------------------------------------------------------------------------
+
+class _Digests:
+    """(size, sha256) of files under OUT, each read at most once and always hashed: a
+    verdict never takes a digest from a cache found in the tree it judges. Files are
+    opened as OUT's own are (rocpkg.out.files: no symlink, regular files only)."""
+
+    def __init__(self, out_dir: str):
+        self.out_dir = out_dir
+        self.known: dict[str, tuple[int, str] | None] = {}
+
+    def of(self, rel: str) -> tuple[int, str] | None:
+        if rel not in self.known:
+            try:
+                with open_file(self.out_dir, rel) as fh:
+                    whole = HashingWriter(None)
+                    copy_stream(fh, whole)
+                self.known[rel] = (whole.count, whole.hexdigest())
+            except FileNotFoundError:
+                self.known[rel] = None
+        return self.known[rel]
+
+
+def recorded_files(out_dir: str) -> set[str] | None:
+    """The package files manifest.json and the shard parts in manifest.d record (both:
+    a sharded OUT is indexed before its parts are joined); None when OUT has neither, a
+    bare pool that no build of rocpkg wrote."""
+    doc = read_manifest(out_dir)
+    parts = read_parts(out_dir)
+    if doc is None and not parts:
+        return None
+    return {e["file"] for d in [doc or {}] + [p for _, p in parts] for e in d.get("packages", [])}
+
+
+def unrecorded_packages(out_dir: str | os.PathLike) -> list[tuple[str, str]]:
+    """(path, why) of every package file in OUT that no manifest records: dropped in by
+    someone, not built here. Indexing or publishing it would vouch for it."""
+    out_dir = os.fspath(out_dir)
+    check_tree(out_dir, discarded=(STAGING_DIR,))
+    recorded = recorded_files(out_dir)
+    if recorded is None:
+        return []
+    return [(os.path.join(out_dir, rel), UNRECORDED) for rel in sorted(package_files(out_dir)) if rel not in recorded]
+
+
+def check_integrity(out_dir: str | os.PathLike, *, keyring: str | os.PathLike | None = None,
+                    formats: Iterable[str] = ("deb", "rpm")):
+    """Problems (verify's Problem) found comparing OUT's packages, manifest and
+    indexes; with keyring (a binary or armored public key file), the index signatures too."""
+    out_dir = os.path.abspath(os.fspath(out_dir))
+    check_tree(out_dir, discarded=(STAGING_DIR,))
+    formats = set(formats)
+    digests = _Digests(out_dir)
+    problems: list[Problem] = []
+
+    def add(check, fmt, package, path, message):
+        problems.append(Problem(check, package, path, "-", message, fmt))
+
+    manifest = {e["file"]: e for e in (read_manifest(out_dir) or {}).get("packages", [])
+                if e["format"] in formats}
+    for rel, entry in sorted(manifest.items()):
+        actual = digests.of(rel)
+        if actual is None:
+            add("missing-package", entry["format"], entry["name"], rel, "manifest.json lists it but it is not in OUT")
+        elif actual != (entry["size"], entry["sha256"]):
+            add("tampered", entry["format"], entry["name"], rel,
+                f"{actual[0]} bytes, sha256 {actual[1]}, but manifest.json recorded {entry['size']} bytes, "
+                f"sha256 {entry['sha256']}")
+
+    listed: dict[str, set[str]] = {"deb": set(), "rpm": set()}
+    indexed = {"deb": False, "rpm": False}
+    if "deb" in formats:
+        for suite_dir in apt_suites(out_dir):
+            indexed["deb"] = True
+            _check_index_files(suite_dir, release_files(suite_dir), "deb", out_dir, digests, add)
+        if keyring is not None and os.path.isdir(os.path.join(out_dir, "deb", "pool")):
+            for suite_dir in apt_suites(out_dir) or [os.path.join(out_dir, "deb", "dists")]:
+                _check_apt_signatures(suite_dir, out_dir, keyring, add)
+    if "rpm" in formats:
+        records = repomd_records(out_dir)
+        if records:
+            indexed["rpm"] = True
+            files = {r["href"]: (r["size"], r["checksum"]) for r in records.values()}
+            _check_index_files(os.path.join(out_dir, "rpm"), files, "rpm", out_dir, digests, add)
+            _check_open_checksums(out_dir, records, add)
+        if keyring is not None and os.path.isdir(os.path.join(out_dir, "rpm")):
+            _check_signature(os.path.join(out_dir, "rpm", "repodata", "repomd.xml.asc"),
+                             os.path.join(out_dir, "rpm", "repodata", "repomd.xml"), "rpm", out_dir, keyring, add)
+
+    entries = [e for e in published_entries(out_dir) if e.format in formats]
+    for entry in entries:
+        listed[entry.format].add(entry.file)
+        actual = digests.of(entry.file)
+        recorded = manifest.get(entry.file)
+        if actual is None:
+            add("missing-package", entry.format, entry.name, entry.file, f"{entry.index} lists it but it is not in OUT")
+        elif actual != (entry.size, entry.sha256):
+            if recorded is not None and (recorded["size"], recorded["sha256"]) == (entry.size, entry.sha256):
+                continue        # the package changed, not the index: reported as tampered
+            add("index-mismatch", entry.format, entry.name, entry.file,
+                f"{entry.index} lists {entry.size} bytes, sha256 {entry.sha256}, but the file has {actual[0]} "
+                f"bytes, sha256 {actual[1]}")
+    recorded = recorded_files(out_dir)
+    for rel, fmt in sorted(package_files(out_dir).items()):
+        if fmt in formats and recorded is not None and rel not in recorded:
+            add("unrecorded-package", fmt, os.path.basename(rel), rel, UNRECORDED)
+        elif fmt in formats and indexed[fmt] and rel not in listed[fmt]:
+            name = manifest[rel]["name"] if rel in manifest else os.path.basename(rel)
+            add("stale-index", fmt, name, rel, "no repository index lists it: the indexes are stale "
+                                               "(run `rocpkg repo OUT`)")
+    return problems
+
+
+def stale_index_problems(out_dir: str | os.PathLike) -> list:
+    """The problems that mean OUT's indexes no longer describe its packages (a build after
+    the last `repo`): none when OUT has no index yet."""
+    out_dir = os.fspath(out_dir)
+    if not apt_suites(out_dir) and not repomd_records(out_dir):
+        return []
+    return [p for p in check_integrity(out_dir) if p.check in ("stale-index", "index-mismatch")]
+
+
+def _check_index_files(root: str, files: dict[str, tuple[int, str]], fmt: str, out_dir: str,
+                       digests: _Digests, add) -> None:
+    """Each index file a Release or repomd.xml lists has the size and sha256 it lists."""
+    for name, (size, sha) in sorted(files.items()):
+        rel = os.path.relpath(os.path.join(root, name), out_dir).replace(os.sep, "/")
+        owner = "Release" if fmt == "deb" else "repomd.xml"
+        actual = digests.of(rel)
+        if actual is None:
+            if fmt == "deb" and not name.endswith(("Packages", "Packages.gz", "Packages.xz")):
+                continue
+            add("index-mismatch", fmt, owner, rel, f"{owner} lists it but it is not there")
+        elif actual != (size, sha):
+            add("index-mismatch", fmt, owner, rel, f"{owner} lists {size} bytes, sha256 {sha}, but the file has "
+                                                   f"{actual[0]} bytes, sha256 {actual[1]}")
+
+
+def _check_open_checksums(out_dir: str, records: dict[str, dict], add) -> None:
+    """repomd.xml's open-checksum: the sha256 of each metadata file's decompressed text."""
+    for kind, record in sorted(records.items()):
+        path = os.path.join(out_dir, "rpm", record["href"])
+        if not record["open-checksum"] or not os.path.isfile(path):
+            continue
+        try:
+            with gzip.open(path, "rb") as fh:
+                opened = HashingWriter(None)
+                copy_stream(fh, opened)
+        except (OSError, EOFError) as exc:
+            add("index-mismatch", "rpm", "repomd.xml", os.path.relpath(path, out_dir), f"unreadable {kind}: {exc}")
+            continue
+        if opened.hexdigest() != record["open-checksum"]:
+            add("index-mismatch", "rpm", "repomd.xml", os.path.relpath(path, out_dir),
+                f"its {kind} text has sha256 {opened.hexdigest()}, repomd.xml lists open-checksum "
+                f"{record['open-checksum']}")
+
+
+# -- signatures ----------------------------------------------------------------------------
+
+def _gpgv(keyring: str, *files: str) -> tuple[bool, bytes, str]:
+    """(good signature, signed text for a clearsigned file, gpgv's last line)."""
+    with tempfile.TemporaryDirectory(prefix="rocpkg-gpgv-") as home:
+        ring = os.path.abspath(os.fspath(keyring))
+        with open(ring, "rb") as fh:
+            armored = fh.read(64).lstrip().startswith(b"-----BEGIN")
+        if armored:      # gpgv reads binary keyrings only
+            binary = os.path.join(home, "key.gpg")
+            subprocess.run(["gpg", "--batch", "--homedir", home, "--yes", "--output", binary, "--dearmor", ring],
+                           capture_output=True, check=False)
+            ring = binary
+        out = os.path.join(home, "signed")
+        cmd = ["gpgv", "--homedir", home, "--keyring", ring]
+        if len(files) == 1:
+            cmd += ["--output", out]
+        try:
+            proc = subprocess.run(cmd + list(files), capture_output=True)
+        except FileNotFoundError as exc:
+            return False, b"", f"cannot run gpgv: {exc}"
+        signed = b""
+        if len(files) == 1 and os.path.exists(out):
+            with open(out, "rb") as fh:
+                signed = fh.read()
+        lines = proc.stderr.decode("utf-8", "replace").strip().splitlines()
+        return proc.returncode == 0, signed, lines[-1] if lines else f"exit {proc.returncode}"
+
+
+def _check_signature(signature: str, signed: str, fmt: str, out_dir: str, keyring, add) -> None:
+    rel = os.path.relpath(signature, out_dir)
+    if not os.path.isfile(signature):
+        add("bad-signature", fmt, os.path.basename(signed), rel, "missing: the index is not signed")
+        return
+    good, _, why = _gpgv(keyring, signature, signed)
+    if not good:
+        add("bad-signature", fmt, os.path.basename(signed), rel, f"not a good signature by the given key: {why}")
+
+
+def _check_apt_signatures(suite_dir: str, out_dir: str, keyring, add) -> None:
+    release = os.path.join(suite_dir, "Release")
+    if not os.path.isfile(release):
+        add("bad-signature", "deb", "Release", os.path.relpath(suite_dir, out_dir), "no suite has a Release file")
+        return
+    _check_signature(os.path.join(suite_dir, "Release.gpg"), release, "deb", out_dir, keyring, add)
+    inrelease = os.path.join(suite_dir, "InRelease")
+    rel = os.path.relpath(inrelease, out_dir)
+    if not os.path.isfile(inrelease):
+        add("bad-signature", "deb", "InRelease", rel, "missing: the index is not signed")
+        return
+    good, text, why = _gpgv(keyring, inrelease)
+    if not good:
+        add("bad-signature", "deb", "InRelease", rel, f"not a good signature by the given key: {why}")
+        return
+    with open(release, "rb") as fh:
+        plain = fh.read()
+    if text.rstrip(b"\n") != plain.rstrip(b"\n"):
+        add("bad-signature", "deb", "InRelease", rel, "signs another text than the Release file beside it")

@@ -1,0 +1,408 @@
+"""A built OUT tree read back into the per-format view (rocpkg.verify.view): names, relations
+and files from each package's metadata, markers and archives from one streamed pass over
+its payload. Reading never loads a package and writes nothing: each .deb's data.tar and
+each .rpm's cpio payload is streamed once; of a host ELF only its first HEAD_WINDOW and
+last TAIL_WINDOW bytes are kept in memory to read its marker section from (a marker
+elsewhere in a larger file is reported unreadable, never spilled to disk); of a kpack
+archive only its header and TOC are kept.
+
+A package is as hostile as any input: one with more than MAX_ENTRIES payload entries, or
+whose payload takes longer than MAX_SECONDS to read, is reported unreadable."""
+from __future__ import annotations
+
+import io
+import os
+import re
+import struct
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from kpack import targets as kt
+from kpack.archive import KpackReader
+from kpack.errors import KpackFormatError
+from kpack.marker import Marker, read_marker_from
+from rocpkg import model as m
+from rocpkg.inputs.facts import ArchiveToc
+from rocpkg.inputs.config import common_namespace, external_rule
+from rocpkg.errors import RocpkgInputError
+from rocpkg.out.outdir import STAGING_DIR
+from rocpkg.out.files import check_tree
+from rocpkg.formats.streams import CHUNK, read_exact, read_upto, skip_exact
+from rocpkg.verify.view import Problem, ReleaseView, looks_host_elf, payload
+
+KPACK_HEAD = 68                 # header, zeros to 64, and the zstd frame count at 64
+MAX_TOC = 256 << 20             # a TOC larger than this is refused, not read into memory
+HEAD_WINDOW = 4 << 20           # of a host ELF: its start (headers, program headers) ...
+TAIL_WINDOW = 32 << 20          # ... and its end (section table, names, the marker a tool appends)
+MAX_ENTRIES = 250_000           # payload entries of one package (TheRock's largest: tens of thousands)
+MAX_SECONDS = 600               # to stream one package's payload
+_PIN = re.compile(r"^(?P<name>[^\s(|]+)\s*(?:\(\s*=\s*(?P<deb>[^\s)]+)\s*\)|=\s*(?P<rpm>\S+))$")
+
+
+def read_tree_release(fmt: str, paths: list[str], pool: ThreadPoolExecutor, spill: str | None = None) -> ReleaseView:
+    """One format's packages: metadata first (cheap, decides host and device packages),
+    then one streamed pass over each payload. spill: accepted for older callers; nothing
+    is written to it."""
+    read_meta = _read_deb_meta if fmt == "deb" else _read_rpm_meta
+    specs: dict[str, m.PackageSpec] = {}
+    files_of: dict[str, str] = {}
+    release = ReleaseView(fmt, specs, lambda name: False, {f: list(t) for f, t in kt.FAMILIES.items()})
+    for path, spec, error in pool.map(read_meta, paths):
+        if error is not None:
+            release.problem("unreadable", os.path.basename(path), path, "", error)
+        elif spec.name in specs:
+            release.problem("duplicate-package", spec.name, path, "",
+                            f"a second package of this name (besides {os.path.basename(files_of[spec.name])}): "
+                            f"verify checks one release")
+        else:
+            specs[spec.name] = spec
+            files_of[spec.name] = path
+    release.is_external = external_rule(common_namespace(specs))
+    _classify_tree(release)
+    read_payload = _read_deb_payload if fmt == "deb" else _read_rpm_payload
+    names = list(specs)
+    results = pool.map(read_payload, [specs[n] for n in names], [files_of[n] for n in names])
+    for name, (files, markers, archives, problems) in zip(names, results):
+        if files is not None:
+            specs[name].files = files
+        release.markers.update(markers)
+        release.archives.update(archives)
+        release.problems.extend(problems)
+    _kinds_after_payload(release)
+    return release
+
+
+def package_files(out_dir: str) -> dict[str, list[str]]:
+    """The .deb and .rpm files of OUT, after OUT's trees are checked to hold no symlink
+    and no special file (outfiles.check_tree): what is listed is read safely."""
+    check_tree(out_dir, discarded=(STAGING_DIR,))
+    found: dict[str, list[str]] = {"deb": [], "rpm": []}
+    pool = os.path.join(out_dir, "deb", "pool", "main")
+    if os.path.isdir(pool):
+        for root, dirs, files in os.walk(pool):
+            dirs.sort()
+            found["deb"] += [os.path.join(root, f) for f in sorted(files) if f.endswith(".deb")]
+    rpm_root = os.path.join(out_dir, "rpm")
+    if os.path.isdir(rpm_root):
+        for arch in sorted(os.listdir(rpm_root)):
+            arch_dir = os.path.join(rpm_root, arch)
+            if arch != "repodata" and os.path.isdir(arch_dir):
+                found["rpm"] += [os.path.join(arch_dir, f) for f in sorted(os.listdir(arch_dir)) if f.endswith(".rpm")]
+    return found
+
+
+def _read_deb_meta(path: str):
+    from debian.debian_support import Version
+
+    from rocpkg.formats.deb import parse_relations, read_deb_control
+
+    try:
+        control = read_deb_control(path)
+        version = Version(control["Version"])
+        spec = m.PackageSpec("deb", control["Package"], version.upstream_version, version.debian_revision or "",
+                             control.get("Architecture", ""), "", epoch=int(version.epoch or 0))
+        for attr, key in (("depends", "Depends"), ("pre_depends", "Pre-Depends"), ("recommends", "Recommends"),
+                          ("suggests", "Suggests"), ("provides", "Provides")):
+            getattr(spec, attr).extend(parse_relations(control.get(key, "")))
+        return path, spec, None
+    except (RocpkgInputError, KeyError, ValueError, OSError, EOFError) as exc:
+        return path, None, _why(exc)
+
+
+def _why(exc: Exception) -> str:
+    if isinstance(exc, RocpkgInputError):
+        return "; ".join(what for _, what in exc.problems)
+    return str(exc) or type(exc).__name__
+
+
+def _rpm_relations(record, kind: str) -> list[str]:
+    """The record's relations of one kind as text, without rpmlib() features or repeats."""
+    from rocpkg.formats.rpm.relations import format_relation, is_rpmlib
+
+    out = []
+    for name, flags, version in record.dependencies[kind]:
+        text = format_relation(name, flags, version)
+        if not is_rpmlib(name, flags) and text not in out:
+            out.append(text)
+    return out
+
+
+def _read_rpm_meta(path: str):
+    from rocpkg.formats.rpm import package_from_header, read_rpm
+
+    try:
+        record = package_from_header(read_rpm(path))
+        spec = m.PackageSpec("rpm", record.name, record.version, record.release, record.arch, "",
+                             epoch=record.epoch)
+        spec.depends = _rpm_relations(record, "requires")
+        spec.recommends = _rpm_relations(record, "recommends")
+        spec.suggests = _rpm_relations(record, "suggests")
+        spec.provides = _rpm_relations(record, "provides")
+        spec.files = record.file_entries()
+        return path, spec, None
+    except (RocpkgInputError, KeyError, ValueError, OSError, EOFError) as exc:
+        return path, None, _why(exc)
+
+
+def _target_suffix(name: str) -> str:
+    """The bare target a package name ends with (`rocm-blas7.1-gfx942` -> gfx942), or ""."""
+    tail = name.rsplit("-", 1)[-1]
+    try:
+        tid = kt.parse_target(tail)
+    except kt.InvalidTargetError:
+        return ""
+    return tid.processor if tid.processor in kt.MACH_BY_PROCESSOR and not tid.features else ""
+
+
+def _family_suffix(name: str, families: dict[str, list[str]]) -> str:
+    tail = name.rsplit("-", 1)[-1].lower()
+    return next((f for f in families if f.lower() == tail and not _target_suffix(name)), "")
+
+
+def _pins(spec: m.PackageSpec) -> set[str]:
+    """Packages this one depends on at exactly its own version."""
+    pinned = set()
+    for rel in spec.depends + spec.pre_depends:
+        match = _PIN.match(rel.strip())
+        if match and (match.group("deb") or match.group("rpm")) == spec.evr:
+            pinned.add(match.group("name"))
+    return pinned
+
+
+def _classify_tree(release: ReleaseView) -> None:
+    """Host and device packages from the relations alone (see verify_tree)."""
+    specs = release.specs
+    pins = {name: _pins(spec) for name, spec in specs.items()}
+    pinned_by: dict[str, set[str]] = {}
+    for name, pinned in pins.items():
+        for dep in pinned:
+            pinned_by.setdefault(dep, set()).add(name)
+    for name, spec in specs.items():
+        target = _target_suffix(name)
+        if not target:
+            continue
+        for host in sorted(pins[name]):
+            if host not in specs or _target_suffix(host):
+                continue
+            if any(name in pins[meta] for meta in pinned_by.get(host, ()) if meta != name):
+                spec.kind, spec.target, spec.definition = m.KIND_DEVICE, target, host
+                specs[host].kind, specs[host].definition = m.KIND_HOST, host
+                break
+
+
+def _kinds_after_payload(release: ReleaseView) -> None:
+    """Files, meta, family and alias packages once the payload listing is known; a package
+    named for a target that ships files but belongs to no host is reported. A "host" that
+    ships no file (a release's links package, pinned by every per-target meta-package
+    and by the all-target one, looks like one from the relations) is no host: its
+    "devices" are per-target meta-packages."""
+    empty_hosts = {n for n, s in release.specs.items() if s.kind == m.KIND_HOST and not payload(s)}
+    for spec in release.specs.values():
+        if spec.definition in empty_hosts and spec.kind in (m.KIND_HOST, m.KIND_DEVICE):
+            spec.kind, spec.definition = "", ""
+    for name, spec in release.specs.items():
+        if spec.kind in (m.KIND_HOST, m.KIND_DEVICE):
+            continue
+        has_files = bool(payload(spec))
+        spec.kind = m.KIND_FILES if has_files else m.KIND_META
+        spec.target = _target_suffix(name)
+        spec.family = "" if spec.target else _family_suffix(name, release.families)
+        if has_files and spec.target:
+            release.problem("device-host", name, "", spec.target,
+                            "ships files for a target but pins no host package at its own version "
+                            "(is it a device package that lost its host dependency?)")
+    for spec in release.specs.values():
+        # an alias pins the family meta of its family (rocm-gfx110x -> rocm7.1-gfx110x)
+        if spec.kind == m.KIND_META and spec.family and any(
+                release.specs[dep].family == spec.family for dep in _pins(spec) if dep in release.specs):
+            spec.kind = m.KIND_ALIAS
+
+
+class _Bounded(io.RawIOBase):
+    """Exactly `size` bytes of a stream; what is not read is skipped by skip()."""
+
+    def __init__(self, stream, size: int):
+        self.stream = stream
+        self.left = size
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        if self.left <= 0:
+            return 0
+        data = self.stream.read(min(len(buffer), self.left))
+        if not data:
+            raise EOFError(f"payload ended with {self.left} bytes of a member unread")
+        buffer[: len(data)] = data
+        self.left -= len(data)
+        return len(data)
+
+    def skip(self) -> None:
+        while self.left > 0:
+            self.read(min(CHUNK, self.left))
+
+
+class _SparseImage(io.RawIOBase):
+    """A kpack archive's header and TOC at their offsets, zeros elsewhere: all that
+    KpackReader reads to list target IDs and kernel keys."""
+
+    def __init__(self, name: str, size: int, pieces: list[tuple[int, bytes]], strict: bool = False):
+        self.name = name
+        self.size = size
+        self.pieces = pieces
+        self.strict = strict    # reading a byte no piece holds is an error, not a zero
+        self.pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        self.pos = {os.SEEK_SET: 0, os.SEEK_CUR: self.pos, os.SEEK_END: self.size}[whence] + offset
+        return self.pos
+
+    def tell(self) -> int:
+        return self.pos
+
+    def read(self, n: int = -1) -> bytes:
+        end = self.size if n < 0 else min(self.size, self.pos + n)
+        out = bytearray(max(0, end - self.pos))
+        held = 0
+        for start, data in self.pieces:
+            lo, hi = max(start, self.pos), min(start + len(data), end)
+            if lo < hi:
+                out[lo - self.pos: hi - self.pos] = data[lo - start: hi - start]
+                held += hi - lo
+        if self.strict and held < len(out):
+            raise KpackFormatError(f"bytes [{self.pos}, {end}) lie outside the first {HEAD_WINDOW} and last "
+                                   f"{TAIL_WINDOW} bytes of a {self.size}-byte ELF that verify reads")
+        self.pos = end
+        return bytes(out)
+
+
+class _Inspector:
+    """Looks at each payload member once, as it streams by: kpack archives keep their
+    header and TOC, host ELF files their head and tail windows, to read their marker."""
+
+    def __init__(self, spec: m.PackageSpec):
+        self.spec = spec
+        self.deadline = time.monotonic() + MAX_SECONDS
+        self.entries = 0
+        self.markers: dict[tuple[str, str], Marker] = {}
+        self.archives: dict[tuple[str, str], ArchiveToc] = {}
+        self.problems: list[Problem] = []
+
+    def wants(self, path: str) -> bool:
+        return path.endswith(".kpack") or (self.spec.kind != m.KIND_DEVICE
+                                           and not path.startswith(f"/usr/share/doc/{self.spec.name}/"))
+
+    def count(self) -> None:
+        """One more payload entry: past MAX_ENTRIES or MAX_SECONDS the package is unreadable."""
+        self.entries += 1
+        if self.entries > MAX_ENTRIES:
+            raise ValueError(f"more than {MAX_ENTRIES} entries, more than verify reads of one package")
+        if time.monotonic() > self.deadline:
+            raise ValueError(f"reading its payload took more than {MAX_SECONDS} s")
+
+    def member(self, path: str, size: int, stream) -> None:
+        try:
+            if path.endswith(".kpack"):
+                self.archives[(self.spec.name, path)] = self._archive(path, size, stream)
+            elif self.spec.kind != m.KIND_DEVICE:
+                marker = self._marker(path, size, stream)
+                if marker is not None:
+                    self.markers[(self.spec.name, path)] = marker
+        except KpackFormatError as exc:
+            self.problems.append(Problem("unreadable", self.spec.name, path, "-", str(exc), self.spec.format))
+
+    def _archive(self, path: str, size: int, stream) -> ArchiveToc:
+        head = read_upto(stream, min(size, KPACK_HEAD))
+        pieces = [(0, head)]
+        if len(head) >= 16 and head[:4] == b"KPAK":
+            (toc_offset,) = struct.unpack_from("<Q", head, 8)
+            if len(head) <= toc_offset < size:
+                if size - toc_offset > MAX_TOC:
+                    raise KpackFormatError(f"TOC of {size - toc_offset} bytes is larger than verify reads")
+                skip_exact(stream, toc_offset - len(head))
+                pieces.append((toc_offset, read_exact(stream, size - toc_offset)))
+        with KpackReader(_SparseImage(path, size, pieces)) as reader:
+            return ArchiveToc.from_entries(reader.gfx_arches, reader.entries())
+
+    def _marker(self, path: str, size: int, stream) -> Marker | None:
+        head = read_upto(stream, min(size, 64))
+        if not looks_host_elf(head):
+            return None
+        head += read_upto(stream, min(size, HEAD_WINDOW) - len(head))
+        pieces = [(0, head)]
+        if size > len(head):
+            tail_at = max(len(head), size - TAIL_WINDOW)
+            skip_exact(stream, tail_at - len(head))
+            pieces.append((tail_at, read_exact(stream, size - tail_at)))
+        return read_marker_from(_SparseImage(path, size, pieces, strict=True), size, path)
+
+
+def _read_deb_payload(spec: m.PackageSpec, package_file: str):
+    """One pass over data.tar: the file listing, and the inspector's look at each member."""
+    from rocpkg.formats.deb import open_deb_tar
+
+    inspector = _Inspector(spec)
+    files: list[m.FileEntry] = []
+    try:
+        with open_deb_tar(package_file, "data.tar") as tar:
+            for info in tar:
+                inspector.count()
+                path = "/" + info.name.removeprefix(".").strip("/")
+                if path == "/":
+                    continue
+                if info.isreg():
+                    files.append(m.FileEntry(path, m.FILE, info.mode & 0o7777, "", info.size))
+                    if inspector.wants(path):
+                        inspector.member(path, info.size, tar.extractfile(info))
+                elif info.isdir():
+                    files.append(m.FileEntry(path, m.DIR, info.mode & 0o7777))
+                elif info.issym():
+                    files.append(m.FileEntry(path, m.SYMLINK, 0o777, "", 0, info.linkname))
+                else:
+                    files.append(m.FileEntry(path, "other", info.mode & 0o7777))
+    except (RocpkgInputError, OSError, EOFError, ValueError) as exc:
+        inspector.problems.append(Problem("unreadable", spec.name, package_file, "-", f"data.tar: {_why(exc)}", "deb"))
+    except Exception as exc:  # tarfile / zstd / lzma errors of a corrupt member
+        inspector.problems.append(Problem("unreadable", spec.name, package_file, "-", f"data.tar: {exc}", "deb"))
+    return files, inspector.markers, inspector.archives, inspector.problems
+
+
+def _read_rpm_payload(spec: m.PackageSpec, package_file: str):
+    """One pass over the cpio payload, only when the header lists something to inspect."""
+    from rocpkg.formats.rpm import (
+        iter_cpio,
+        open_payload_stream,
+        package_from_header,
+        read_rpm,
+        skip_cpio_pad,
+    )
+
+    inspector = _Inspector(spec)
+    by_index = {i: fe for i, fe in enumerate(spec.files)}
+    if not any(fe.type == m.FILE and inspector.wants(fe.path) for fe in spec.files):
+        return None, {}, {}, []
+    try:
+        record = package_from_header(read_rpm(package_file))
+        with open(package_file, "rb") as fh:
+            fh.seek(record.payload_offset)
+            stream = io.BufferedReader(open_payload_stream(fh, record.payload_compressor), CHUNK)
+            for index, path, size in iter_cpio(stream, by_index):
+                inspector.count()
+                body = _Bounded(stream, size)
+                fe = by_index.get(index) if index is not None else None
+                if fe is not None and fe.type == m.FILE and inspector.wants(path):
+                    inspector.member(path, size, body)
+                body.skip()
+                skip_cpio_pad(stream, size)
+    except (RocpkgInputError, OSError, EOFError, ValueError) as exc:
+        inspector.problems.append(Problem("unreadable", spec.name, package_file, "-", f"payload: {_why(exc)}", "rpm"))
+    except Exception as exc:  # zstd / lzma errors of a corrupt payload
+        inspector.problems.append(Problem("unreadable", spec.name, package_file, "-", f"payload: {exc}", "rpm"))
+    return None, inspector.markers, inspector.archives, inspector.problems
