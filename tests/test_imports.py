@@ -155,3 +155,10 @@ def test_no_product_file_over_600_lines_and_no_function_over_80():
                         node.end_lineno - node.lineno + 1 > 80:
                     long_functions.append(f"{name}.{node.name}: {node.end_lineno - node.lineno + 1} lines")
     assert long_files == [] and long_functions == []
+
+
+def test_the_repository_commands_never_import_the_builder():
+    known = modules("rocpkg")
+    offenders = [f"{name} imports {dep}" for name, path in known.items() if name.startswith("rocpkg.repo.")
+                 for dep in imported(path, set(known)) if dep.startswith("rocpkg.build")]
+    assert offenders == []
