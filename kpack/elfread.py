@@ -203,3 +203,50 @@ def _string_at(handle: BinaryIO, strings: Section, at: int) -> str:
     _inside(at, strings.size, "DT_NEEDED name")
     handle.seek(strings.offset + at)
     return _terminated(handle.read(min(NAME_LIMIT, strings.size - at)), at, "DT_NEEDED name")
+
+
+NT_GNU_BUILD_ID = 3
+BUILD_ID_SECTION = ".note.gnu.build-id"
+DEBUGLINK_SECTION = ".gnu_debuglink"
+NOTE_LIMIT = 4096       # a build-id note is 16 bytes of header and name and at most 64 of id
+
+
+def build_id(handle: BinaryIO, found: list[Section], size: int) -> str:
+    """The GNU build-id of an ELF (lower-case hex of the NT_GNU_BUILD_ID note in
+    `.note.gnu.build-id`), "" when it has none. Raises KpackFormatError for a note that is
+    not inside the file or not a well-formed GNU note."""
+    section = section_named(found, BUILD_ID_SECTION)
+    if section is None:
+        return ""
+    handle.seek(0)
+    ident = handle.read(6)
+    order = ">" if ident[5:6] == b"\x02" else "<"
+    data = section_bytes(handle, section, size, limit=NOTE_LIMIT)
+    at = 0
+    while at + 12 <= len(data):
+        name_size, desc_size, note_type = struct.unpack_from(order + "III", data, at)
+        name_at = at + 12
+        desc_at = name_at + (name_size + 3) // 4 * 4
+        end = desc_at + (desc_size + 3) // 4 * 4
+        if desc_at + desc_size > len(data):
+            break
+        if note_type == NT_GNU_BUILD_ID and data[name_at:name_at + name_size] == b"GNU\0" and desc_size:
+            return data[desc_at:desc_at + desc_size].hex()
+        at = end
+    raise KpackFormatError("no well-formed NT_GNU_BUILD_ID note", where=BUILD_ID_SECTION)
+
+
+def debuglink(handle: BinaryIO, found: list[Section], size: int) -> str:
+    """The file name a `.gnu_debuglink` section names (where gdb looks for the debug file),
+    "" when there is none."""
+    section = section_named(found, DEBUGLINK_SECTION)
+    if section is None:
+        return ""
+    return _terminated(section_bytes(handle, section, size, limit=NAME_LIMIT + 8)[:NAME_LIMIT], 0, DEBUGLINK_SECTION)
+
+
+def has_debug_sections(found: list[Section]) -> bool:
+    """Whether an ELF carries DWARF (`.debug_*` sections holding bytes: `.debug_info` or
+    another, not the NOBITS placeholders a stripped file keeps)."""
+    return any(section.name.startswith(".debug_") and section.type != SHT_NOBITS and section.size
+               for section in found)

@@ -57,6 +57,9 @@ class FileFacts:
               d_tag of each DT_RUNPATH entry of a host ELF's dynamic table: the patches that
               turn RUNPATH into RPATH as TheRock's runpath_to_rpath does (rocpkg.inputs.rpath)
     runpath_error: why the RUNPATH of this ELF can't be turned into RPATH ("" if it can)
+    build_id: a host ELF's GNU build-id, lower-case hex ("" if it has none or it is malformed)
+    debuglink: the file name its `.gnu_debuglink` names ("" if none)
+    debug_sections: whether it carries DWARF (`.debug_*` sections with bytes)
     """
 
     elf: str = ""
@@ -71,6 +74,9 @@ class FileFacts:
     identity: tuple[int, int] = (0, 0)
     runpath_tags: tuple[tuple[int, bytes], ...] = ()
     runpath_error: str = ""
+    build_id: str = ""
+    debuglink: str = ""
+    debug_sections: bool = False
 
 
 
@@ -130,14 +136,29 @@ def _host_elf_facts(fh, name: str) -> FileFacts:
         needed = elfread.needed(fh, found, size)
     except KpackFormatError:
         needed = ()  # a .dynamic rocpkg cannot parse: no libc dependency is inferred
+    debug = _debug_facts(fh, found, size)
     section = elfread.section_named(found, MARKER_SECTION)
     if section is None:
-        return FileFacts(elf="host", needed=needed)
+        return FileFacts(elf="host", needed=needed, **debug)
     try:
         marker = decode_marker(elfread.section_bytes(fh, section, size, limit=MARKER_LIMIT), where=MARKER_SECTION)
     except KpackFormatError as exc:
-        return FileFacts(elf="host", needed=needed, marker_error=explain(exc))
-    return FileFacts(elf="host", needed=needed, marker=marker)
+        return FileFacts(elf="host", needed=needed, marker_error=explain(exc), **debug)
+    return FileFacts(elf="host", needed=needed, marker=marker, **debug)
+
+
+def _debug_facts(fh, found, size: int) -> dict:
+    """The build-id, debug link and DWARF presence of a host ELF, from its section table;
+    a malformed note or link reads as absent."""
+    from kpack import elfread
+
+    facts = {"debug_sections": elfread.has_debug_sections(found)}
+    for name, read in (("build_id", elfread.build_id), ("debuglink", elfread.debuglink)):
+        try:
+            facts[name] = read(fh, found, size)
+        except KpackFormatError:
+            facts[name] = ""
+    return facts
 
 
 def _archive_facts(fh) -> FileFacts:
