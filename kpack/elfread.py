@@ -1,5 +1,6 @@
-"""A host ELF's section table, one section's bytes and its DT_NEEDED names: the one reader
-of ELF sections for the catalog, the marker and the device-code search.
+"""A host ELF's section table, one section's bytes, its DT_NEEDED and DT_SONAME names and
+the symbol versions it defines and needs: the one reader of ELF sections for the catalog,
+the marker and the device-code search.
 
 Every read is positioned and bounded: each table, string and section is checked against
 the file's size before it is read, and a name is read a block at a time, never a length
@@ -21,7 +22,7 @@ from kpack.errors import KpackFormatError
 ELF_MAGIC = b"\x7fELF"
 SHT_NOBITS, SHT_STRTAB, SHT_DYNAMIC = 8, 3, 6
 SHN_XINDEX = 0xFFFF
-DT_NULL, DT_NEEDED = 0, 1
+DT_NULL, DT_NEEDED, DT_SONAME = 0, 1, 14
 NAME_LIMIT = 4096       # longest section or library name read; a longer one is malformed
 # What a linked host ELF has at most, many times over (a few dozen sections, a few hundred
 # bytes of section names, a few dozen dynamic entries). A file that declares more, inside
@@ -156,6 +157,13 @@ def section_bytes(handle: BinaryIO, section: Section, size: int, *, limit: int) 
 def needed(handle: BinaryIO, found: list[Section], size: int) -> tuple[str, ...]:
     """The DT_NEEDED names of the `.dynamic` section, in order, up to its DT_NULL; () when
     there is none. Raises KpackFormatError for a dynamic table or a name outside the file."""
+    return tuple(name for tag, name in dynamic_names(handle, found, size) if tag == DT_NEEDED)
+
+
+def dynamic_names(handle: BinaryIO, found: list[Section], size: int) -> tuple[tuple[int, str], ...]:
+    """(d_tag, name) of each DT_NEEDED and DT_SONAME entry of the `.dynamic` section, in
+    order, from one pass over the table; () when there is none. Raises KpackFormatError for
+    a dynamic table or a name outside the file."""
     dynamic = section_named(found, ".dynamic")
     if dynamic is None or dynamic.type != SHT_DYNAMIC:
         return ()
@@ -163,14 +171,20 @@ def needed(handle: BinaryIO, found: list[Section], size: int) -> tuple[str, ...]
     entry = dynamic_entry(handle.read(64))
     if entry is None:
         raise KpackFormatError("the ELF header changed while the file was read", where=0)
-    if dynamic.link >= len(found) or found[dynamic.link].type != SHT_STRTAB:
-        raise KpackFormatError(f"sh_link {dynamic.link} is not a string table", where=".dynamic")
-    strings = found[dynamic.link]
+    strings = _linked_strings(found, dynamic)
     if dynamic.offset + dynamic.size > size or strings.offset + strings.size > size:
         raise KpackFormatError(f"the dynamic table or its strings are not inside the file ({size} bytes)",
                                where=".dynamic")
-    return tuple(_string_at(handle, strings, value)
-                 for _, tag, value in dynamic_entries(handle, dynamic.offset, dynamic.size, entry) if tag == DT_NEEDED)
+    return tuple((tag, _string_at(handle, strings, value))
+                 for _, tag, value in dynamic_entries(handle, dynamic.offset, dynamic.size, entry)
+                 if tag in (DT_NEEDED, DT_SONAME))
+
+
+def _linked_strings(found: list[Section], section: Section) -> Section:
+    """The string table a section's sh_link names."""
+    if section.link >= len(found) or found[section.link].type != SHT_STRTAB:
+        raise KpackFormatError(f"sh_link {section.link} is not a string table", where=section.name)
+    return found[section.link]
 
 
 def dynamic_entry(ident: bytes) -> struct.Struct | None:
@@ -199,10 +213,95 @@ def dynamic_entries(handle: BinaryIO, offset: int, length: int, entry: struct.St
         raise KpackFormatError(f"no DT_NULL in the first {DYNAMIC_LIMIT} dynamic entries", where=offset)
 
 
-def _string_at(handle: BinaryIO, strings: Section, at: int) -> str:
-    _inside(at, strings.size, "DT_NEEDED name")
+def _string_at(handle: BinaryIO, strings: Section, at: int, what: str = "DT_NEEDED name") -> str:
+    _inside(at, strings.size, what)
     handle.seek(strings.offset + at)
-    return _terminated(handle.read(min(NAME_LIMIT, strings.size - at)), at, "DT_NEEDED name")
+    return _terminated(handle.read(min(NAME_LIMIT, strings.size - at)), at, what)
+
+
+SHT_GNU_VERDEF, SHT_GNU_VERNEED = 0x6FFFFFFD, 0x6FFFFFFE
+VER_FLG_BASE = 1
+# A library defines and needs a few dozen symbol versions (glibc: about forty); the
+# version sections are a few KiB. More than this is refused, not read.
+VERSIONS_LIMIT = 1 << 12
+VERSION_SECTION_LIMIT = 1 << 20
+_VERDEF, _VERDAUX = struct.Struct("HHHHIII"), struct.Struct("II")      # without byte order
+_VERNEED, _VERNAUX = struct.Struct("HHIII"), struct.Struct("IHHII")
+
+
+def version_definitions(handle: BinaryIO, found: list[Section], size: int) -> tuple[str, ...]:
+    """The symbol versions an ELF defines (`.gnu.version_d`, SHT_GNU_VERDEF), in table
+    order, without the base entry (the file's own name); () when it has none. What rpm's
+    elfdeps turns into `soname(VERSION)` provides. Raises KpackFormatError for a table
+    that is cut short, loops, or names a string outside its table."""
+    section = next((s for s in found if s.type == SHT_GNU_VERDEF), None)
+    if section is None:
+        return ()
+    data, strings, order = _version_table(handle, found, size, section)
+    verdef, verdaux = struct.Struct(order + _VERDEF.format), struct.Struct(order + _VERDAUX.format)
+    names = []
+    for at in _chain(data, section, verdef, next_field=6):
+        _, flags, _, count, _, aux, _ = verdef.unpack_from(data, at)
+        if count and not flags & VER_FLG_BASE:
+            name_at, _ = _record(data, at + aux, verdaux, section.name)
+            names.append(_string_at(handle, strings, name_at, "version name"))
+    return tuple(names)
+
+
+def version_needs(handle: BinaryIO, found: list[Section], size: int) -> tuple[tuple[str, str], ...]:
+    """(library, version) of each symbol version an ELF needs (`.gnu.version_r`,
+    SHT_GNU_VERNEED: `("libc.so.6", "GLIBC_2.34")`), in table order; () when it has none.
+    What rpm's elfdeps turns into `library(VERSION)` requires. Raises KpackFormatError as
+    version_definitions does."""
+    section = next((s for s in found if s.type == SHT_GNU_VERNEED), None)
+    if section is None:
+        return ()
+    data, strings, order = _version_table(handle, found, size, section)
+    verneed, vernaux = struct.Struct(order + _VERNEED.format), struct.Struct(order + _VERNAUX.format)
+    result: list[tuple[str, str]] = []
+    for at in _chain(data, section, verneed, next_field=4):
+        _, count, file_at, aux, _ = verneed.unpack_from(data, at)
+        library = _string_at(handle, strings, file_at, "version file name")
+        for aux_at in _chain(data, section, vernaux, next_field=4, start=at + aux, count=count):
+            name_at = vernaux.unpack_from(data, aux_at)[3]
+            result.append((library, _string_at(handle, strings, name_at, "version name")))
+            if len(result) > VERSIONS_LIMIT:
+                raise KpackFormatError(f"more than {VERSIONS_LIMIT} needed versions", where=section.name)
+    return tuple(result)
+
+
+def _version_table(handle: BinaryIO, found: list[Section], size: int, section: Section):
+    """(bytes, its string table, byte order) of a version section, all inside the file."""
+    strings = _linked_strings(found, section)
+    if strings.offset + strings.size > size:
+        raise KpackFormatError(f"the strings of {section.name} are not inside the file ({size} bytes)",
+                               where=section.name)
+    handle.seek(5)
+    order = ">" if handle.read(1) == b"\x02" else "<"
+    return section_bytes(handle, section, size, limit=VERSION_SECTION_LIMIT), strings, order
+
+
+def _chain(data: bytes, section: Section, record: struct.Struct, *, next_field: int, start: int = 0,
+           count: int = VERSIONS_LIMIT):
+    """The offsets of a version section's linked records from `start`, each at the previous
+    one plus its next field, every one inside the section: up to the one whose next field
+    is zero, at most `count` (an entry's own count for auxiliary records). A chain longer
+    than VERSIONS_LIMIT (a loop) is refused."""
+    at = start
+    for _ in range(min(count, VERSIONS_LIMIT)):
+        step = _record(data, at, record, section.name)[next_field]
+        yield at
+        if not step:
+            return
+        at += step
+    if count >= VERSIONS_LIMIT:
+        raise KpackFormatError(f"more than {VERSIONS_LIMIT} version entries", where=section.name)
+
+
+def _record(data: bytes, at: int, record: struct.Struct, where: str) -> tuple:
+    if at < 0 or at + record.size > len(data):
+        raise KpackFormatError(f"a version entry at {at} is not inside the section ({len(data)} bytes)", where=where)
+    return record.unpack_from(data, at)
 
 
 NT_GNU_BUILD_ID = 3

@@ -60,6 +60,12 @@ class FileFacts:
     build_id: a host ELF's GNU build-id, lower-case hex ("" if it has none or it is malformed)
     debuglink: the file name its `.gnu_debuglink` names ("" if none)
     debug_sections: whether it carries DWARF (`.debug_*` sections with bytes)
+    soname:   a host ELF's DT_SONAME ("" if none)
+    elf_bits: 64 or 32 for a host ELF (rpm's `()(64bit)` marker), 0 otherwise
+    version_defs: the symbol versions it defines (`.gnu.version_d`, not the base entry)
+    version_needs: (library, version) of each symbol version it needs (`.gnu.version_r`)
+    linkage_error: why its dynamic table or version sections could not be read ("" if
+              they could); needed, soname and versions are then () / "" as far as unread
     """
 
     elf: str = ""
@@ -77,6 +83,11 @@ class FileFacts:
     build_id: str = ""
     debuglink: str = ""
     debug_sections: bool = False
+    soname: str = ""
+    elf_bits: int = 0
+    version_defs: tuple[str, ...] = ()
+    version_needs: tuple[tuple[str, str], ...] = ()
+    linkage_error: str = ""
 
 
 
@@ -124,7 +135,8 @@ def _with_runpath(facts: FileFacts, fh) -> FileFacts:
 
 
 def _host_elf_facts(fh, name: str) -> FileFacts:
-    """DT_NEEDED and the `.rocm_kpack_ref` marker, from one read of the section table."""
+    """DT_NEEDED, SONAME, symbol versions, debug facts and the `.rocm_kpack_ref` marker,
+    from one read of the section table."""
     from kpack import elfread
 
     size = os.fstat(fh.fileno()).st_size
@@ -132,19 +144,34 @@ def _host_elf_facts(fh, name: str) -> FileFacts:
         found = elfread.sections(fh, size)
     except KpackFormatError as exc:
         return FileFacts(elf="host", marker_error=f"unreadable ELF ({explain(exc)})")
-    try:
-        needed = elfread.needed(fh, found, size)
-    except KpackFormatError:
-        needed = ()  # a .dynamic rocpkg cannot parse: no libc dependency is inferred
-    debug = _debug_facts(fh, found, size)
+    read = {**_linkage_facts(fh, found, size), **_debug_facts(fh, found, size)}
     section = elfread.section_named(found, MARKER_SECTION)
     if section is None:
-        return FileFacts(elf="host", needed=needed, **debug)
+        return FileFacts(elf="host", **read)
     try:
         marker = decode_marker(elfread.section_bytes(fh, section, size, limit=MARKER_LIMIT), where=MARKER_SECTION)
     except KpackFormatError as exc:
-        return FileFacts(elf="host", needed=needed, marker_error=explain(exc), **debug)
-    return FileFacts(elf="host", needed=needed, marker=marker, **debug)
+        return FileFacts(elf="host", marker_error=explain(exc), **read)
+    return FileFacts(elf="host", marker=marker, **read)
+
+
+def _linkage_facts(fh, found, size: int) -> dict:
+    """DT_NEEDED, DT_SONAME, the ELF class and the symbol versions a host ELF defines and
+    needs, from its section table; what can't be read is () / "" and linkage_error says
+    why (a .dynamic rocpkg cannot parse: no dependency is inferred from it)."""
+    from kpack import elfread
+
+    fh.seek(4)
+    facts: dict = {"needed": (), "elf_bits": 64 if fh.read(1) == b"\x02" else 32}
+    try:
+        names = elfread.dynamic_names(fh, found, size)
+        facts["needed"] = tuple(name for tag, name in names if tag == elfread.DT_NEEDED)
+        facts["soname"] = next((name for tag, name in names if tag == elfread.DT_SONAME), "")
+        facts["version_defs"] = elfread.version_definitions(fh, found, size)
+        facts["version_needs"] = elfread.version_needs(fh, found, size)
+    except KpackFormatError as exc:
+        facts["linkage_error"] = explain(exc)
+    return facts
 
 
 def _debug_facts(fh, found, size: int) -> dict:
