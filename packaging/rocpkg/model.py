@@ -17,6 +17,7 @@ KIND_HOST = "host"        # N-host{abi}: generic artifacts of a per-target libra
 KIND_DEVICE = "device"    # N{abi}-{t}: kpack archives and per-arch databases for one target
 KIND_META = "meta"        # no files: N{abi}, N, N{abi}-{t}, N{abi}-{family}
 KIND_ALIAS = "alias"      # rocm-{family}
+KIND_DEBUG = "debug"      # N-dbgsym / N-debuginfo: the detached debug files of N's ELF files
 
 
 @dataclass(frozen=True)
@@ -89,6 +90,9 @@ class PackageSpec:
     # Install prefix of the release (/opt/rocm/core-7.1), for maintainer scripts; a package
     # without files (meta) has no other way to know it. "" = longest common dir of files.
     prefix: str = ""
+    # Further DEB control fields, (name, value) in order, after Description (a dbgsym's
+    # Auto-Built-Package and Build-Ids); rpm ignores them.
+    deb_fields: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def evr(self) -> str:

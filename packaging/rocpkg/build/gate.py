@@ -15,6 +15,7 @@ from kpack.errors import KpackFormatError
 from rocpkg import model as m
 from rocpkg.errors import RocpkgInputError
 from rocpkg.build.workers import starmap_here
+from rocpkg.plan.debug import DEBUG_CHECKS
 
 # Checks of the archives themselves (verify's own checks are listed in verify.CHECKS)
 KPACK_ARCHIVE = "kpack-archive"           # header, TOC, frame bounds, declared sizes
@@ -42,7 +43,7 @@ class Refusal:
 def known_checks() -> list[str]:
     from rocpkg.verify.view import PLAN_CHECKS
 
-    return sorted(set(PLAN_CHECKS) | set(ARCHIVE_CHECKS) | {VERSION_ORDER})
+    return sorted(set(PLAN_CHECKS) | set(ARCHIVE_CHECKS) | set(DEBUG_CHECKS) | {VERSION_ORDER})
 
 
 def check_allow(allow) -> list[str]:
@@ -87,6 +88,9 @@ def refusals(plan, formats, *, config=None, whole_kernels: bool = False, starmap
     for refusal in archives:
         found.setdefault((refusal.check, refusal.where, refusal.what), refusal)
     broken = {r.where for r in archives}
+    for finding in getattr(plan, "debug_findings", ()):
+        found.setdefault((finding.check, finding.where, finding.what),
+                         Refusal(finding.check, finding.where, finding.what))
     for p in report.problems:
         if p.format not in formats:
             continue

@@ -44,6 +44,9 @@ def add_plan_options(p: argparse.ArgumentParser, artifacts_required: bool = True
     p.add_argument("--unknown-keys", choices=("error", "warn"), default=None,
                    help="an unknown package.json key is an error (default) or a warning "
                         "(overrides settings.unknown_keys)")
+    p.add_argument("--no-debug-packages", action="store_true",
+                   help="make no -dbgsym / -debuginfo packages from the artifacts' dbg components "
+                        "(sets settings.debug_packages to false)")
     p.add_argument("--kpack-lookup", choices=("fallthrough", "strict"), default=None,
                    help="check kernels as this runtime finds them: fallthrough (the runtime ROCm ships) or "
                         "strict (before the fall-through); overrides settings.kpack_lookup and, for verify "
@@ -99,6 +102,8 @@ def load_config_of(args):
         config.settings["prefix"] = prefix
     if getattr(args, "kpack_lookup", None):
         config.settings["kpack_lookup"] = args.kpack_lookup
+    if getattr(args, "no_debug_packages", False):
+        config.settings["debug_packages"] = False
     for line in config.warnings:
         print(f"warning: {line}", file=sys.stderr)
     return config

@@ -348,6 +348,9 @@ def check_metadata(spec: PackageSpec) -> None:
                 for name in _ONE_LINE if control_problem(str(getattr(spec, name)))]
     problems += [(f"{spec.name}: {name}", control_problem(rel)) for name in _RELATIONS
                  for rel in getattr(spec, name) if control_problem(rel)]
+    problems += [(f"{spec.name}: {name}", control_problem(value) or "not a control field name")
+                 for name, value in spec.deb_fields
+                 if control_problem(value) or not re.fullmatch(r"[A-Za-z][A-Za-z0-9-]*", name)]
     if control_problem(spec.description, multi_line=True):
         problems.append((f"{spec.name}: description", control_problem(spec.description, multi_line=True)))
     if problems:
@@ -381,6 +384,8 @@ def render_deb(spec: PackageSpec, options: BuildOptions) -> RenderedDeb:
         f"{doc_dir}/changelog.Debian.gz": gzip_n(changelog.encode("utf-8")),
         f"{doc_dir}/copyright": copyright_text.encode("utf-8"),
     }
+    if any(entry.path == doc_dir for entry in spec.files):
+        doc_files = {}  # the package ships its doc dir itself (a dbgsym's link to its package's)
     installed_size = installed_size_kib(spec, doc_files)
     control = env.get_template("deb/control.j2").render(
         spec=spec, options=options, installed_size=installed_size

@@ -114,6 +114,9 @@ SETTINGS_DEFAULTS: dict[str, object] = {
     "channel": "",
     # non-versioned per-target and per-family names of the top meta-package ({top}-{target})
     "unversioned_targets": False,
+    # a -dbgsym / -debuginfo package per package whose ELF files have debug files in the
+    # artifacts' dbg components (rocpkg.plan.debug)
+    "debug_packages": True,
 }
 SETTINGS_TYPES = {
     "version": str, "release": str, "epoch": int, "prefix": str, "naming": dict,
@@ -122,7 +125,7 @@ SETTINGS_TYPES = {
     "maintainer": str, "vendor": str, "homepage": str, "license": str, "deb_arch": str,
     "rpm_arch": str, "external": list, "allow_unsatisfied": bool,
     "unknown_keys": str, "runpath_to_rpath": bool, "kpack_lookup": str, "channel": str,
-    "unversioned_targets": bool,
+    "unversioned_targets": bool, "debug_packages": bool,
 }
 UNKNOWN_KEY_MODES = ("error", "warn")
 ARTIFACT_KEYS = ("Artifact", "Artifact_Subdir", "Artifact_Gfxarch")

@@ -16,6 +16,7 @@ from rocpkg import model as m
 from rocpkg.inputs.catalog import Catalog, StageEntry, dropped_mode_bits, sort_targets
 from rocpkg.inputs.config import Config, Definition, relation_names, validate_settings
 from rocpkg.errors import RocpkgInputError
+from rocpkg.plan.debug import DEBUG_COMPONENT, debug_packages, index_debug_files, shipped_findings
 from rocpkg.plan.graphs import strongly_connected
 from rocpkg.formats.layout import alternatives, owned_ancestors
 from rocpkg.plan.naming import Namer, abi_of
@@ -51,6 +52,7 @@ class Plan:
     facts: dict = field(default_factory=dict)  # artifact source path -> facts.FileFacts, read once
     pending_facts: object = None    # Catalog.settle while workers still search host ELFs
     host_search: object = None      # the catalog's rocpkg.inputs.host_code.HostSearch (a build hands it out)
+    debug_findings: list = field(default_factory=list)  # rocpkg.plan.debug.DebugFinding: build refuses them
 
     def settle_facts(self) -> None:
         """Wait for the facts the catalog's workers still read (rocpkg.inputs.host_code)."""
@@ -202,6 +204,8 @@ class _PlanBuilder:
     def _collect(self, d: Definition, target: str | None, pkg_label: str) -> list[m.FileEntry]:
         chosen: list[tuple[str, StageEntry]] = []
         for ref in d.artifacts:
+            if ref.component == DEBUG_COMPONENT:
+                continue  # debug files go to the debug packages (rocpkg.plan.debug) only
             if target is not None and not (ref.gfxarch and self.catalog.has_device_dirs(ref.artifact, ref.component)):
                 continue
             for adir, stage, entries in self.catalog.stages(ref.artifact, ref.component, ref.subdir, target):
@@ -343,6 +347,8 @@ class _PlanBuilder:
         self.problems += problems
         if "deb" in plan.packages:
             self._add_libc_dependency(plan.packages["deb"])
+        if formats and self.settings.get("debug_packages", True):
+            self._add_debug_packages(plan, formats)
         for fmt in formats:
             plan.packages[fmt].sort(key=lambda p: p.name)
             names = collections.Counter(p.name for p in plan.packages[fmt])
@@ -355,6 +361,18 @@ class _PlanBuilder:
         if self.problems:
             raise RocpkgInputError(*self.problems)
         return plan
+
+    def _add_debug_packages(self, plan: Plan, formats) -> None:
+        """The debug package of each package whose ELF files have debug files in the
+        artifacts' dbg components (rocpkg.plan.debug), and what is wrong with those files."""
+        index = index_debug_files(self.catalog)
+        self.problems += index.problems
+        findings, warnings = shipped_findings(plan.packages[formats[0]], index, self.catalog.facts_of)
+        plan.debug_findings = index.findings + findings
+        self.warnings += warnings
+        for fmt in formats:
+            plan.packages[fmt] += debug_packages(plan.packages[fmt], index, self.catalog.facts_of,
+                                                 lambda name, fmt=fmt: self._pin(fmt, name))
 
     def _top_metapackage(self) -> str:
         configured = self.settings.get("top_metapackage")
