@@ -228,3 +228,32 @@ class DnfClient:
         query = subprocess.run(["rpm", "--root", str(self.root), "-qa", "--qf", "%{NAME}\\n"],
                                check=True, capture_output=True, text=True)
         return {n for n in query.stdout.split() if n != "gpg-pubkey"}
+
+
+# -- an isolated zypper -----------------------------------------------------------------------
+
+class ZypperClient:
+    """zypper installing into root/ (its repos.d, caches and rpm database all under it) from
+    the .repo files given; the repository key is imported into root's rpm database first
+    (key None: zypper must find it itself, and --gpg-auto-import-keys lets it import it)."""
+
+    def __init__(self, root: Path, repo_files: list[Path], key: Path | None):
+        self.root = root
+        self.auto_import = key is None
+        repos = root / "etc/zypp/repos.d"
+        repos.mkdir(parents=True)
+        for repo_file in repo_files:
+            shutil.copy(repo_file, repos / repo_file.name)
+        if key is not None:
+            subprocess.run(["rpm", "--root", str(root), "--import", str(key)], check=True, capture_output=True)
+
+    def run(self, *args: str) -> subprocess.CompletedProcess:
+        cmd = ["zypper", "--root", str(self.root), "--non-interactive"]
+        if self.auto_import:
+            cmd.append("--gpg-auto-import-keys")
+        return subprocess.run(cmd + list(args), capture_output=True, text=True, env={**os.environ, "LC_ALL": "C"})
+
+    def installed(self) -> set[str]:
+        query = subprocess.run(["rpm", "--root", str(self.root), "-qa", "--qf", "%{NAME}\\n"],
+                               check=True, capture_output=True, text=True)
+        return {n for n in query.stdout.split() if n != "gpg-pubkey"}

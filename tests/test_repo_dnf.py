@@ -183,7 +183,7 @@ def test_client_snippet_turns_every_signature_check_on(repo):
     text = Path(repo_dnf.write_client_snippet(repo)).read_text()
     assert text.splitlines() == ["[rocm]", "name=ROCm packages built by rocpkg",
                                  f"baseurl=file://{repo}/rpm", "enabled=1", "gpgcheck=1",
-                                 "repo_gpgcheck=1", f"gpgkey=file://{repo}/rocm.asc"]
+                                 "repo_gpgcheck=1", "pkg_gpgcheck=1", f"gpgkey=file://{repo}/rocm.asc"]
 
 
 def test_rocpkg_repo_command_signs_packages_and_metadata_for_dnf(tmp_path, signer, capsys):

@@ -1,5 +1,6 @@
 """DNF repository metadata: OUT/rpm/<arch>/*.rpm -> OUT/rpm/repodata/ (primary,
-filelists, other as `<sha256>-<kind>.xml.gz`, repomd.xml, repomd.xml.asc).
+filelists, other as `<sha256>-<kind>.xml.gz`, repomd.xml, repomd.xml.asc and the
+armored public key repomd.xml.key, where zypper looks for it).
 
 createrepo_c's model: one dumper per metadata kind, each a streaming XML writer over a
 counting, hashing gzip stream, so every checksum and size in repomd.xml is known the
@@ -35,6 +36,9 @@ NS_RPM = "http://linux.duke.edu/metadata/rpm"
 NS_FILELISTS = "http://linux.duke.edu/metadata/filelists"
 NS_OTHER = "http://linux.duke.edu/metadata/other"
 NS_REPO = "http://linux.duke.edu/metadata/repo"
+
+# zypper fetches the repository's key from here (and imports it with --gpg-auto-import-keys)
+REPOMD_KEY_NAME = "repomd.xml.key"
 
 CHANGELOG_LIMIT = 10        # createrepo_c's default --changelog-limit
 
@@ -90,13 +94,15 @@ def publish_dnf(out_dir: str | os.PathLike, *, signer: Signer | None = None,
     repomd = _repomd_bytes(records, when)
     outputs = [("repomd.xml", repomd)]
     if signer is not None:
-        outputs.insert(0, ("repomd.xml.asc", signer.detached_armored(repomd)))
+        outputs[:0] = [(REPOMD_KEY_NAME, signer.public_key(armored=True)),
+                       ("repomd.xml.asc", signer.detached_armored(repomd))]
     for name, data in outputs:
         with AtomicOutput(os.path.join(repodata, name)) as f:
             f.write(data)
         written.append(os.path.join(repodata, name))
     if signer is None:
-        _unlink(os.path.join(repodata, "repomd.xml.asc"))
+        for name in ("repomd.xml.asc", REPOMD_KEY_NAME):
+            _unlink(os.path.join(repodata, name))
     _remove_unreferenced(repodata, keep={r["href"] for r in records} | set(previous.values()))
     if signer is not None:
         written += signer.export_public_keys(out_dir)
@@ -107,8 +113,10 @@ def publish_dnf(out_dir: str | os.PathLike, *, signer: Signer | None = None,
 def write_client_snippet(out_dir: str | os.PathLike, base_url: str | None = None,
                          gpgkey_url: str | None = None, repo_id: str = "rocm",
                          name: str = "ROCm packages built by rocpkg") -> str:
-    """Write OUT/rocm.repo for /etc/yum.repos.d with package and metadata signature
-    checks on. base_url is a URL or a local path of the rpm/ directory (default
+    """Write OUT/rocm.repo for /etc/yum.repos.d or /etc/zypp/repos.d with package and
+    metadata signature checks on (dnf reads gpgcheck/repo_gpgcheck and ignores
+    pkg_gpgcheck; libzypp checks package signatures of a signed repository only with
+    pkg_gpgcheck). base_url is a URL or a local path of the rpm/ directory (default
     file://<absolute OUT>/rpm); gpgkey_url defaults to the exported OUT/rocm.asc. Checks
     are on only when true on disk (repomd.xml.asc and the key exist), else gpgcheck=0."""
     out_dir = os.path.abspath(os.fspath(out_dir))
@@ -116,12 +124,21 @@ def write_client_snippet(out_dir: str | os.PathLike, base_url: str | None = None
     key = _as_url(gpgkey_url or os.path.join(out_dir, ARMORED_KEY_NAME))
     signed = os.path.isfile(os.path.join(out_dir, "rpm", "repodata", "repomd.xml.asc")) \
         and os.path.isfile(os.path.join(out_dir, ARMORED_KEY_NAME))
-    checks = f"gpgcheck=1\nrepo_gpgcheck=1\ngpgkey={key}\n" if signed else "gpgcheck=0\nrepo_gpgcheck=0\n"
-    text = f"[{repo_id}]\nname={name}\nbaseurl={url}\nenabled=1\n{checks}"
+    text = repo_file_text(repo_id, name, url, key if signed else None, zypper=True)
     path = os.path.join(out_dir, f"{repo_id}.repo")
     with AtomicOutput(path) as f:
         f.write(text.encode("utf-8"))
     return path
+
+
+def repo_file_text(repo_id: str, name: str, base_url: str, gpgkey_url: str | None, *, zypper: bool) -> str:
+    """A .repo file's text: with a key, every signature check on (zypper: also
+    pkg_gpgcheck=1, which dnf ignores); without one, checks off (an unsigned repository)."""
+    if gpgkey_url is None:
+        checks = "gpgcheck=0\nrepo_gpgcheck=0\n"
+    else:
+        checks = "gpgcheck=1\nrepo_gpgcheck=1\n" + ("pkg_gpgcheck=1\n" if zypper else "") + f"gpgkey={gpgkey_url}\n"
+    return f"[{repo_id}]\nname={name}\nbaseurl={base_url}\nenabled=1\n{checks}"
 
 
 # -- reading packages ---------------------------------------------------------------------
