@@ -6,6 +6,7 @@ source line of a function, and that lintian and rpmlint accept. Broken and hosti
 files are refused with a named check or exit 2, nothing written."""
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import shutil
@@ -264,3 +265,23 @@ def test_a_debuglink_without_its_debug_file_is_a_check_or_a_warning(split, tmp_p
                   "--formats", "deb", "-q")
     assert done.returncode == 0, done.stderr
     assert "warning:" in done.stderr and "debuglink-missing" in done.stderr
+
+
+def test_debug_packages_are_indexed_verified_and_leave_the_other_packages_as_they_were(split, tmp_path):
+    artifacts = lay_out(tmp_path, *split)
+    plain, indexed = tmp_path / "plain", tmp_path / "indexed"
+    done = rocpkg("build", "-c", tmp_path / "package.json", "-a", artifacts, "-o", plain, "-q", "--no-debug-packages")
+    assert done.returncode == 0, done.stderr
+    done = rocpkg("build", "-c", tmp_path / "package.json", "-a", artifacts, "-o", indexed, "-q", "--repo")
+    assert done.returncode == 0, done.stderr
+    with_debug = {p.name: p.read_bytes() for p in indexed.rglob("*") if p.suffix in (".deb", ".rpm")}
+    without = {p.name: p.read_bytes() for p in plain.rglob("*") if p.suffix in (".deb", ".rpm")}
+    assert {n: b for n, b in with_debug.items() if n in without} == without
+    assert sorted(set(with_debug) - set(without)) == ["rocm-foo7.1-dbgsym_7.1.0-1_amd64.deb",
+                                                      "rocm-foo7.1-debuginfo-7.1.0-1.x86_64.rpm"]
+    apt = "".join(p.read_text() for p in indexed.rglob("Packages"))
+    assert "Package: rocm-foo7.1-dbgsym\n" in apt
+    primary = next(indexed.rglob("*primary.xml.gz"))
+    assert b"<name>rocm-foo7.1-debuginfo</name>" in gzip.decompress(primary.read_bytes())
+    done = rocpkg("verify", indexed)
+    assert done.returncode == 0 and "OK: no problem found" in done.stdout, done.stdout + done.stderr
