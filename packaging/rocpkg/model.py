@@ -90,6 +90,9 @@ class PackageSpec:
     # Install prefix of the release (/opt/rocm/core-7.1), for maintainer scripts; a package
     # without files (meta) has no other way to know it. "" = longest common dir of files.
     prefix: str = ""
+    # DEB only: the lines of the package's `shlibs` control file (`libfoo 1 pkg (>= 7.1.0)`),
+    # one per shared library with a SONAME it ships; [] writes no such file.
+    shlibs: list[str] = field(default_factory=list)
     # Further DEB control fields, (name, value) in order, after Description (a dbgsym's
     # Auto-Built-Package and Build-Ids); rpm ignores them.
     deb_fields: list[tuple[str, str]] = field(default_factory=list)

@@ -158,12 +158,14 @@ def _tar_end(offset: int) -> bytes:
 
 
 def _control_tar(control: str, scripts: dict[str, str], md5sums: bytes, conffiles: list[str],
-                 mtime: int) -> bytes:
-    """control.tar: ./, control, md5sums, conffiles (if any), maintainer scripts."""
+                 mtime: int, shlibs: list[str] = ()) -> bytes:
+    """control.tar: ./, control, md5sums, conffiles (if any), shlibs (if any), maintainer scripts."""
     members: list[tuple[str, bytes, int]] = [("./control", control.encode("utf-8"), 0o644),
                                               ("./md5sums", md5sums, 0o644)]
     if conffiles:
         members.append(("./conffiles", "".join(f"{p}\n" for p in conffiles).encode("utf-8"), 0o644))
+    if shlibs:
+        members.append(("./shlibs", "".join(f"{line}\n" for line in shlibs).encode("utf-8"), 0o644))
     for name in sorted(scripts):
         members.append((f"./{name}", scripts[name].encode("utf-8"), 0o755))
     out = io.BytesIO()
@@ -295,7 +297,7 @@ def write_deb(spec: PackageSpec, out_dir: str, options: BuildOptions,
 
     def control_member(digests: dict[str, str]) -> bytes:
         return _compress_control(_control_tar(control_text, rendered.scripts, _md5sums(tree, digests, conffiles),
-                                              conffiles, options.source_date_epoch), stored=has_sources)
+                                              conffiles, options.source_date_epoch, spec.shlibs), stored=has_sources)
 
     path = os.path.join(out_dir, spec.filename)
     found: list = []
