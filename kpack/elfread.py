@@ -242,9 +242,11 @@ def version_definitions(handle: BinaryIO, found: list[Section], size: int) -> tu
     names = []
     for at in _chain(data, section, verdef, next_field=6):
         _, flags, _, count, _, aux, _ = verdef.unpack_from(data, at)
-        if count and not flags & VER_FLG_BASE:
+        if count:
             name_at, _ = _record(data, at + aux, verdaux, section.name)
-            names.append(_string_at(handle, strings, name_at, "version name"))
+            name = _string_at(handle, strings, name_at, "version name")
+            if not flags & VER_FLG_BASE:
+                names.append(name)
     return tuple(names)
 
 

@@ -117,6 +117,9 @@ SETTINGS_DEFAULTS: dict[str, object] = {
     # a -dbgsym / -debuginfo package per package whose ELF files have debug files in the
     # artifacts' dbg components (rocpkg.plan.debug)
     "debug_packages": True,
+    # regular expressions: an rpm Requires generated from an ELF file's DT_NEEDED or needed
+    # symbol version that one matches is left out (rpm's __requires_exclude; rocpkg.plan.shlibs)
+    "rpm_requires_exclude": [],
 }
 SETTINGS_TYPES = {
     "version": str, "release": str, "epoch": int, "prefix": str, "naming": dict,
@@ -125,7 +128,7 @@ SETTINGS_TYPES = {
     "maintainer": str, "vendor": str, "homepage": str, "license": str, "deb_arch": str,
     "rpm_arch": str, "external": list, "allow_unsatisfied": bool,
     "unknown_keys": str, "runpath_to_rpath": bool, "kpack_lookup": str, "channel": str,
-    "unversioned_targets": bool, "debug_packages": bool,
+    "unversioned_targets": bool, "debug_packages": bool, "rpm_requires_exclude": list,
 }
 UNKNOWN_KEY_MODES = ("error", "warn")
 ARTIFACT_KEYS = ("Artifact", "Artifact_Subdir", "Artifact_Gfxarch")

@@ -22,6 +22,7 @@ from rocpkg.formats.layout import alternatives, owned_ancestors
 from rocpkg.plan.naming import Namer, abi_of
 from rocpkg.formats.preflight import check_plan, printable
 from rocpkg.plan.providers import link_archive_providers
+from rocpkg.plan.shlibs import add_library_metadata
 from rocpkg.inputs.rpath import planned_patches
 
 FORMATS = ("deb", "rpm")
@@ -343,6 +344,9 @@ class _PlanBuilder:
         for fmt in formats:
             plan.packages[fmt] = self._format_packages(fmt, files, top)
         warnings, problems = link_archive_providers(plan, self.catalog.facts_of, self._pin, self.settings)
+        self.warnings += warnings
+        self.problems += problems
+        warnings, problems = add_library_metadata(plan.packages, self.catalog.facts_of, self.settings)
         self.warnings += warnings
         self.problems += problems
         if "deb" in plan.packages:
