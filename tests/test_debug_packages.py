@@ -285,3 +285,21 @@ def test_debug_packages_are_indexed_verified_and_leave_the_other_packages_as_the
     assert b"<name>rocm-foo7.1-debuginfo</name>" in gzip.decompress(primary.read_bytes())
     done = rocpkg("verify", indexed)
     assert done.returncode == 0 and "OK: no problem found" in done.stdout, done.stdout + done.stderr
+
+
+def test_the_section_reader_finds_what_pyelftools_finds(split):
+    """kpack.elfread's build-id, debug link and DWARF presence, judged by pyelftools."""
+    from elftools.elf.elffile import ELFFile
+    from rocpkg.inputs.facts import read_facts
+
+    for path in split[:2]:
+        with open(path, "rb") as fh:
+            facts = read_facts(fh, path.name)
+            elf = ELFFile(fh)
+            note = next(n for n in elf.get_section_by_name(".note.gnu.build-id").iter_notes())
+            link = elf.get_section_by_name(".gnu_debuglink")
+            dwarf = any(s.name.startswith(".debug_") and s["sh_type"] != "SHT_NOBITS" and s["sh_size"]
+                        for s in elf.iter_sections())
+            assert facts.build_id == note["n_desc"] == split[2]
+            assert facts.debuglink == (link.data().split(b"\0")[0].decode() if link is not None else "")
+            assert facts.debug_sections == dwarf == path.name.endswith(".debug")
