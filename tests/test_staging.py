@@ -119,12 +119,12 @@ def test_a_build_with_one_job_checks_before_it_writes(artifacts, tmp_path, monke
     config = load_config(None)
     plan = make_plan(config, scan(str(artifacts), config.settings["families"]), formats=["deb"])
     out = tmp_path / "out"
-    from rocpkg.build import run as build
+    from rocpkg.build import packing
 
     def never(task):
         raise AssertionError(f"{task.spec.name} written before the checks passed")
 
-    monkeypatch.setattr(build, "_build_one", never)
+    monkeypatch.setattr(packing, "build_one", never)
 
     with pytest.raises(RocpkgInputError):
         build_release(plan, out, formats=["deb"], options=OPTIONS, jobs=1)
