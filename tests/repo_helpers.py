@@ -138,8 +138,9 @@ class AptClient:
             "Acquire::Languages": "none", "APT::Get::List-Cleanup": "0",
         }
 
-    def run(self, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-        cmd = ["apt-get", "-q"]
+    def run(self, *args: str, cwd: Path | None = None, wrapper: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+        """apt-get with args; wrapper: a command line apt-get runs under (unshare ...)."""
+        cmd = [*wrapper, "apt-get", "-q"]
         for key, value in self.options.items():
             cmd += ["-o", f"{key}={value}"]
         return subprocess.run(cmd + list(args), capture_output=True, text=True,
@@ -241,7 +242,7 @@ class ZypperClient:
         self.root = root
         self.auto_import = key is None
         repos = root / "etc/zypp/repos.d"
-        repos.mkdir(parents=True)
+        repos.mkdir(parents=True, exist_ok=True)
         for repo_file in repo_files:
             shutil.copy(repo_file, repos / repo_file.name)
         if key is not None:

@@ -107,6 +107,11 @@ def _cmd_repo(args) -> int:
         print(f"apt: {os.path.join(out, 'deb', 'dists', args.suite)} (source line in rocm.list){signed}")
     if "rpm" in snippets:
         print(f"dnf: {os.path.join(out, 'rpm', 'repodata')} (repo file rocm.repo){signed}")
+    for fmt in ("deb", "rpm"):
+        if f"{fmt}-setup" in snippets:
+            print(f"setup package ({fmt}): {snippets[f'{fmt}-setup']}")
+    if args.base_url and signer is None:
+        print("setup packages: none (an unsigned repository gets none; give --sign-key)")
     if manifest:
         print(f"manifest: {manifest}")
     warn_if_unsigned(signer)

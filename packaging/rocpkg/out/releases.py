@@ -6,7 +6,8 @@ that know only those ("version"/"release"/"plan" of the newest build) and adds:
 
     "releases": [{"id": "7.1.0-1", "version", "release", "targets", "formats", "allowed",
                   "plan", "files": [paths relative to OUT]}, ...]   oldest first
-    "packages": every package of every release, one entry per file
+    "packages": every package of every release, one entry per file, and the repository's
+                setup packages (kind "setup", rocpkg.repo.setup), which belong to no release
 
 A build records its release without forgetting earlier ones; a rebuild of the same release
 merges into its record (a deb run, then an rpm run). Which packages belong to a release is
@@ -31,6 +32,7 @@ from rocpkg.formats.streams import AtomicOutput
 
 MANIFEST = "manifest.json"
 SCHEMA = "rocpkg-manifest/1"
+SETUP_KIND = "setup"        # a package entry of the repository itself, in no release: kept until replaced
 
 
 @dataclass(frozen=True)
@@ -185,7 +187,7 @@ def forget_releases(doc: dict, release_ids: Iterable[str]) -> tuple[dict, list[s
     kept = [r for r in manifest_releases(doc) if r.id not in gone]
     still = {f for r in kept for f in r.files}
     dropped = sorted({f for r in manifest_releases(doc) if r.id in gone for f in r.files} - still)
-    packages = [e for e in doc["packages"] if e["file"] in still]
+    packages = [e for e in doc["packages"] if e["file"] in still or e.get("kind") == SETUP_KIND]
     newest = max(kept, key=release_order) if kept else None
     return _document(kept, packages, newest=newest, base=doc), dropped
 

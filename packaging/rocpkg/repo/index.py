@@ -62,10 +62,13 @@ def publish_repositories(out_dir: str, *, suite: str, signer=None, source_date_e
                          base_url: str | None = None) -> tuple[dict[str, str], str | None]:
     """Index (and with a signer, sign) what OUT holds: OUT/deb/pool as an APT repository,
     OUT/rpm as a DNF one; write the client snippets; bring manifest.json in line (RPM
-    headers signed in place changed their bytes). Holds the OUT lock. Returns
-    ({"deb": rocm.list, "rpm": rocm.repo} for the formats present, the manifest's path)."""
+    headers signed in place changed their bytes). Signed and with a base_url, also the
+    setup packages (rocpkg.repo.setup), indexed with the rest and copied to their stable
+    names. Holds the OUT lock. Returns ({"deb": rocm.list, "rpm": rocm.repo} for the
+    formats present, and "deb-setup"/"rpm-setup": the stable-name copies; the manifest's path)."""
     from rocpkg.repo import apt as repo_apt
     from rocpkg.repo import dnf as repo_dnf
+    from rocpkg.repo import setup as repo_setup
 
     if not os.path.isdir(out_dir):  # checked before the lock: nothing is created for a missing OUT
         raise RocpkgInputError((out_dir, "no such directory: build a release into it first"))
@@ -85,6 +88,11 @@ def publish_repositories(out_dir: str, *, suite: str, signer=None, source_date_e
     snippets: dict[str, str] = {}
     # one journaled change (rocpkg.out.journal): indexes, signatures and snippets all new, or all as they were
     with Change(out_dir, "repo", {"suite": suite, "signed": signer is not None}):
+        present = [fmt for fmt, root in (("deb", os.path.join("deb", "pool")), ("rpm", "rpm"))
+                   if os.path.isdir(os.path.join(out_dir, root))]
+        setup = repo_setup.write_setup_packages(out_dir, formats=present, base_url=base, suite=suite, signer=signer,
+                                                source_date_epoch=source_date_epoch) \
+            if base and signer is not None and present else []
         if os.path.isdir(os.path.join(out_dir, "deb", "pool")):
             repo_apt.publish_apt(out_dir, suite=suite, signer=signer, source_date_epoch=source_date_epoch)
             snippets["deb"] = repo_apt.write_client_snippet(out_dir, suite=suite, base_url=base and f"{base}/deb")
@@ -96,6 +104,9 @@ def publish_repositories(out_dir: str, *, suite: str, signer=None, source_date_e
         if not snippets:
             raise RocpkgInputError((out_dir, "no deb/pool or rpm directory to index"))
         manifest = sync_manifest(out_dir)  # joins shards' manifest parts; rehashes RPMs signed just now
+        repo_setup.record_setup_packages(out_dir, setup)
+        for package, copy in zip(setup, repo_setup.copy_stable_names(out_dir, setup)):
+            snippets[f"{package.format}-setup"] = copy
     return snippets, manifest
 
 

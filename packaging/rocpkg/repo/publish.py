@@ -3,7 +3,8 @@ directory (rsync-style) or S3-compatible object storage (boto3), in the order th
 keeps every reader consistent while the copy runs:
 
   1. content-addressed files: packages, APT by-hash indexes, DNF `<sha256>-*.xml.gz`,
-     the public keys — nothing names them yet;
+     the public keys — nothing names them yet — and the setup packages' stable-name
+     copies (OUT/<top>-repo.deb, .rpm: no index names them);
   2. the other index files (Packages, Packages.gz/.xz: apt fetches them by hash);
   3. the roots that name everything else, last: Release, Release.gpg, InRelease,
      repomd.xml.asc, repomd.xml; then the client snippets and manifest.json;
@@ -39,6 +40,8 @@ PUBLISHED_FILES = ("rocm.gpg", "rocm.asc", "rocm.list", "rocm.repo", "manifest.j
 ROOT_INDEXES = ("Release", "Release.gpg", "InRelease", "repomd.xml.asc", "repomd.xml")
 LAST = ("rocm.list", "rocm.repo", "manifest.json")
 _TEMPORARY = re.compile(r"\.tmp-\d+$")
+# the setup packages' stable-name copies (rocpkg.repo.setup), beside the snippets
+_SETUP_COPY = re.compile(r"[a-z0-9][a-z0-9.+-]*-repo\.(deb|rpm)")
 _CONTENT_ADDRESSED = re.compile(r"(^deb/pool/|/by-hash/|^rpm/repodata/[0-9a-f]{64}-[^/]+$|\.rpm$|^rocm\.(gpg|asc)$)")
 MULTIPART_THRESHOLD = 64 << 20
 WORKERS = 8
@@ -70,7 +73,7 @@ def stage_of(rel: str) -> int:
         return 3
     if name in ROOT_INDEXES:
         return 2
-    if _CONTENT_ADDRESSED.search(rel):
+    if _CONTENT_ADDRESSED.search(rel) or _SETUP_COPY.fullmatch(rel):
         return 0
     return 1
 
@@ -87,6 +90,8 @@ def local_files(out_dir: str) -> list[LocalFile]:
     (not control/, .rocpkg/ or unfinished temporaries). Read as OUT's own files are
     (rocpkg.out.files): never through a symlink, regular files only."""
     candidates = [n for n in PUBLISHED_FILES if os.path.isfile(os.path.join(out_dir, n))]
+    candidates += sorted(n for n in os.listdir(out_dir) if _SETUP_COPY.fullmatch(n)
+                         and os.path.isfile(os.path.join(out_dir, n)))
     for root in PUBLISHED_ROOTS:
         for dirpath, dirnames, filenames in os.walk(os.path.join(out_dir, root)):
             dirnames.sort()

@@ -3,7 +3,8 @@ APT (Release -> Packages) and DNF (repomd.xml -> primary) indexes that publish i
 and SHA-256, and the index signatures against a key.
 
 The checks, each its own name in verify's report:
-  tampered          a package's bytes differ from what manifest.json recorded
+  tampered          a package's bytes differ from what manifest.json recorded (a setup
+                    package's stable-name copy, from the package)
   missing-package   the manifest or an index names a package file that is not there
   index-mismatch    an index disagrees with what it describes: Release with a Packages
                     file, repomd.xml with primary.xml.gz, Packages/primary with a package
@@ -29,7 +30,7 @@ from rocpkg.out.indexes import apt_suites, package_files, published_entries, rel
 from rocpkg.out.manifest_schema import read_parts
 from rocpkg.out.outdir import STAGING_DIR
 from rocpkg.out.files import check_tree, open_file
-from rocpkg.out.releases import read_manifest
+from rocpkg.out.releases import SETUP_KIND, read_manifest
 from rocpkg.verify.view import Problem
 from rocpkg.formats.streams import HashingWriter, copy_stream
 
@@ -104,6 +105,11 @@ def check_integrity(out_dir: str | os.PathLike, *, keyring: str | os.PathLike | 
             add("tampered", entry["format"], entry["name"], rel,
                 f"{actual[0]} bytes, sha256 {actual[1]}, but manifest.json recorded {entry['size']} bytes, "
                 f"sha256 {entry['sha256']}")
+        if entry.get("kind") == SETUP_KIND:     # its stable-name copy, OUT/<name>.<format>, is the same bytes
+            copy = f"{entry['name']}.{entry['format']}"
+            if digests.of(copy) not in (None, (entry["size"], entry["sha256"])):
+                add("tampered", entry["format"], entry["name"], copy, f"differs from {rel}, the setup package "
+                                                                      f"it is the stable-name copy of")
 
     listed: dict[str, set[str]] = {"deb": set(), "rpm": set()}
     indexed = {"deb": False, "rpm": False}

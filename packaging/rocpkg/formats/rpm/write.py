@@ -17,7 +17,8 @@ from rocpkg.formats.rpm.header import encode_header
 from rocpkg.formats.rpm.relations import RPMSENSE_EQUAL, RPMSENSE_INTERP, rpmlib
 from rocpkg.formats.rpm.signature import LEAD_SIZE, encode_lead, encode_signature, signature_tags
 from rocpkg.formats.rpm.spec import RELATION_KEYS, SCRIPT_SENSE, ParsedSpec, parse_spec
-from rocpkg.formats.rpm.tags import (LARGE_SIZE, PGPHASHALGO_SHA256, RPMFILE_NONE, RPMVERIFY_ALL, TYPE_I18NSTRING,
+from rocpkg.formats.rpm.tags import (LARGE_SIZE, PGPHASHALGO_SHA256, RPMFILE_CONFIG, RPMFILE_NONE,
+                             RPMFILE_NOREPLACE, RPMVERIFY_ALL, TYPE_I18NSTRING,
                              TYPE_INT16, TYPE_INT32, TYPE_INT64, TYPE_STRING, TYPE_STRING_ARRAY, Tag)
 from rocpkg.formats.streams import AtomicOutput, Observe, SourceFile, Tee, digester, hash_open, observed_file
 
@@ -53,6 +54,14 @@ def _entry_mode(entry: FileEntry) -> int:
     return kind | perms
 
 
+def _file_flags(entry: FileEntry) -> int:
+    """A regular file under /etc is %config(noreplace), as the .deb writer makes it a
+    conffile: a user's edits survive an upgrade."""
+    if entry.type == FILE and entry.path.startswith("/etc/"):
+        return RPMFILE_CONFIG | RPMFILE_NOREPLACE
+    return RPMFILE_NONE
+
+
 def file_tags(files: list[FileEntry], digests: dict[str, str], mtime: int, large: bool) -> dict:
     """DIRNAMES/BASENAMES/DIRINDEXES and the per-file arrays rpm, dnf and rpmlint read."""
     if not files:
@@ -79,7 +88,7 @@ def file_tags(files: list[FileEntry], digests: dict[str, str], mtime: int, large
                                               for e in files]),
         Tag.FILELINKTOS: (TYPE_STRING_ARRAY, [e.link_target if e.type == SYMLINK else ""
                                               for e in files]),
-        Tag.FILEFLAGS: (TYPE_INT32, [RPMFILE_NONE] * n),
+        Tag.FILEFLAGS: (TYPE_INT32, [_file_flags(e) for e in files]),
         Tag.FILEUSERNAME: (TYPE_STRING_ARRAY, ["root"] * n),
         Tag.FILEGROUPNAME: (TYPE_STRING_ARRAY, ["root"] * n),
         Tag.FILEVERIFYFLAGS: (TYPE_INT32, [RPMVERIFY_ALL] * n),
