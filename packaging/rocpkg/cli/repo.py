@@ -60,6 +60,17 @@ def _cmd_publish(args) -> int:
     return 0
 
 
+def _cmd_export(args) -> int:
+    from rocpkg.repo.export import export_closure
+
+    signer = _index_signer(args, args.out)
+    result = export_closure(args.out, args.dest, args.names, signer=signer, suite=args.suite)
+    counts = ", ".join(f"{fmt}: {len(names)}" for fmt, names in result.packages.items())
+    print(f"exported {counts} packages into {result.dest}" + (f", signed by {signer.fingerprint}" if signer else ", unsigned"))
+    print(f"bundle: {result.tarball} ({human_bytes(result.size)}), sha256 {result.sha256} in {result.tarball}.sha256")
+    return 0
+
+
 def register(sub) -> None:
     p = sub.add_parser("prune", help="remove old releases from OUT and re-index it, in one step")
     p.add_argument("out", metavar="OUT", help="the repository tree (built by rocpkg build)")
@@ -76,6 +87,16 @@ def register(sub) -> None:
     p.add_argument("--release", required=True, metavar="V-R", help="the release to promote, e.g. 7.1.0-1")
     _add_index_options(p)
     p.set_defaults(func=_cmd_promote)
+
+    p = sub.add_parser("export", help="write an offline bundle: the named packages' dependency closure as a "
+                                      "self-contained repository DEST, and DEST.tar")
+    p.add_argument("out", metavar="OUT", help="the repository tree to export from (its newest release)")
+    p.add_argument("dest", metavar="DEST", help="a new directory, outside OUT")
+    p.add_argument("names", metavar="NAME", nargs="+", help="packages as users name them, e.g. rocm-gfx110x")
+    p.add_argument("--suite", default="stable", help="APT suite (default stable)")
+    p.add_argument("--gpg-home", default=None, help="GnuPG home of the signing key (default $GNUPGHOME)")
+    p.add_argument("--sign-key", default=None, help="key to sign the bundle's indexes with")
+    p.set_defaults(func=_cmd_export)
 
     p = sub.add_parser("publish", help="upload OUT's repositories to a directory or s3://bucket/prefix, "
                                        "indexes last, removals after")

@@ -1,0 +1,128 @@
+"""`rocpkg export OUT DEST NAME...`: an offline bundle holds the named packages' closure and
+nothing else, installs with apt and dnf from itself alone, and is refused for names the
+release has not and for a DEST inside OUT."""
+from __future__ import annotations
+
+import hashlib
+import shutil
+from pathlib import Path
+
+import pytest
+
+from repo_helpers import AptClient, DnfClient, planned_installs
+from rocpkg.cli.main import main
+from rocpkg.formats.rpm import package_from_header, read_rpm, write_rpm
+from rocpkg.model import KIND_META, BuildOptions, PackageSpec
+from rocpkg.repo import dnf as repo_dnf
+from rocpkg.repo.export import export_closure
+
+FAMILY = "rocm-gfx110x"
+
+
+@pytest.fixture(scope="module")
+def out(small_release, tmp_path_factory, signer) -> Path:
+    """A built, signed two-target release (gfx942, gfx1100)."""
+    out = tmp_path_factory.mktemp("export") / "out"
+    assert main(["build", "-a", str(small_release), "-o", str(out), "-q", "-j", "2", "--repo",
+                 "--gpg-home", signer.gnupg_home, "--sign-key", signer.key_id]) == 0
+    return out
+
+
+@pytest.fixture(scope="module")
+def bundle(out, tmp_path_factory, signer):
+    dest = tmp_path_factory.mktemp("bundle") / "gfx110x"
+    return export_closure(str(out), str(dest), [FAMILY], signer=signer)
+
+
+def test_the_bundle_holds_the_closure_and_no_other_target(bundle):
+    dest = Path(bundle.dest)
+    files = [p.name for p in dest.rglob("*") if p.suffix in (".deb", ".rpm")]
+    assert files and not [f for f in files if "gfx942" in f]
+    assert FAMILY in bundle.packages["deb"] and FAMILY in bundle.packages["rpm"]
+    assert len(files) == len(bundle.packages["deb"]) + len(bundle.packages["rpm"])
+    tarball = Path(bundle.tarball)
+    assert bundle.size == tarball.stat().st_size
+    assert Path(f"{tarball}.sha256").read_text() == f"{hashlib.sha256(tarball.read_bytes()).hexdigest()}  {tarball.name}\n"
+
+
+def test_apt_installs_from_the_bundle_alone(bundle, tmp_path):
+    dest = Path(bundle.dest)
+    apt = AptClient(tmp_path / "apt", (dest / "rocm.list").read_text())
+    shutil.copy("/var/lib/dpkg/status", apt.root / "var/lib/dpkg/status")    # the system libraries
+    update = apt.run("update")
+    assert update.returncode == 0 and "NO_PUBKEY" not in update.stderr, update.stdout + update.stderr
+    install = apt.run("install", "-s", FAMILY)
+    assert install.returncode == 0, install.stdout + install.stderr
+    assert planned_installs(install.stdout) == set(bundle.packages["deb"])
+
+
+def _system_stand_in(root: Path, rpms: list[Path]) -> Path:
+    """An unsigned repository with one package providing what the bundle's RPMs require
+    and none of them provides (glibc's sonames...): the installing system's part."""
+    records = [package_from_header(read_rpm(str(p))) for p in rpms]
+    provided = {n for r in records for n, _, _ in r.dependencies["provides"]} | {r.name for r in records}
+    needed = sorted({n for r in records for n, _, _ in r.dependencies["requires"]
+                     if n not in provided and not n.startswith(("rpmlib(", "/"))})
+    spec = PackageSpec(format="rpm", name="system-stand-in", version="1", release="1", arch="x86_64",
+                       kind=KIND_META, summary="the OS", description="Stands in for the OS packages.",
+                       maintainer="t <t@example.org>", license="MIT", provides=needed)
+    (root / "rpm/x86_64").mkdir(parents=True)
+    write_rpm(spec, str(root / "rpm/x86_64"), BuildOptions(source_date_epoch=1700000000))
+    repo_dnf.publish_dnf(root)
+    repo_file = root / "system.repo"
+    repo_file.write_text(f"[system]\nname=system\nbaseurl=file://{root}/rpm\ngpgcheck=0\nrepo_gpgcheck=0\n")
+    return repo_file
+
+
+def test_dnf_installs_from_the_bundle_alone(bundle, tmp_path):
+    dest = Path(bundle.dest)
+    dnf = DnfClient(tmp_path / "dnf", dest / "rocm.repo", dest / "rocm.asc")
+    shutil.copy(_system_stand_in(tmp_path / "system", list(dest.rglob("*.rpm"))), dnf.reposdir / "system.repo")
+    install = dnf.run("install", "rocm-gfx110X")
+    assert install.returncode == 0, install.stdout + install.stderr
+    assert dnf.installed() - {"system-stand-in"} == set(bundle.packages["rpm"])
+
+
+def test_an_export_is_reproducible(out, tmp_path, signer):
+    """The same export at the same path (its snippets name it) gives the same bytes."""
+    first = export_closure(str(out), str(tmp_path / "gfx110x"), [FAMILY], signer=signer)
+    kept = Path(first.tarball).read_bytes()
+    shutil.rmtree(first.dest)
+    for name in (first.tarball, f"{first.tarball}.sha256"):
+        Path(name).unlink()
+    again = export_closure(str(out), str(tmp_path / "gfx110x"), [FAMILY], signer=signer)
+    assert Path(again.tarball).read_bytes() == kept
+
+
+def test_a_name_the_release_has_not_is_refused_with_the_closest(out, tmp_path, capsys):
+    assert main(["export", str(out), str(tmp_path / "b"), "rocm-gfx110"]) == 2
+    assert "rocm-gfx110: no package of that name in the release; closest: rocm-gfx110x" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("where", ["out", "out/bundle"])
+def test_a_dest_inside_out_or_out_itself_is_refused(out, capsys, where):
+    dest = out.parent / where
+    before = sorted(p.name for p in out.iterdir())
+    assert main(["export", str(out), str(dest), FAMILY]) == 2
+    assert "export into a directory of its own" in capsys.readouterr().err
+    assert sorted(p.name for p in out.iterdir()) == before
+
+
+def test_an_existing_dest_is_refused(out, tmp_path, capsys):
+    (tmp_path / "b").mkdir()
+    assert main(["export", str(out), str(tmp_path / "b"), FAMILY]) == 2
+    assert "exists" in capsys.readouterr().err
+
+
+def test_an_export_of_nothing_is_refused(out, tmp_path):
+    with pytest.raises(SystemExit) as exited:
+        main(["export", str(out), str(tmp_path / "b")])
+    assert exited.value.code == 2 and not (tmp_path / "b").exists()
+
+
+def test_a_key_that_cannot_sign_leaves_nothing(out, tmp_path, signer, capsys):
+    dest = tmp_path / "b"
+    code = main(["export", str(out), str(dest), FAMILY, "--gpg-home", signer.gnupg_home, "--sign-key", "nobody@example.org"])
+    assert code == 2 and "--sign-key" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
