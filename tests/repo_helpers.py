@@ -258,3 +258,20 @@ class ZypperClient:
         query = subprocess.run(["rpm", "--root", str(self.root), "-qa", "--qf", "%{NAME}\\n"],
                                check=True, capture_output=True, text=True)
         return {n for n in query.stdout.split() if n != "gpg-pubkey"}
+
+
+def stand_in_repository(root: Path, packages: list[tuple[str, str, list[str]]], repo_id: str = "base") -> Path:
+    """An unsigned repository of empty stand-ins for OS packages, (name, version, provides)
+    each, under root/rpm, and its .repo file root/<repo_id>.repo."""
+    from rocpkg.repo import dnf as repo_dnf
+
+    (root / "rpm/x86_64").mkdir(parents=True, exist_ok=True)
+    for name, version, provides in packages:
+        spec = PackageSpec(format="rpm", name=name, version=version, release="1", arch="x86_64", kind=KIND_META,
+                           summary=f"{name} stand-in", description="Stands in for the OS package.",
+                           maintainer="t <t@example.org>", license="MIT", provides=list(provides))
+        write_rpm(spec, str(root / "rpm/x86_64"), BuildOptions(source_date_epoch=SOURCE_DATE_EPOCH))
+    repo_dnf.publish_dnf(root)
+    repo_file = root / f"{repo_id}.repo"
+    repo_file.write_text(f"[{repo_id}]\nname={repo_id}\nbaseurl=file://{root}/rpm\ngpgcheck=0\nrepo_gpgcheck=0\n")
+    return repo_file

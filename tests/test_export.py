@@ -9,11 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from repo_helpers import AptClient, DnfClient, planned_installs
+from repo_helpers import AptClient, DnfClient, planned_installs, stand_in_repository
 from rocpkg.cli.main import main
-from rocpkg.formats.rpm import package_from_header, read_rpm, write_rpm
-from rocpkg.model import KIND_META, BuildOptions, PackageSpec
-from rocpkg.repo import dnf as repo_dnf
+from rocpkg.formats.rpm import package_from_header, read_rpm
 from rocpkg.repo.export import export_closure
 
 FAMILY = "rocm-gfx110x"
@@ -57,21 +55,13 @@ def test_apt_installs_from_the_bundle_alone(bundle, tmp_path):
 
 
 def _system_stand_in(root: Path, rpms: list[Path]) -> Path:
-    """An unsigned repository with one package providing what the bundle's RPMs require
-    and none of them provides (glibc's sonames...): the installing system's part."""
+    """A stand-in for the installing system: one package providing what the bundle's RPMs
+    require and none of them provides (glibc's sonames...)."""
     records = [package_from_header(read_rpm(str(p))) for p in rpms]
     provided = {n for r in records for n, _, _ in r.dependencies["provides"]} | {r.name for r in records}
     needed = sorted({n for r in records for n, _, _ in r.dependencies["requires"]
                      if n not in provided and not n.startswith(("rpmlib(", "/"))})
-    spec = PackageSpec(format="rpm", name="system-stand-in", version="1", release="1", arch="x86_64",
-                       kind=KIND_META, summary="the OS", description="Stands in for the OS packages.",
-                       maintainer="t <t@example.org>", license="MIT", provides=needed)
-    (root / "rpm/x86_64").mkdir(parents=True)
-    write_rpm(spec, str(root / "rpm/x86_64"), BuildOptions(source_date_epoch=1700000000))
-    repo_dnf.publish_dnf(root)
-    repo_file = root / "system.repo"
-    repo_file.write_text(f"[system]\nname=system\nbaseurl=file://{root}/rpm\ngpgcheck=0\nrepo_gpgcheck=0\n")
-    return repo_file
+    return stand_in_repository(root, [("system-stand-in", "1", needed)], repo_id="system")
 
 
 def test_dnf_installs_from_the_bundle_alone(bundle, tmp_path):
