@@ -25,6 +25,8 @@ from rocpkg.formats.rpm import write_rpm
 # What a distribution's base repository provides and the release depends on (rocm-llvm's
 # RPMRequires, rocm-smi's python3): stand-ins for the OS repo an empty installroot lacks.
 RPM_BASE = [("glibc", "2.38"), ("libstdc++", "13.2"), ("python3", "3.12")]
+# What the release's ELF files need of them (their rpm Requires, rocpkg.plan.shlibs).
+RPM_BASE_PROVIDES = {"glibc": ["libc.so.6()(64bit)"]}
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +85,7 @@ def base_repository(root: Path) -> Path:
     for name, version in RPM_BASE:
         spec = PackageSpec(format="rpm", name=name, version=version, release="1", arch="x86_64", kind=KIND_META,
                            summary=f"{name} stand-in", description="Stands in for the OS package.",
-                           maintainer="t <t@example.org>", license="MIT")
+                           maintainer="t <t@example.org>", license="MIT", provides=RPM_BASE_PROVIDES.get(name, []))
         (root / "rpm/x86_64").mkdir(parents=True, exist_ok=True)
         write_rpm(spec, str(root / "rpm/x86_64"), BuildOptions(source_date_epoch=1700000000))
     repo_dnf.publish_dnf(root)
