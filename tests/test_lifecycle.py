@@ -288,6 +288,10 @@ def test_promote_copies_the_tested_bytes_into_stable_and_resigns(story):
     rocpkg("promote", story.out, story.stable, "--release", "7.1.0-2", *story.sign_args(),
            "--base-url", f"{story.server.url}/{BUCKET}/stable")
     for deb in story.stable.rglob("*.deb"):
+        if deb.name.startswith("rocm-repo"):        # each channel's own setup package: its URL
+            payload = subprocess.run(["dpkg-deb", "--fsys-tarfile", str(deb)], capture_output=True, check=True).stdout
+            assert f"/{BUCKET}/stable/deb\n".encode() in payload
+            continue
         assert deb.read_bytes() == (story.out / deb.relative_to(story.stable)).read_bytes()
     assert [r.id for r in manifest_releases(read_manifest(story.stable))] == ["7.1.0-2"]
     assert (story.stable / "deb/dists/stable/InRelease").is_file()
