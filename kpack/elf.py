@@ -97,10 +97,11 @@ def _build_elf(*, machine: int, osabi: int, abi_version: int, flags: int,
 
 
 def build_host_elf(sections: dict[str, bytes], *, soname: str | None = None, runpath: str | None = None,
-                   rpath: str | None = None) -> bytes:
+                   rpath: str | None = None, needed: tuple[str, ...] = ()) -> bytes:
     """An x86-64 shared object (ET_DYN) holding `sections` as allocated PROGBITS sections
     (`.text` is also executable), plus `.dynstr`/`.dynamic` with DT_SONAME when given, and
-    DT_RUNPATH / DT_RPATH when given (with a soname: what toolchains link, `$ORIGIN`)."""
+    DT_RUNPATH / DT_RPATH when given (with a soname: what toolchains link, `$ORIGIN`);
+    DT_NEEDED names libc.so.6, then `needed`."""
     entries = []
     for name, data in sections.items():
         flags = SHF_ALLOC | (SHF_EXECINSTR if name == ".text" else 0)
@@ -111,6 +112,9 @@ def build_host_elf(sections: dict[str, bytes], *, soname: str | None = None, run
         # DT_NEEDED libc, a symbol table (the null symbol) and its SysV hash table.
         dynstr = b"\0" + soname.encode() + b"\0libc.so.6\0"
         paths = []
+        for name in needed:
+            paths += [DT_NEEDED, len(dynstr)]
+            dynstr += name.encode() + b"\0"
         for tag, value in ((DT_RUNPATH, runpath), (DT_RPATH, rpath)):
             if value is not None:
                 paths += [tag, len(dynstr)]

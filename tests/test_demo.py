@@ -13,14 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from repo_helpers import AptClient, DnfClient, planned_installs
-from rocpkg.repo import dnf as repo_dnf
+from repo_helpers import AptClient, DnfClient, planned_installs, stand_in_repository
 from rocpkg.inputs.catalog import scan
 from rocpkg.inputs.config import load_config
-from rocpkg.model import KIND_META, BuildOptions, PackageSpec
 from rocpkg.plan.graphs import closure
 from rocpkg.plan.make import make_plan
-from rocpkg.formats.rpm import write_rpm
 
 # What a distribution's base repository provides and the release depends on (rocm-llvm's
 # RPMRequires, rocm-smi's python3): stand-ins for the OS repo an empty installroot lacks.
@@ -82,16 +79,7 @@ def test_apt_installs_the_gfx110x_family_from_the_demo_repository(demo, tmp_path
 
 def base_repository(root: Path) -> Path:
     """An unsigned repository of empty stand-ins for the OS packages, and its .repo file."""
-    for name, version in RPM_BASE:
-        spec = PackageSpec(format="rpm", name=name, version=version, release="1", arch="x86_64", kind=KIND_META,
-                           summary=f"{name} stand-in", description="Stands in for the OS package.",
-                           maintainer="t <t@example.org>", license="MIT", provides=RPM_BASE_PROVIDES.get(name, []))
-        (root / "rpm/x86_64").mkdir(parents=True, exist_ok=True)
-        write_rpm(spec, str(root / "rpm/x86_64"), BuildOptions(source_date_epoch=1700000000))
-    repo_dnf.publish_dnf(root)
-    repo_file = root / "base.repo"
-    repo_file.write_text(f"[base]\nname=base\nbaseurl=file://{root}/rpm\ngpgcheck=0\nrepo_gpgcheck=0\n")
-    return repo_file
+    return stand_in_repository(root, [(name, version, RPM_BASE_PROVIDES.get(name, [])) for name, version in RPM_BASE])
 
 
 def test_dnf_installs_the_gfx110X_family_with_signatures_checked(demo, tmp_path):

@@ -14,6 +14,7 @@ from rocpkg.inputs.facts import ArchiveToc
 from rocpkg.inputs.config import relation_names
 from rocpkg.plan.graphs import closures, dependency_edges, provided_names
 from kpack.targets import device_isas
+from rocpkg.verify.libraries import check_libraries
 from rocpkg.verify.view import RELATION_FIELDS, Closure, ReleaseView, VerifyReport, key_order, payload, target_order
 
 
@@ -91,6 +92,7 @@ class Checker:
         self.check_target_closures()
         self.check_file_conflicts()
         self.check_relations()
+        check_libraries(self.r, self.closure)
         self.report.counts[self.fmt] = self.counts
         self.report.targets[self.fmt] = self.variants
         self.report.problems.extend(self.r.problems)

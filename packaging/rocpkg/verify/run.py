@@ -50,6 +50,8 @@ device code (plan):
   misfiled-device-code a device package's file holds code for another target
   runpath           with settings.runpath_to_rpath on, an ELF would still be written with
                     DT_RUNPATH (TheRock's install test fails it: verify_no_runpath)
+  missing-library   a host ELF needs a SONAME a package of the release ships, and none of
+                    those packages is in its package's closure (rocpkg.verify.libraries)
 
 The release's target IDs for a bare target are the target and every feature variant that
 any archive shipped by a device package of that target lists: a release builds the same
@@ -108,6 +110,8 @@ def verify_plan(plan, config=None) -> VerifyReport:
                     else:
                         release.archives[(spec.name, fe.path)] = facts.archive
                 elif spec.kind != m.KIND_DEVICE:
+                    if facts.elf == "host":
+                        release.linkage[(spec.name, fe.path)] = (facts.soname, tuple(facts.needed))
                     if facts.marker_error:
                         release.problem("unreadable", spec.name, fe.path, "",
                                         f"marker of {fe.source}: {facts.marker_error}")

@@ -16,7 +16,8 @@ REPORT_SCHEMA = "rocpkg-verify/1"
 # The checks verify makes of a plan (and so the ones build refuses on, rocpkg.build.gate)
 PLAN_CHECKS = ("archive-missing", "variant-missing", "archive-target", "kernel-missing", "generic-binary",
                "empty-device", "target-depends", "meta-kernels", "meta-foreign-target", "file-conflict",
-               "relation", "unreadable", "device-code-in-host", "misfiled-device-code", "runpath")
+               "relation", "unreadable", "device-code-in-host", "misfiled-device-code", "runpath",
+               "missing-library")
 RELATION_FIELDS = ("depends", "pre_depends", "recommends", "suggests")
 EM_AMDGPU = 224
 
@@ -91,6 +92,8 @@ class ReleaseView:
     archives: dict[tuple[str, str], ArchiveToc] = field(default_factory=dict)
     problems: list[Problem] = field(default_factory=list)
     lookup: str = FALLTHROUGH    # the release's runtime: kpack.loader.FALLTHROUGH or STRICT
+    # (package, path) -> (SONAME, DT_NEEDED) of each host ELF shipped (a plan's; a tree read back has none)
+    linkage: dict[tuple[str, str], tuple[str, tuple[str, ...]]] = field(default_factory=dict)
 
     def problem(self, check: str, package: str, path: str, target: str, message: str) -> None:
         self.problems.append(Problem(check, package, path or "-", target or "-", message, self.fmt))
