@@ -51,10 +51,13 @@ def seed_mistake(config, artifacts) -> tuple[str, str, str]:
     raise AssertionError("no two unrelated libraries in the release")
 
 
-def test_the_release_as_therock_lays_it_out_has_no_missing_library(release):
+def test_the_release_as_therock_lays_it_out_has_no_missing_library(release, tmp_path):
     config, artifacts = release
     done = cli_run.rocpkg("verify", "-c", config, "-a", artifacts, "--json")
     assert "missing-library" not in {p["check"] for p in json.loads(done.stdout)["problems"]}
+    assert cli_run.rocpkg("build", "-c", config, "-a", artifacts, "-o", tmp_path / "out").returncode == 0
+    tree = json.loads(cli_run.rocpkg("verify", tmp_path / "out", "--json").stdout)
+    assert "missing-library" not in {p["check"] for p in tree["problems"]}
 
 
 def test_a_library_its_package_does_not_pull_in_is_refused_and_reported(release, tmp_path):
@@ -78,3 +81,7 @@ def test_a_library_its_package_does_not_pull_in_is_refused_and_reported(release,
     assert any(p.startswith(soname + "()") for p in rpm[shipper].provides)
     allowed = cli_run.rocpkg("build", "-c", config, "-a", seeded, "-o", tmp_path / "out", "--allow", "missing-library")
     assert allowed.returncode == 0, allowed.stderr[-2000:]
+    # shipped anyway: verify of the built tree reads DT_NEEDED back from the packages and says so
+    tree = json.loads(cli_run.rocpkg("verify", tmp_path / "out", "--json").stdout)
+    found = [p for p in tree["problems"] if p["check"] == "missing-library"]
+    assert {p["format"] for p in found} == {"deb"} and any(soname in p["message"] for p in found)

@@ -62,12 +62,13 @@ def read_tree_release(fmt: str, paths: list[str], pool: ThreadPoolExecutor, spil
     read_payload = _read_deb_payload if fmt == "deb" else _read_rpm_payload
     names = list(specs)
     results = pool.map(read_payload, [specs[n] for n in names], [files_of[n] for n in names])
-    for name, (files, markers, archives, problems) in zip(names, results):
+    for name, (files, inspector) in zip(names, results):
         if files is not None:
             specs[name].files = files
-        release.markers.update(markers)
-        release.archives.update(archives)
-        release.problems.extend(problems)
+        release.markers.update(inspector.markers)
+        release.archives.update(inspector.archives)
+        release.linkage.update(inspector.linkage)
+        release.problems.extend(inspector.problems)
     _kinds_after_payload(release)
     return release
 
@@ -293,6 +294,7 @@ class _Inspector:
         self.entries = 0
         self.markers: dict[tuple[str, str], Marker] = {}
         self.archives: dict[tuple[str, str], ArchiveToc] = {}
+        self.linkage: dict[tuple[str, str], tuple[str, tuple[str, ...]]] = {}   # (SONAME, DT_NEEDED)
         self.problems: list[Problem] = []
 
     def wants(self, path: str) -> bool:
@@ -312,9 +314,14 @@ class _Inspector:
             if path.endswith(".kpack"):
                 self.archives[(self.spec.name, path)] = self._archive(path, size, stream)
             elif self.spec.kind != m.KIND_DEVICE:
-                marker = self._marker(path, size, stream)
-                if marker is not None:
-                    self.markers[(self.spec.name, path)] = marker
+                image = self._host_image(path, size, stream)
+                if image is not None:
+                    linkage = _linkage(image, size)
+                    if linkage is not None:
+                        self.linkage[(self.spec.name, path)] = linkage
+                    marker = read_marker_from(image, size, path)
+                    if marker is not None:
+                        self.markers[(self.spec.name, path)] = marker
         except KpackFormatError as exc:
             self.problems.append(Problem("unreadable", self.spec.name, path, "-", str(exc), self.spec.format))
 
@@ -331,7 +338,8 @@ class _Inspector:
         with KpackReader(_SparseImage(path, size, pieces)) as reader:
             return ArchiveToc.from_entries(reader.gfx_arches, reader.entries())
 
-    def _marker(self, path: str, size: int, stream) -> Marker | None:
+    def _host_image(self, path: str, size: int, stream) -> "_SparseImage | None":
+        """A host ELF's head and tail windows (None for any other file)."""
         head = read_upto(stream, min(size, 64))
         if not looks_host_elf(head):
             return None
@@ -341,7 +349,21 @@ class _Inspector:
             tail_at = max(len(head), size - TAIL_WINDOW)
             skip_exact(stream, tail_at - len(head))
             pieces.append((tail_at, read_exact(stream, size - tail_at)))
-        return read_marker_from(_SparseImage(path, size, pieces, strict=True), size, path)
+        return _SparseImage(path, size, pieces, strict=True)
+
+
+def _linkage(image, size: int) -> tuple[str, tuple[str, ...]] | None:
+    """(SONAME, DT_NEEDED) of a host ELF read through its windows; None when the dynamic
+    table lies outside them or does not parse (the plan's missing-library check read the
+    whole file)."""
+    from kpack import elfread
+
+    try:
+        names = elfread.dynamic_names(image, elfread.sections(image, size), size)
+    except KpackFormatError:
+        return None
+    soname = next((name for tag, name in names if tag == elfread.DT_SONAME), "")
+    return soname, tuple(name for tag, name in names if tag == elfread.DT_NEEDED)
 
 
 def _read_deb_payload(spec: m.PackageSpec, package_file: str):
@@ -371,7 +393,7 @@ def _read_deb_payload(spec: m.PackageSpec, package_file: str):
         inspector.problems.append(Problem("unreadable", spec.name, package_file, "-", f"data.tar: {_why(exc)}", "deb"))
     except Exception as exc:  # tarfile / zstd / lzma errors of a corrupt member
         inspector.problems.append(Problem("unreadable", spec.name, package_file, "-", f"data.tar: {exc}", "deb"))
-    return files, inspector.markers, inspector.archives, inspector.problems
+    return files, inspector
 
 
 def _read_rpm_payload(spec: m.PackageSpec, package_file: str):
@@ -387,7 +409,7 @@ def _read_rpm_payload(spec: m.PackageSpec, package_file: str):
     inspector = _Inspector(spec)
     by_index = {i: fe for i, fe in enumerate(spec.files)}
     if not any(fe.type == m.FILE and inspector.wants(fe.path) for fe in spec.files):
-        return None, {}, {}, []
+        return None, inspector
     try:
         record = package_from_header(read_rpm(package_file))
         with open(package_file, "rb") as fh:
@@ -405,4 +427,4 @@ def _read_rpm_payload(spec: m.PackageSpec, package_file: str):
         inspector.problems.append(Problem("unreadable", spec.name, package_file, "-", f"payload: {_why(exc)}", "rpm"))
     except Exception as exc:  # zstd / lzma errors of a corrupt payload
         inspector.problems.append(Problem("unreadable", spec.name, package_file, "-", f"payload: {exc}", "rpm"))
-    return None, inspector.markers, inspector.archives, inspector.problems
+    return None, inspector

@@ -51,7 +51,9 @@ device code (plan):
   runpath           with settings.runpath_to_rpath on, an ELF would still be written with
                     DT_RUNPATH (TheRock's install test fails it: verify_no_runpath)
   missing-library   a host ELF needs a SONAME a package of the release ships, and none of
-                    those packages is in its package's closure (rocpkg.verify.libraries)
+                    those packages is in its package's closure (rocpkg.verify.libraries; a
+                    built tree's DT_NEEDED and SONAME are read back from each host ELF's
+                    head and tail windows)
 
 The release's target IDs for a bare target are the target and every feature variant that
 any archive shipped by a device package of that target lists: a release builds the same
