@@ -448,3 +448,20 @@ def test_device_code_in_a_host_library_a_writer_searches_refuses_the_build(artif
     err = capsys.readouterr().err
     assert "[device-code-in-host]" in err and library in err
     assert not out.exists()
+
+
+def test_a_sweep_removes_rocpkgs_own_temporaries_and_no_lookalike(tmp_path):
+    """remove_stale_temporaries (a build's start, a failed locked run) and the journal's
+    sweep share one rule: temporaries in rocpkg's trees and of its own top-level files."""
+    from rocpkg.out.journal import stale_temporaries
+    from rocpkg.out.outdir import remove_stale_temporaries
+
+    out = tmp_path / "out"
+    (out / "deb" / "pool" / "main").mkdir(parents=True)
+    ours = [out / "manifest.json.tmp-99", out / "deb" / "pool" / "main" / "x.deb.tmp-7"]
+    theirs = [out / "notes.tmp-12", out / "index.html"]
+    for path in ours + theirs:
+        path.write_text("x")
+    assert sorted(stale_temporaries(str(out))) == sorted(str(p.relative_to(out)) for p in ours)
+    remove_stale_temporaries(str(out))
+    assert [p.exists() for p in ours + theirs] == [False, False, True, True]

@@ -52,15 +52,13 @@ import time
 from dataclasses import dataclass
 
 from rocpkg.errors import RocpkgInputError
-from rocpkg.out.outdir import LOCK_FILE, STAGING_DIR, TMP_RE, OutLock, remove_staging
+from rocpkg.out.files import OWN_DIRS, OWN_FILES   # a rollback removes only what a change made in these
+from rocpkg.out.outdir import LOCK_FILE, STAGING_DIR, TMP_RE, OutLock, own_top_temporary, remove_staging
 
 JOURNAL = os.path.join(".rocpkg", "journal.json")
 JOURNAL_DIR = os.path.join(".rocpkg", "journal.d")
 SAVED = os.path.join(JOURNAL_DIR, "saved")
 SCHEMA = "rocpkg-journal/1"
-# rocpkg's own parts of OUT: a rollback removes only what a change made in these
-OWN_DIRS = (".rocpkg", "deb", "rpm", "control", "manifest.d")
-OWN_FILES = ("manifest.json", "rocm.gpg", "rocm.asc", "rocm.list", "rocm.repo")
 # never listed, saved or restored: the lock, the journal itself
 _PRIVATE = (LOCK_FILE, JOURNAL, JOURNAL_DIR)
 # appended to in place (rocpkg.out.state): saved by copy, not by link
@@ -333,7 +331,7 @@ def stale_temporaries(out_dir: str) -> list[str]:
         names = os.listdir(out_dir)
     except OSError:
         names = []
-    found += [n for n in names if TMP_RE.search(n) and TMP_RE.sub("", n) in OWN_FILES]
+    found += [n for n in names if own_top_temporary(n)]
     return sorted(found)
 
 

@@ -17,7 +17,7 @@ import shutil
 import stat
 
 from rocpkg.errors import RocpkgInputError
-from rocpkg.out.files import check_tree, kind_of, open_dir, refusal
+from rocpkg.out.files import OWN_DIRS, OWN_FILES, check_tree, kind_of, open_dir, refusal
 
 LOCK_FILE = os.path.join(".rocpkg", "lock")
 STAGING_DIR = os.path.join(".rocpkg", "staging")
@@ -34,17 +34,23 @@ def remove_staging(out_dir: str) -> None:
         shutil.rmtree(staging, ignore_errors=True)
 
 
+def own_top_temporary(name: str) -> bool:
+    """A temporary `*.tmp-<pid>` of one of rocpkg's own files at OUT's top (manifest.json,
+    the client snippets, the keys), never another file that merely looks like one."""
+    return bool(TMP_RE.search(name)) and TMP_RE.sub("", name) in OWN_FILES
+
+
 def remove_stale_temporaries(out_dir: str) -> None:
-    """Files `*.tmp-<pid>` and packages staged by a killed build (the caller holds the
-    lock: nobody else writes)."""
+    """Files `*.tmp-<pid>` in rocpkg's own trees, those of its own files at OUT's top, and
+    packages staged by a killed build (the caller holds the lock: nobody else writes)."""
     remove_staging(out_dir)
-    for sub in ("deb", "rpm", "control", ".rocpkg", MANIFEST_PARTS):
+    for sub in OWN_DIRS:
         for dirpath, _dirs, files in os.walk(os.path.join(out_dir, sub)):
             for name in files:
                 if TMP_RE.search(name):
                     os.unlink(os.path.join(dirpath, name))
     for name in os.listdir(out_dir):
-        if TMP_RE.search(name):
+        if own_top_temporary(name):
             os.unlink(os.path.join(out_dir, name))
 
 
