@@ -72,10 +72,17 @@ def read_marker_from(handle, size: int, name: str) -> Marker | None:
     if handle.read(4) != elfread.ELF_MAGIC:
         return None
     try:
-        section = elfread.section_named(elfread.sections(handle, size), MARKER_SECTION)
-        if section is None:
-            return None
-        data = elfread.section_bytes(handle, section, size, limit=MARKER_LIMIT)
-        return decode_marker(data, where=MARKER_SECTION)
+        return marker_in_sections(handle, elfread.sections(handle, size), size, name)
+    except KpackFormatError as exc:
+        raise exc.with_path(name)
+
+
+def marker_in_sections(handle, found: list, size: int, name: str) -> Marker | None:
+    """The marker of an ELF whose section table (elfread.sections) is already read."""
+    section = elfread.section_named(found, MARKER_SECTION)
+    if section is None:
+        return None
+    try:
+        return decode_marker(elfread.section_bytes(handle, section, size, limit=MARKER_LIMIT), where=MARKER_SECTION)
     except KpackFormatError as exc:
         raise exc.with_path(name)

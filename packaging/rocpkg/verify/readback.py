@@ -20,7 +20,8 @@ from concurrent.futures import ThreadPoolExecutor
 from kpack import targets as kt
 from kpack.archive import KpackReader
 from kpack.errors import KpackFormatError
-from kpack.marker import Marker, read_marker_from
+from kpack import elfread
+from kpack.marker import Marker, marker_in_sections
 from rocpkg import model as m
 from rocpkg.inputs.facts import ArchiveToc
 from rocpkg.inputs.config import common_namespace, external_rule
@@ -39,10 +40,9 @@ MAX_SECONDS = 600               # to stream one package's payload
 _PIN = re.compile(r"^(?P<name>[^\s(|]+)\s*(?:\(\s*=\s*(?P<deb>[^\s)]+)\s*\)|=\s*(?P<rpm>\S+))$")
 
 
-def read_tree_release(fmt: str, paths: list[str], pool: ThreadPoolExecutor, spill: str | None = None) -> ReleaseView:
+def read_tree_release(fmt: str, paths: list[str], pool: ThreadPoolExecutor) -> ReleaseView:
     """One format's packages: metadata first (cheap, decides host and device packages),
-    then one streamed pass over each payload. spill: accepted for older callers; nothing
-    is written to it."""
+    then one streamed pass over each payload; nothing is written to disk."""
     read_meta = _read_deb_meta if fmt == "deb" else _read_rpm_meta
     specs: dict[str, m.PackageSpec] = {}
     files_of: dict[str, str] = {}
@@ -316,10 +316,14 @@ class _Inspector:
             elif self.spec.kind != m.KIND_DEVICE:
                 image = self._host_image(path, size, stream)
                 if image is not None:
-                    linkage = _linkage(image, size)
+                    try:        # the section table, read once for the marker and the linkage
+                        found = elfread.sections(image, size)
+                    except KpackFormatError as exc:
+                        raise exc.with_path(path)
+                    linkage = _linkage(image, found, size)
                     if linkage is not None:
                         self.linkage[(self.spec.name, path)] = linkage
-                    marker = read_marker_from(image, size, path)
+                    marker = marker_in_sections(image, found, size, path)
                     if marker is not None:
                         self.markers[(self.spec.name, path)] = marker
         except KpackFormatError as exc:
@@ -352,14 +356,12 @@ class _Inspector:
         return _SparseImage(path, size, pieces, strict=True)
 
 
-def _linkage(image, size: int) -> tuple[str, tuple[str, ...]] | None:
-    """(SONAME, DT_NEEDED) of a host ELF read through its windows; None when the dynamic
-    table lies outside them or does not parse (the plan's missing-library check read the
-    whole file)."""
-    from kpack import elfread
-
+def _linkage(image, found: list, size: int) -> tuple[str, tuple[str, ...]] | None:
+    """(SONAME, DT_NEEDED) of a host ELF read through its windows, its section table
+    `found`; None when the dynamic table lies outside them or does not parse (the plan's
+    missing-library check read the whole file)."""
     try:
-        names = elfread.dynamic_names(image, elfread.sections(image, size), size)
+        names = elfread.dynamic_names(image, found, size)
     except KpackFormatError:
         return None
     soname = next((name for tag, name in names if tag == elfread.DT_SONAME), "")

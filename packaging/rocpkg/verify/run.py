@@ -68,7 +68,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from typing import Iterable
 
@@ -170,16 +169,19 @@ def verify_tree(out_dir: str | os.PathLike, *, formats: Iterable[str] = ("deb", 
     if not any(found[f] for f in formats):
         raise RocpkgInputError((out_dir, "no .deb under deb/pool/main and no .rpm under rpm/<arch>/: nothing to verify"))
     report = VerifyReport(source=out_dir, formats=[f for f in ("deb", "rpm") if found[f] and f in formats])
-    groups = _release_groups(out_dir, found, release)
-    lookups = {} if lookup else _recorded_lookups(out_dir)
+    from rocpkg.out.releases import read_manifest
+
+    doc = read_manifest(out_dir)
+    groups = _release_groups(out_dir, doc, found, release)
+    lookups = {} if lookup else _recorded_lookups(doc)
     workers = jobs or min(8, os.cpu_count() or 1)
     views: list[tuple[str, ReleaseView]] = []
-    with tempfile.TemporaryDirectory(prefix="rocpkg-verify-") as spill, ThreadPoolExecutor(workers) as pool:
+    with ThreadPoolExecutor(workers) as pool:
         for label, files in groups:
             for fmt in report.formats:
                 if not files.get(fmt):
                     continue
-                view = read_tree_release(fmt, files[fmt], pool, spill)
+                view = read_tree_release(fmt, files[fmt], pool)
                 view.lookup = lookup or lookups.get(label, lookups.get("", FALLTHROUGH))
                 before = len(report.problems)
                 check_release(view, report)
@@ -193,25 +195,25 @@ def verify_tree(out_dir: str | os.PathLike, *, formats: Iterable[str] = ("deb", 
     return report
 
 
-def _recorded_lookups(out_dir: str) -> dict[str, str]:
+def _recorded_lookups(doc: dict | None) -> dict[str, str]:
     """Release id -> the runtime lookup its record names ("" -> the one release's, when the
     manifest records exactly one)."""
-    from rocpkg.out.releases import manifest_releases, read_manifest
+    from rocpkg.out.releases import manifest_releases
 
-    records = manifest_releases(read_manifest(out_dir))
+    records = manifest_releases(doc)
     found = {r.id: r.kpack_lookup for r in records}
     if len(records) == 1:
         found[""] = records[0].kpack_lookup
     return found
 
 
-def _release_groups(out_dir: str, found: dict[str, list[str]], wanted: str | None) -> list[tuple[str, dict]]:
-    """(release id, {format: package files}) per release recorded in manifest.json; files no
-    release records form a group of their own ("unrecorded"). One group for an OUT of one
-    release (or with no manifest)."""
-    from rocpkg.out.releases import find_release, manifest_releases, read_manifest
+def _release_groups(out_dir: str, doc: dict | None, found: dict[str, list[str]],
+                    wanted: str | None) -> list[tuple[str, dict]]:
+    """(release id, {format: package files}) per release recorded in the manifest `doc`;
+    files no release records form a group of their own ("unrecorded"). One group for an OUT
+    of one release (or with no manifest)."""
+    from rocpkg.out.releases import find_release, manifest_releases
 
-    doc = read_manifest(out_dir)
     records = manifest_releases(doc)
     if wanted is not None:
         if "-" not in wanted:  # a release number alone: the one recorded release with it
