@@ -53,7 +53,7 @@ from rocpkg import model as m
 from rocpkg.out import releases
 from rocpkg.build.version_order import out_version_order_refusals
 from rocpkg.errors import RocpkgInputError
-from rocpkg.out.state import StateJournal, read_states, rewrite_states
+from rocpkg.out.state import StateJournal, read_states, recorded_states, rewrite_states
 from rocpkg.build.schedule import assign_shards, start_order, zstd_threads
 from rocpkg.build.fingerprint import package_fingerprint
 from rocpkg.inputs.host_code import HostScan
@@ -118,11 +118,6 @@ class BuildResult:
 
 def _control_path(out_dir: str, spec: m.PackageSpec | PackageOutcome) -> str:
     return os.path.join(out_dir, "control", f"{spec.name}.{'control' if spec.format == 'deb' else 'spec'}")
-
-
-def _recorded_states(out_dir: str, formats) -> dict[str, dict[str, dict]]:
-    """Per format, name -> the state OUT recorded for it (rocpkg.out.state): one read each."""
-    return {fmt: read_states(out_dir, fmt) for fmt in formats}
 
 
 def _up_to_date(spec: m.PackageSpec, out_dir: str, fingerprint_of,
@@ -244,7 +239,7 @@ def build_release(plan, out_dir: str | os.PathLike, *, formats: Iterable[str] | 
         with Staging(out_dir, formats) as staging:
             try:
                 releases.read_manifest(out_dir)     # a damaged manifest is refused before a byte is written
-                states = _recorded_states(out_dir, formats)
+                states = recorded_states(out_dir, formats)
                 archives = gate.archive_checks(plan, formats, whole_kernels=deep_check,
                                                starmap_async=workers.starmap_async)
                 order = sorted(chosen, key=lambda s: (-s.payload_size, s.format, s.name))

@@ -32,6 +32,11 @@ def journal_name(fmt: str, shard: tuple[int, int] | None = None) -> str:
     return f"{fmt}.jsonl" if shard is None else f"{fmt}.shard-{shard[0]}-of-{shard[1]}.jsonl"
 
 
+def recorded_states(out_dir: str, formats) -> dict[str, dict[str, dict]]:
+    """Per format, name -> the state OUT recorded for it: one read of each format's journals."""
+    return {fmt: read_states(out_dir, fmt) for fmt in formats}
+
+
 def read_states(out_dir: str, fmt: str) -> dict[str, dict]:
     """name -> the state last recorded for it (none for a new OUT)."""
     state_dir = os.path.join(out_dir, STATE_DIR)

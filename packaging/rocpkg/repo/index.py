@@ -17,7 +17,7 @@ from rocpkg.out.files import read_json
 from rocpkg.out.journal import Change
 from rocpkg.out.manifest_schema import check_manifest, read_parts
 from rocpkg.out.outdir import MANIFEST_PARTS
-from rocpkg.out.state import read_states, rewrite_states
+from rocpkg.out.state import recorded_states, rewrite_states
 
 # An APT suite is a directory name under dists/ and a Release field: no separators, no dots first
 _SUITE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
@@ -130,7 +130,7 @@ def sync_manifest(out_dir: str | os.PathLike) -> str | None:
     from rocpkg.out.digest_cache import DigestCache
 
     changed, caches = False, {}
-    states = {fmt: read_states(out_dir, fmt) for fmt in ("deb", "rpm")}
+    states = recorded_states(out_dir, ("deb", "rpm"))
     restated: set[str] = set()
     for entry in doc["packages"]:
         file_path = os.path.join(out_dir, entry["file"])
