@@ -116,3 +116,49 @@ def test_a_key_that_cannot_sign_leaves_nothing(out, tmp_path, signer, capsys):
     code = main(["export", str(out), str(dest), FAMILY, "--gpg-home", signer.gnupg_home, "--sign-key", "nobody@example.org"])
     assert code == 2 and "--sign-key" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
+
+
+def _unversioned(bundle, fmt: str) -> set[str]:
+    return {n for n in bundle.packages[fmt] if not any(c.isdigit() for c in n)}
+
+
+def test_a_definition_name_means_its_unversioned_package_in_each_format(out, tmp_path):
+    """package.json's `rocm-core-devel` is the deb's `rocm-core-dev` and the rpm's
+    `rocm-core-devel`: both formats get the closure, and apt installs it from the bundle."""
+    bundle = export_closure(str(out), str(tmp_path / "devel"), ["rocm-core-devel"])
+    assert "rocm-core-dev" in bundle.packages["deb"] and "rocm-core-devel" not in bundle.packages["deb"]
+    assert "rocm-core-devel" in bundle.packages["rpm"]
+    assert len(bundle.packages["deb"]) == len(bundle.packages["rpm"]) > 1
+    apt = AptClient(tmp_path / "apt", (Path(bundle.dest) / "rocm.list").read_text())
+    shutil.copy("/var/lib/dpkg/status", apt.root / "var/lib/dpkg/status")
+    assert apt.run("update").returncode == 0
+    install = apt.run("install", "-s", "rocm-core-dev")
+    assert install.returncode == 0, install.stdout + install.stderr
+    assert planned_installs(install.stdout) == set(bundle.packages["deb"])
+
+
+def test_a_debian_dev_name_means_the_rpm_devel_package_too(out, tmp_path):
+    typed = export_closure(str(out), str(tmp_path / "dev"), ["rocm-core-dev"])
+    definition = export_closure(str(out), str(tmp_path / "devel"), ["rocm-core-devel"])
+    assert typed.packages == definition.packages
+
+
+def test_a_per_target_definition_name_brings_its_host_and_every_target(out, tmp_path):
+    bundle = export_closure(str(out), str(tmp_path / "fft"), ["rocm-fft"])
+    for fmt in ("deb", "rpm"):
+        assert {"rocm-fft", "rocm-fft7.1", "rocm-fft-host7.1", "rocm-fft7.1-gfx942",
+                "rocm-fft7.1-gfx1100"} <= set(bundle.packages[fmt]), bundle.packages[fmt]
+        assert _unversioned(bundle, fmt) == {"rocm-fft"}
+
+
+def test_a_family_name_is_the_same_in_either_case(out, tmp_path):
+    lower = export_closure(str(out), str(tmp_path / "lower"), ["rocm-gfx110x"])
+    upper = export_closure(str(out), str(tmp_path / "upper"), ["rocm-gfx110X"])
+    assert lower.packages == upper.packages and FAMILY in upper.packages["rpm"]
+
+
+def test_a_misspelled_definition_name_is_refused_with_both_spellings(out, tmp_path, capsys):
+    assert main(["export", str(out), str(tmp_path / "b"), "rocm-core-devl"]) == 2
+    err = capsys.readouterr().err
+    assert "rocm-core-devl: no package of that name in the release; closest: rocm-core-devel, rocm-core-dev" in err
+    assert "Traceback" not in err and list(tmp_path.iterdir()) == []

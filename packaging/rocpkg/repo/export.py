@@ -1,6 +1,7 @@
 """`rocpkg export OUT DEST NAME...`: an offline bundle. DEST becomes a self-contained APT
 and DNF repository holding only the dependency closure of the named packages in OUT's
-newest release (names as users type them, `rocm-gfx110x`, `rocm-gfx110X`), indexed and,
+newest release (names as users type them, `rocm-gfx110x`, `rocm-gfx110X`, or a package.json
+definition name, `rocm-core-devel`, for its unversioned package in each format), indexed and,
 with a key, signed, with its client snippets (rocm.list, rocm.repo and the keys) pointing
 at DEST itself; then DEST.tar (reproducible: sorted, dated SOURCE_DATE_EPOCH, owner root)
 and DEST.tar.sha256 beside it. Dependencies no package of the release provides (libc6,
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 import shutil
 import tarfile
 from dataclasses import dataclass, field
@@ -76,21 +78,39 @@ def _check_places(out_dir: str, dest: str) -> None:
             raise RocpkgInputError((path, "exists: export into a new directory"))
 
 
+# A name as the other format spells it: Debian's `-dev` for rpm's `-devel` (plan.naming's
+# lower_devel), before the end, a `-` or the ABI of a versioned name (rocm-core-devel7.1).
+_SPELLING = {"deb": (re.compile(r"-devel(?=$|-|\d)"), "-dev"), "rpm": (re.compile(r"-dev(?=$|-|\d)"), "-devel")}
+
+
+def _spelled(name: str, fmt: str, table: dict[str, dict]) -> str | None:
+    """The package of `table` (one format's packages, by lower-case name) that `name` means:
+    the package of that name regardless of case (rocm-gfx110X), else its spelling in this
+    format, so that a package.json definition name (rocm-core-devel) means its unversioned
+    package in both formats (deb rocm-core-dev) and a Debian user's `-dev` the rpm's `-devel`."""
+    name = name.lower()
+    if name in table:
+        return name
+    pattern, spelling = _SPELLING[fmt]
+    other = pattern.sub(spelling, name)
+    return other if other in table else None
+
+
 def _closures(entries: list[dict], names: list[str]) -> dict[str, list[dict]]:
     """format -> the entries of the named packages and everything they depend on in the
-    release. A name matches a package name regardless of case (rocm-gfx110X)."""
+    release. A name means a package of each format as _spelled finds it."""
     by_name: dict[str, dict[str, dict]] = {}
     for e in entries:
         by_name.setdefault(e["format"], {})[e["name"].lower()] = e
     known = sorted({n for table in by_name.values() for n in table})
-    unknown = [n for n in names if not any(n.lower() in table for table in by_name.values())]
+    unknown = [n for n in names if not any(_spelled(n, fmt, table) for fmt, table in by_name.items())]
     if unknown:
         raise RocpkgInputError(*[(n, "no package of that name in the release; closest: "
                                      + (", ".join(difflib.get_close_matches(n.lower(), known, n=5, cutoff=0.5))
                                         or "none")) for n in unknown])
     closure: dict[str, list[dict]] = {}
     for fmt, table in sorted(by_name.items()):
-        todo = [n.lower() for n in names if n.lower() in table]
+        todo = [found for found in (_spelled(n, fmt, table) for n in names) if found]
         seen: dict[str, dict] = {}
         while todo:
             name = todo.pop()
