@@ -90,6 +90,9 @@ class PackageSpec:
     # Install prefix of the release (/opt/rocm/core-7.1), for maintainer scripts; a package
     # without files (meta) has no other way to know it. "" = longest common dir of files.
     prefix: str = ""
+    # The release's build variant ("asan"), "" for the normal build: a variant's scripts
+    # manage only its own links (rocpkg.formats.layout.alternatives)
+    variant: str = ""
     # DEB only: the lines of the package's `shlibs` control file (`libfoo 1 pkg (>= 7.1.0)`),
     # one per shared library with a SONAME it ships; [] writes no such file.
     shlibs: list[str] = field(default_factory=list)

@@ -59,6 +59,7 @@ from rocpkg.build.fingerprint import package_fingerprint
 from rocpkg.inputs.host_code import HostScan
 from rocpkg.formats.streams import write_atomic
 from rocpkg.out.journal import recover
+from rocpkg.plan.naming import build_variant
 from rocpkg.out.outdir import MANIFEST_PARTS, Staging
 from rocpkg.build.workers import Workers
 from rocpkg.build import packing      # one package, as a worker writes it
@@ -301,7 +302,8 @@ def _record_release(out_dir: str, plan, formats: list[str], options: m.BuildOpti
                                     allowed=tuple(r.to_dict() for r in allowed), plan=_plan_digest(every),
                                     date=options.source_date_epoch,
                                     kpack_lookup=plan.settings.get("kpack_lookup", FALLTHROUGH),
-                                    channel=plan.settings.get("channel", ""), epoch=plan.settings["epoch"])
+                                    channel=plan.settings.get("channel", ""), epoch=plan.settings["epoch"],
+                                    variant=build_variant(plan.settings))
     if shard is None:
         # the release joins the earlier ones in manifest.json (rocpkg.out.releases)
         manifest = releases.write_release(out_dir, record, entries)

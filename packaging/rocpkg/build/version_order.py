@@ -13,6 +13,7 @@ from typing import Iterable
 
 from rocpkg.build.gate import VERSION_ORDER, Refusal
 from rocpkg.out.releases import ReleaseRecord, manifest_releases, read_manifest
+from rocpkg.plan.naming import build_variant
 from rocpkg.verify.view import Problem
 from rocpkg.formats.versions import DPKG, RPM, compare, evr
 
@@ -22,12 +23,13 @@ _DPKG_ORDER = cmp_to_key(lambda a, b: compare(DPKG, a, b).sign)
 
 
 def version_order_refusals(records: Iterable[ReleaseRecord], version: str, release: str,
-                           epoch: int = 0) -> list[Refusal]:
+                           epoch: int = 0, variant: str = "") -> list[Refusal]:
     """The version-order refusal of a new release `version`-`release` (epoch) against the
     releases OUT records (rocpkg.out.releases.manifest_releases): one Refusal naming the
     newest release of its series it does not sort above, by the tools that say so, and
-    the rule; [] when it sorts above all of them or OUT already records it (a rebuild)."""
-    new = ReleaseRecord(version, release, epoch=epoch)
+    the rule; [] when it sorts above all of them or OUT already records it (a rebuild).
+    A variant build (ASAN) is ordered against the releases of its own variant only."""
+    new = ReleaseRecord(version, release, epoch=epoch, variant=variant)
     records = list(records)
     if any(r.id == new.id for r in records):
         return []           # a rebuild of a recorded release: where it sorts was settled when it was first built
@@ -45,7 +47,8 @@ def out_version_order_refusals(out_dir, settings: dict) -> list[Refusal]:
     """version_order_refusals of the release a plan's settings describe (version, release,
     epoch) against the releases OUT/manifest.json records. Reads OUT, writes nothing."""
     records = manifest_releases(read_manifest(out_dir))
-    return version_order_refusals(records, settings["version"], settings["release"], settings.get("epoch", 0))
+    return version_order_refusals(records, settings["version"], settings["release"], settings.get("epoch", 0),
+                                  build_variant(settings))
 
 
 def out_order_problems(out_dir) -> list[Problem]:

@@ -230,11 +230,9 @@ def _compression(args, settings) -> dict:
 
 
 def _install_instructions(result) -> list[str]:
-    from rocpkg.inputs.detect import install_names
-
     out = result.out_dir
     families = result.plan.families
-    names = {fam: install_names(fam, result.plan.settings["naming"]["alias"], result.plan.abi) for fam in families}
+    names = {fam: _install_names(fam, result.plan.settings, result.plan.abi) for fam in families}
     width = max((len(n[0]) for n in names.values()), default=0)
     lines = ["", f"Repositories are in {out}. To install from them on this machine:", "",
              "  Debian/Ubuntu (apt):"]
@@ -307,6 +305,15 @@ def _cmd_demo(args) -> int:
     return 0 if result.verify is None or getattr(result.verify, "ok", True) else 1
 
 
+def _install_names(family: str, settings: dict, abi: str) -> tuple[str, str]:
+    """(DEB name, RPM name) of a family's alias package: DEB names are lower-case, RPM
+    provides the family's own spelling (DESIGN §3); a variant build's (rocm-asan-gfx110x)."""
+    from rocpkg.plan.naming import alias_name, build_variant
+
+    name = alias_name(settings["naming"]["alias"], family, abi, build_variant(settings))
+    return name.lower(), name
+
+
 def _cmd_detect(args) -> int:
     from rocpkg.inputs import detect
 
@@ -324,13 +331,12 @@ def _cmd_detect(args) -> int:
     elif args.artifacts:
         plan = load_plan(args, config)
         available, abi, source = detect.packages_in_plan(plan), plan.abi, f"the plan of {args.artifacts}"
-    alias = settings["naming"]["alias"]
     for gpu in gpus:
         name = f" ({gpu.name})" if gpu.name and gpu.name != gpu.target else ""
         if gpu.family is None:
             print(f"node {gpu.node}: {gpu.target}{name}: in no family of this release's table, no package for it")
             continue
-        deb, rpm = detect.install_names(gpu.family, alias, abi)
+        deb, rpm = _install_names(gpu.family, settings, abi)
         print(f"node {gpu.node}: {gpu.target}{name}, family {gpu.family}")
         lines = [(tool, pkg) for tool, fmt, pkg in (("apt", "deb", deb), ("dnf", "rpm", rpm))
                  if available is None or pkg.lower() in available.get(fmt, ())]
@@ -339,7 +345,7 @@ def _cmd_detect(args) -> int:
         if not lines:
             served = sorted(f for f in settings["families"] or kt.FAMILIES
                             if any(n.lower() in available.get(fmt, ()) for fmt, n in
-                                   zip(("deb", "rpm"), detect.install_names(f, alias, abi))))
+                                   zip(("deb", "rpm"), _install_names(f, settings, abi))))
             print(f"  {source} has no package for {gpu.family} (it serves: {', '.join(served) or 'no family'})")
     if available is None and verbosity(args) >= 0:
         print("note: names not checked against a repository: give --repo OUT or -a ARTIFACTS", file=sys.stderr)

@@ -41,6 +41,10 @@ def add_plan_options(p: argparse.ArgumentParser, artifacts_required: bool = True
     p.add_argument("--install-prefix", default=None, metavar="DIR",
                    help="install prefix, {abi} and {version} expanded (overrides settings.prefix; TheRock's "
                         "list-form package.json has no settings: default /opt/rocm/core-{abi})")
+    p.add_argument("--build-variant", default=None, metavar="release|asan",
+                   help="which build of the stack the artifacts are (TheRock's --build-variant): asan names every "
+                        "package and the prefix with -asan (amdrocm-core-asan7.1, /opt/rocm/core-asan-7.1) so that "
+                        "it installs beside the normal release (overrides settings.build_variant)")
     p.add_argument("--unknown-keys", choices=("error", "warn"), default=None,
                    help="an unknown package.json key is an error (default) or a warning "
                         "(overrides settings.unknown_keys)")
@@ -88,7 +92,8 @@ def formats(args) -> list[str]:
 
 
 def load_config_of(args):
-    """package.json of -c, with --unknown-keys, --install-prefix and --kpack-lookup applied."""
+    """package.json of -c, with --unknown-keys, --install-prefix, --build-variant,
+    --kpack-lookup and --no-debug-packages applied."""
     from rocpkg.inputs.config import load_config
 
     config = load_config(args.config, unknown_keys=getattr(args, "unknown_keys", None))
@@ -100,6 +105,14 @@ def load_config_of(args):
         if problem:
             raise RocpkgInputError(("--install-prefix", problem))
         config.settings["prefix"] = prefix
+    variant = getattr(args, "build_variant", None)
+    if variant is not None:
+        from rocpkg.inputs.config import BUILD_VARIANTS
+
+        if variant not in BUILD_VARIANTS:
+            raise RocpkgInputError(("--build-variant", f"unknown build variant {variant!r}: "
+                                                       f"must be one of {', '.join(BUILD_VARIANTS)}"))
+        config.settings["build_variant"] = variant
     if getattr(args, "kpack_lookup", None):
         config.settings["kpack_lookup"] = args.kpack_lookup
     if getattr(args, "no_debug_packages", False):

@@ -48,11 +48,14 @@ def priority(version: str) -> int:
     return min(major, 200000) * 10000 + min(minor, 99) * 100 + min(patch, 99)
 
 
-def alternatives(prefix: str) -> list[Alternative]:
+def alternatives(prefix: str, shared: bool = True) -> list[Alternative]:
     """TheRock's links for a release installed at `prefix` (/opt/rocm/core-7.1):
     /opt/rocm/core (newest release) with /opt/rocm/{bin,lib,...} and /usr/bin/{hipcc,...}
     as its slaves, and /opt/rocm/core-7 (newest release of that major version). Nothing
-    for a prefix that carries no version."""
+    for a prefix that carries no version. shared=False (a variant build,
+    /opt/rocm/core-asan-7.1): its own /opt/rocm/core-asan and core-asan-7 only, without the
+    slaves, which are the normal release's (update-alternatives lets a slave name
+    belong to one group only, and a variant must never take /opt/rocm/bin or /usr/bin/hipcc)."""
     base = posixpath.basename(prefix)
     match = re.match(r"^(.*?)[-_]?(\d+)(\.\d+)*$", base)
     if not match or not match.group(1):
@@ -60,10 +63,11 @@ def alternatives(prefix: str) -> list[Alternative]:
     unversioned, major = match.group(1), match.group(2)
     parent = posixpath.dirname(prefix)
     slaves = []
-    if parent not in SYSTEM_DIRS:  # /opt/rocm/bin; never /opt/bin
+    if shared and parent not in SYSTEM_DIRS:  # /opt/rocm/bin; never /opt/bin
         group = posixpath.basename(parent)
         slaves += [(f"{parent}/{sub}", f"{group}-{sub}", f"{prefix}/{sub}") for sub in SUBDIRS]
-    slaves += [(f"/usr/bin/{tool}", tool, f"{prefix}/bin/{tool}") for tool in TOOLS]
+    if shared:
+        slaves += [(f"/usr/bin/{tool}", tool, f"{prefix}/bin/{tool}") for tool in TOOLS]
     out = [Alternative(unversioned, posixpath.join(parent, unversioned), prefix, tuple(slaves))]
     by_major = f"{unversioned}-{major}"
     if by_major != base:

@@ -274,7 +274,7 @@ def script_context(spec: PackageSpec, options: BuildOptions, fmt: str) -> dict:
         "prefix": prefix,
         "link": link,
         "link_target": link_target,
-        "alternatives": layout.alternatives(prefix) if prefix else [],
+        "alternatives": layout.alternatives(prefix, shared=not spec.variant) if prefix else [],
         "priority": layout.priority(spec.version),
     }
 

@@ -120,7 +120,12 @@ SETTINGS_DEFAULTS: dict[str, object] = {
     # regular expressions: an rpm Requires generated from an ELF file's DT_NEEDED or needed
     # symbol version that one matches is left out (rpm's __requires_exclude; rocpkg.plan.shlibs)
     "rpm_requires_exclude": [],
+    # which build of the stack the artifacts are (TheRock's --build-variant): "release", or
+    # "asan", whose packages and prefix carry -asan (rocpkg.plan.naming) beside the release's
+    "build_variant": "release",
 }
+# "release" is the normal build and changes no name; the others name their packages
+BUILD_VARIANTS = ("release", "asan")
 SETTINGS_TYPES = {
     "version": str, "release": str, "epoch": int, "prefix": str, "naming": dict,
     "families": (dict, type(None)), "top_metapackage": (str, type(None)), "aliases": bool,
@@ -129,6 +134,7 @@ SETTINGS_TYPES = {
     "rpm_arch": str, "external": list, "allow_unsatisfied": bool,
     "unknown_keys": str, "runpath_to_rpath": bool, "kpack_lookup": str, "channel": str,
     "unversioned_targets": bool, "debug_packages": bool, "rpm_requires_exclude": list,
+    "build_variant": str,
 }
 UNKNOWN_KEY_MODES = ("error", "warn")
 ARTIFACT_KEYS = ("Artifact", "Artifact_Subdir", "Artifact_Gfxarch")
@@ -320,6 +326,9 @@ def validate_settings(settings: dict, where_prefix: str = "settings") -> list[tu
 
         if settings["channel"] not in CHANNELS:
             problems.append((f"{where_prefix}.channel", f"must be one of {', '.join(CHANNELS)}"))
+    if settings.get("build_variant", "release") not in BUILD_VARIANTS:
+        problems.append((f"{where_prefix}.build_variant", f"unknown build variant {settings['build_variant']!r}: "
+                                                          f"must be one of {', '.join(BUILD_VARIANTS)}"))
     if settings["compression"] not in COMPRESSIONS:
         problems.append((f"{where_prefix}.compression", f"must be one of {', '.join(COMPRESSIONS)}"))
     elif level_problem(settings["compression"], settings["compression_level"]):

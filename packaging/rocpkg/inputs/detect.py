@@ -84,13 +84,6 @@ def detect_gpus(sysfs_root: str = "/sys", families: dict[str, list[str]] | None 
     return gpus
 
 
-def install_names(family: str, alias_pattern: str = "rocm-{family}", abi: str = "") -> tuple[str, str]:
-    """(DEB name, RPM name) of a family's alias package: DEB names are lower-case, RPM
-    provides the family's own spelling (DESIGN §3)."""
-    name = alias_pattern.format(family=family, abi=abi)
-    return name.lower(), name
-
-
 def packages_in_tree(out_dir: str) -> tuple[dict[str, set[str]], str]:
     """({format: lower-case package names}, release version) of a tree `rocpkg build` wrote,
     from its manifest.json: what a repository published from it can install (an RPM family

@@ -86,7 +86,7 @@ def _release(record, field: str) -> None:
         raise _Problem(field, f"wants an object, got {_shown(record)}")
     _text(record.get("version"), f"{field}.version", empty=False)
     _text(record.get("release"), f"{field}.release", empty=False)
-    for key in ("id", "plan", "kpack_lookup", "channel"):
+    for key in ("id", "plan", "kpack_lookup", "channel", "variant"):
         if key in record:
             _text(record[key], f"{field}.{key}")
     for key in ("targets", "formats"):

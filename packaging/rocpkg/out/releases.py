@@ -50,20 +50,25 @@ class ReleaseRecord:
     kpack_lookup: str = FALLTHROUGH     # the runtime its checks modelled (kpack.loader)
     channel: str = ""                   # dev, nightly, prerelease or release (rocpkg.inputs.channels); "" none given
     epoch: int = 0                      # the packages' epoch
+    variant: str = ""                   # the build variant ("asan", rocpkg.plan.naming); "" the normal build
 
     @property
     def id(self) -> str:
-        return f"{self.version}-{self.release}"
+        """version-release, and +variant for a variant build (7.1.0-1+asan): a release and
+        its ASAN build are two releases of OUT."""
+        return f"{self.version}-{self.release}" + (f"+{self.variant}" if self.variant else "")
 
     @property
     def series(self) -> str:
-        return release_series(self.version)
+        """What pruning and the version-order check compare within: MAJOR.MINOR, and
+        +variant for a variant build (its releases upgrade each other, not the normal ones)."""
+        return release_series(self.version) + (f"+{self.variant}" if self.variant else "")
 
     def to_dict(self) -> dict:
         doc = {"id": self.id, **asdict(self)}
         if self.kpack_lookup == FALLTHROUGH:   # the default is not written: older manifests lack it
             del doc["kpack_lookup"]
-        for key in ("channel", "epoch"):        # nor are these when unset
+        for key in ("channel", "epoch", "variant"):        # nor are these when unset
             if not doc[key]:
                 del doc[key]
         return {k: list(v) if isinstance(v, tuple) else v for k, v in doc.items()}
@@ -75,7 +80,8 @@ class ReleaseRecord:
                    allowed=tuple(doc.get("allowed", ())), plan=str(doc.get("plan", "")),
                    files=tuple(doc.get("files", ())), date=int(doc.get("date") or 0),
                    kpack_lookup=str(doc.get("kpack_lookup", FALLTHROUGH)),
-                   channel=str(doc.get("channel", "")), epoch=int(doc.get("epoch") or 0))
+                   channel=str(doc.get("channel", "")), epoch=int(doc.get("epoch") or 0),
+                   variant=str(doc.get("variant", "")))
 
 
 def release_series(version: str) -> str:
@@ -108,10 +114,10 @@ def inputs_date(config_path: str | os.PathLike | None, artifacts_dir: str | os.P
 
 def release_order(record: ReleaseRecord):
     """Debian version order of "version-release": what apt and dnf would call newer
-    (a debian_support.Version)."""
+    (a debian_support.Version), a variant build after the normal one of its version."""
     from debian.debian_support import Version
 
-    return Version(record.id)
+    return Version(f"{record.version}-{record.release}"), record.variant
 
 
 # -- reading and writing -------------------------------------------------------------------

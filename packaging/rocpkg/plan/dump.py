@@ -34,7 +34,8 @@ def plan_to_dict(plan, with_files: bool = True) -> dict:
     return {
         "schema": PLAN_SCHEMA,
         "version": plan.settings["version"], "release": plan.settings["release"], "epoch": plan.settings["epoch"],
-        "abi": plan.abi, "targets": plan.targets, "families": plan.families, "top_metapackage": plan.top_metapackage,
+        "abi": plan.abi, "build_variant": plan.settings.get("build_variant", "release"),
+        "targets": plan.targets, "families": plan.families, "top_metapackage": plan.top_metapackage,
         "info": plan.info, "warnings": plan.warnings,
         "packages": [spec_to_dict(p, with_files) for fmt in sorted(plan.packages) for p in plan.packages[fmt]],
     }

@@ -19,7 +19,7 @@ from rocpkg.errors import RocpkgInputError
 from rocpkg.plan.debug import DEBUG_COMPONENT, debug_packages, index_debug_files, shipped_findings
 from rocpkg.plan.graphs import strongly_connected
 from rocpkg.formats.layout import alternatives, owned_ancestors
-from rocpkg.plan.naming import Namer, abi_of
+from rocpkg.plan.naming import Namer, abi_of, build_variant, variant_prefix
 from rocpkg.formats.preflight import check_plan, printable
 from rocpkg.plan.providers import link_archive_providers
 from rocpkg.plan.shlibs import add_library_metadata
@@ -94,7 +94,8 @@ class _PlanBuilder:
         self.release = settings["release"]
         self.epoch = settings["epoch"]
         self.abi = abi_of(self.version)
-        self.prefix = settings["prefix"].format(abi=self.abi, version=self.version).rstrip("/")
+        self.variant = build_variant(settings)
+        self.prefix = variant_prefix(settings["prefix"], self.variant).format(abi=self.abi, version=self.version).rstrip("/")
         self.families_table = settings["families"] or kt.FAMILIES
         self.defs = {d.name: d for d in config.enabled}
         self.problems: list[tuple[str, str]] = []
@@ -293,6 +294,8 @@ class _PlanBuilder:
         long = f.get("Description_Long") or summary
         if long_note:
             long = f"{long}\n\n{long_note}"
+        if self.variant:
+            long = f"{long}\n\nThe {self.variant} build of the release, installed under {self.prefix} beside the normal build."
         if fmt == "deb":
             arch = "all" if arch_independent else (f.get("Architecture") or s["deb_arch"])
         else:
@@ -310,7 +313,7 @@ class _PlanBuilder:
             maintainer=f.get("Maintainer") or s["maintainer"], vendor=f.get("Vendor") or s["vendor"],
             license=f.get("License") or s["license"], homepage=f.get("Homepage") or s["homepage"],
             section=section, priority=f.get("Priority") or "optional",
-            group=f.get("Group") or "", files=list(files), prefix=self.prefix,
+            group=f.get("Group") or "", files=list(files), prefix=self.prefix, variant=self.variant,
         )
 
     def _apply(self, spec: m.PackageSpec, relations: dict[str, list[str]]) -> m.PackageSpec:
@@ -436,7 +439,7 @@ class _PlanBuilder:
                     fm.depends.extend(pin(namer.device(d.name, t)) for t in members)
                     fm.scripts = scripts
                     if fmt == "rpm" and fam != fam.lower():  # `dnf install ...-gfx110X` works too
-                        fm.provides.append(f"{namer.naming['family'].format(name=d.name, abi=self.abi, family=fam)} = {self._evr()}")
+                        fm.provides.append(f"{namer.family_provides(d.name, fam)} = {self._evr()}")
                     out.append(fm)
                 meta = self._spec(fmt, d, versioned, m.KIND_META, summary_note="all targets", arch_independent=True,
                                   long_note="Installs this set with the kernels for every target of the release.")
@@ -477,7 +480,7 @@ class _PlanBuilder:
         variants += [("", fam, namer.family(top, fam)) for fam, members in self.families.items()
                      if namer.family(top, fam) != namer.device(top, members[0])]
         for target, family, variant in variants:
-            name = namer._fix(f"{base}-{target or family}")
+            name = namer.with_target(base, target or family)
             if name in taken:
                 continue
             meta = self._spec(fmt, td, name, m.KIND_META, target=target, family=family, arch_independent=True,
@@ -516,7 +519,7 @@ class _PlanBuilder:
         owner = min(owners, key=lambda d: (len(closures[d.name]), d.index))
         spec = self._spec(fmt, owner, f"{namer.versioned(owner.name)}-links", m.KIND_META, arch_independent=True,
                           files=[m.FileEntry(p, m.DIR, 0o755) for p in owned_ancestors(self.prefix)],
-                          summary_note="links", long_note=f"Points {', '.join(a.link for a in alternatives(self.prefix))} "
+                          summary_note="links", long_note=f"Points {', '.join(a.link for a in self._alternatives())} "
                                                           f"at the newest release installed (update-alternatives).")
         spec.scripts = dict(SCRIPT_TEMPLATES)
         for name in sorted(closures[owner.name]):
@@ -524,6 +527,11 @@ class _PlanBuilder:
             if cls in (LIBRARY, PER_TARGET) and any(fe.type != m.DIR for fe in files[(name, "")]):
                 spec.depends.append(self._pin(fmt, namer.host(name) if cls == PER_TARGET else namer.versioned(name)))
         return spec
+
+    def _alternatives(self):
+        """The links the release's links package manages: a variant build (ASAN) manages
+        only its own (/opt/rocm/core-asan), never the ones the normal release shares."""
+        return alternatives(self.prefix, shared=not self.variant)
 
     def _members(self, name: str) -> set[str]:
         """The in-release definitions a definition includes, itself among them."""
