@@ -17,7 +17,7 @@ from rocpkg.plan.make import make_plan
 from rocpkg.formats.rpm import write_rpm
 from rocpkg.inputs.sample import make_sample_artifacts
 from test_deb import dpkg, throwaway_root
-from test_rpm import base_system_spec
+from test_rpm import base_system_spec, empty_rpm_root
 from test_rpm import run as rpm_run
 
 TARGETS = ["gfx942", "gfx1100"]
@@ -107,12 +107,7 @@ def test_two_deb_releases_switch_opt_rocm_by_priority(releases, tmp_path):
 
 
 def test_two_rpm_releases_switch_opt_rocm_by_priority(releases, tmp_path):
-    if os.geteuid() != 0:
-        pytest.skip("installing into an rpm root needs root")
-    root = tmp_path / "root"
-    rpm_run("rpm", "--root", str(root), "--initdb")
-    os.makedirs(root / "dev")
-    os.mknod(root / "dev/null", 0o666 | 0o020000, os.makedev(1, 3))
+    root = Path(empty_rpm_root(tmp_path / "root"))
     base = write_rpm(base_system_spec(str(tmp_path)), str(tmp_path), BuildOptions(source_date_epoch=1700000000)).path
     old, new = releases["rpm"]["7.1.0"][1], releases["rpm"]["7.2.0"][1]
     rpm = ["rpm", "--root", str(root)]

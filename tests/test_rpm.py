@@ -163,16 +163,21 @@ def query(path: str, *args: str) -> str:
     return run("rpm", "-qp", *args, path).stdout
 
 
-@pytest.fixture
-def root(tmp_path) -> str:
-    """An empty rpm root with an rpmdb and the /dev/null that shell scriptlets use."""
+def empty_rpm_root(path) -> str:
+    """An empty rpm root at path with an rpmdb and the /dev/null that shell scriptlets use
+    (skips the test unless run as root: rpm chroots for scriptlets)."""
     if os.geteuid() != 0:
         pytest.skip("installing into an rpm root needs root (rpm chroots for scriptlets)")
-    path = str(tmp_path / "root")
+    path = str(path)
     run("rpm", "--root", path, "--initdb")
     os.makedirs(f"{path}/dev")
     os.mknod(f"{path}/dev/null", 0o666 | stat.S_IFCHR, os.makedev(1, 3))
     return path
+
+
+@pytest.fixture
+def root(tmp_path) -> str:
+    return empty_rpm_root(tmp_path / "root")
 
 
 # -- what rpm sees --------------------------------------------------------------------
