@@ -166,3 +166,20 @@ def test_the_variant_goes_before_the_version_in_any_prefix_and_alias_pattern():
     assert alias_name("rocm-{family}", "gfx110X", "7.1", "asan") == "rocm-asan-gfx110X"
     assert alias_name("rocm{abi}-{family}", "gfx110X", "7.1", "asan") == "rocm-asan7.1-gfx110X"
     assert alias_name("rocm-{family}", "gfx110X", "7.1") == "rocm-gfx110X"
+
+
+def test_prune_and_version_order_keep_a_release_and_its_asan_build_apart():
+    from rocpkg.build.version_order import version_order_refusals
+    from rocpkg.out.releases import ReleaseRecord
+    from rocpkg.repo.lifecycle import releases_to_prune
+
+    records = [ReleaseRecord("7.1.0", "1"), ReleaseRecord("7.1.0", "2"),
+               ReleaseRecord("7.1.0", "1", variant="asan"), ReleaseRecord("7.1.0", "2", variant="asan")]
+    assert [r.id for r in releases_to_prune(records, keep=1)] == ["7.1.0-1", "7.1.0-1+asan"]
+    # the ASAN build of a release sorts above no normal release, and need not
+    assert version_order_refusals(records[:2], "7.1.0", "2", variant="asan") == []
+    assert version_order_refusals(records, "7.1.0", "1", variant="asan") == []     # a rebuild
+    refused = version_order_refusals(records[2:], "7.1.0", "1", epoch=0, variant="")
+    assert refused == []                                                             # no normal release yet
+    assert version_order_refusals(records, "7.0.9", "1", variant="asan") == []      # another series
+    assert version_order_refusals(records, "7.1.0", "0", variant="asan")            # below 7.1.0-2+asan
