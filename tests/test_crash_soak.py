@@ -262,3 +262,41 @@ def test_a_command_failing_at_any_step_leaves_out_as_it_was(trees, tmp_path, nam
         else:       # the failed change was a cleanup after the change was complete
             ok(rocpkg("verify", out))
             assert tree(out, stamps=False) == complete and leftovers(out) == [], at
+
+
+# -- the setup packages' stable-name copies at OUT's top (rocpkg.repo.setup) -----------------
+
+def _setup_copies_match_the_manifest(out: Path) -> None:
+    """OUT/<top>-repo.deb and .rpm (top: rocm-fft, the subset's top meta-package) are byte for byte the setup packages manifest.json records."""
+    doc = __import__("json").loads((out / "manifest.json").read_text())
+    setup = {e["format"]: e["file"] for e in doc["packages"] if e.get("kind") == "setup"}
+    assert sorted(setup) == ["deb", "rpm"], setup
+    for fmt, rel in setup.items():
+        assert (out / f"rocm-fft-repo.{fmt}").read_bytes() == (out / rel).read_bytes(), fmt
+
+
+@pytest.mark.parametrize("at", ["rocm-fft-repo.deb#1", "rocm-fft-repo.rpm#1"])
+@pytest.mark.parametrize("mode", ["kill", "ENOSPC"])
+def test_a_repo_stopped_at_its_setup_copies_puts_them_back_with_the_indexes(trees, tmp_path, signer, at, mode):
+    """A signed repo with a new --base-url writes new setup packages and, last, their
+    stable-name copies at OUT's top: killed (or failing) at either copy, OUT is back as it
+    was, copies included, consistent with the manifest and indexes; run again, it completes."""
+    out = trees.fresh(tmp_path / "out")
+    keys = ["--gpg-home", signer.gnupg_home, "--sign-key", signer.key_id]
+    ok(rocpkg("repo", out, *keys, "--base-url", "https://one.example.org/rocm"))
+    _setup_copies_match_the_manifest(out)
+    before = tree(out)
+    again = ["repo", out, *keys, "--base-url", "https://two.example.org/rocm"]     # new setup packages
+    stopped = rocpkg(*again, fault=(at, mode))
+    if mode == "kill":
+        assert stopped.returncode == -signal.SIGKILL, stopped.stderr
+        assert (out / ".rocpkg" / "journal.json").exists()
+        assert "rolled back an interrupted rocpkg repo" in ok(rocpkg("verify", out)).stderr
+    else:
+        assert stopped.returncode == 2 and "Traceback" not in stopped.stderr, stopped.stderr
+    assert tree(out) == before and leftovers(out) == []
+    _setup_copies_match_the_manifest(out)
+    ok(rocpkg(*again))
+    _setup_copies_match_the_manifest(out)
+    assert (out / "rocm-fft-repo.deb").read_bytes() != before["rocm-fft-repo.deb"][2]
+    ok(rocpkg("verify", out))

@@ -18,6 +18,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import stat
 
 from rocpkg.errors import RocpkgInputError
@@ -27,8 +28,34 @@ FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 # what rocpkg writes at OUT's top: directories, then files
 OWN_DIRS = (".rocpkg", "deb", "rpm", "control", "manifest.d")
 OWN_FILES = ("manifest.json", "rocm.gpg", "rocm.asc", "rocm.list", "rocm.repo")
+# and the setup packages' stable-name copies, <top>-repo.deb and <top>-repo.rpm
+# (rocpkg.repo.setup), whose <top>, the release's top meta-package, is a lower-case package name
+SETUP_COPY_RE = re.compile(r"[a-z0-9][a-z0-9+.-]*-repo\.(?:deb|rpm)")
 RECORD_LIMIT = 256 << 20        # manifest.json, shard parts, journals, caches, publish records
 INDEX_LIMIT = 1 << 30           # an index file read back (Release, Packages, repomd.xml)
+
+
+def own_top_file(name: str) -> bool:
+    """Whether a name at OUT's top is one of rocpkg's own files (OWN_FILES, a setup copy)."""
+    return name in OWN_FILES or bool(SETUP_COPY_RE.fullmatch(name))
+
+
+def own_top_files(out_dir: str) -> list[str]:
+    """rocpkg's own files at OUT's top, those there as regular files (a symlink is never
+    one of them), sorted."""
+    try:
+        names = os.listdir(out_dir)
+    except OSError:
+        return []
+    found = []
+    for name in names:
+        if own_top_file(name):
+            try:
+                if stat.S_ISREG(os.lstat(os.path.join(out_dir, name)).st_mode):
+                    found.append(name)
+            except OSError:
+                pass
+    return sorted(found)
 
 
 def kind_of(mode: int) -> str:

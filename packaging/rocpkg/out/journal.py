@@ -5,11 +5,13 @@ tree, whatever it is, finishes or undoes a change a kill interrupted (recover())
 What a change leaves under OUT/.rocpkg while it runs:
   journal.json     the intent: the command, its pid, what it will add or
                    remove (package files with their sizes and SHA-256), and every file and
-                   directory of rocpkg's own parts of OUT as they were (OWN_DIRS, OWN_FILES)
+                   directory of rocpkg's own parts of OUT as they were (OWN_DIRS, and
+                   its files at OUT's top: OWN_FILES, the setup packages' stable-name copies)
   journal.d/saved/ the files as they were, at their paths relative to OUT: a hard link of
-                   each index, signature, key, snippet, manifest and record (rocpkg replaces
-                   those by rename, never writes one in place, so the link keeps the old
-                   bytes; the state journals, appended to in place, are copied), and each
+                   each index, signature, key, snippet, setup copy, manifest and record
+                   (rocpkg replaces those by rename, never writes one in place, so the link
+                   keeps the old bytes; the state journals, appended to in place, are
+                   copied), and each
                    package file the change removes or replaces, moved or linked there
                    just before (set_aside, keep)
 
@@ -52,7 +54,7 @@ import time
 from dataclasses import dataclass
 
 from rocpkg.errors import RocpkgInputError
-from rocpkg.out.files import OWN_DIRS, OWN_FILES   # a rollback removes only what a change made in these
+from rocpkg.out.files import OWN_DIRS, own_top_files   # a rollback removes only what a change made in these
 from rocpkg.out.outdir import LOCK_FILE, STAGING_DIR, TMP_RE, OutLock, own_top_temporary, remove_staging
 
 JOURNAL = os.path.join(".rocpkg", "journal.json")
@@ -89,10 +91,7 @@ def _is_package(rel: str) -> bool:
 def own_tree(out_dir: str) -> tuple[list[str], list[str]]:
     """rocpkg's files and directories under OUT (relative paths, sorted), without the
     lock and the journal."""
-    files, dirs = [], []
-    for top in OWN_FILES:
-        if os.path.isfile(os.path.join(out_dir, top)) and not os.path.islink(os.path.join(out_dir, top)):
-            files.append(top)
+    files, dirs = own_top_files(out_dir), []
     for top in OWN_DIRS:
         root = os.path.join(out_dir, top)
         if not os.path.isdir(root) or os.path.islink(root):

@@ -17,7 +17,7 @@ import shutil
 import stat
 
 from rocpkg.errors import RocpkgInputError
-from rocpkg.out.files import OWN_DIRS, OWN_FILES, check_tree, kind_of, open_dir, refusal
+from rocpkg.out.files import OWN_DIRS, check_tree, kind_of, open_dir, own_top_file, refusal
 
 LOCK_FILE = os.path.join(".rocpkg", "lock")
 STAGING_DIR = os.path.join(".rocpkg", "staging")
@@ -36,8 +36,9 @@ def remove_staging(out_dir: str) -> None:
 
 def own_top_temporary(name: str) -> bool:
     """A temporary `*.tmp-<pid>` of one of rocpkg's own files at OUT's top (manifest.json,
-    the client snippets, the keys), never another file that merely looks like one."""
-    return bool(TMP_RE.search(name)) and TMP_RE.sub("", name) in OWN_FILES
+    the client snippets, the keys, the setup copies), never another file that merely looks
+    like one."""
+    return bool(TMP_RE.search(name)) and own_top_file(TMP_RE.sub("", name))
 
 
 def remove_stale_temporaries(out_dir: str) -> None:
