@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -303,3 +304,51 @@ def test_the_section_reader_finds_what_pyelftools_finds(split):
             assert facts.build_id == note["n_desc"] == split[2]
             assert facts.debuglink == (link.data().split(b"\0")[0].decode() if link is not None else "")
             assert facts.debug_sections == dwarf == path.name.endswith(".debug")
+
+
+_MEASURED = ("import resource, subprocess, sys, time\n"
+             "started = time.monotonic()\n"
+             "done = subprocess.run(sys.argv[1:], capture_output=True, text=True)\n"
+             "sys.stderr.write(done.stderr)\n"
+             "print(done.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, "
+             "time.monotonic() - started)\n")
+
+
+def measured(*args) -> tuple[int, int, float, str]:
+    """(exit status, peak RSS in KiB of the command and every process it waited for, wall
+    seconds, stderr) of `rocpkg ARGS`, run under a fresh interpreter so that the peak is
+    this command's alone."""
+    from cli_run import ROCPKG
+
+    done = subprocess.run([sys.executable, "-c", _MEASURED, *ROCPKG, *map(str, args)], capture_output=True, text=True)
+    code, rss, wall = done.stdout.split()
+    return int(code), int(rss), float(wall), done.stderr
+
+
+def test_a_4gib_sparse_debug_file_is_a_named_check_read_in_bounded_memory(split, tmp_path):
+    """A `_dbg_` component's .debug that is 4 GiB of holes (no real bytes on disk): build
+    refuses it as debug-not-elf with OUT as it was, allowed it leaves it out, and neither
+    reads it: the peak RSS and the time are those of a tiny release, not of 4 GiB."""
+    library, debug, build_id = split
+    artifacts = lay_out(tmp_path, library, debug, build_id)
+    out = tmp_path / "out"
+    good = rocpkg("build", "-c", tmp_path / "package.json", "-a", artifacts, "-o", out, "-q", "--formats", "deb")
+    assert good.returncode == 0, good.stderr
+    before = snapshot(out)
+    path = debug_path(artifacts, build_id)
+    path.write_bytes(b"")
+    os.truncate(path, 4 << 30)
+    assert path.stat().st_size == 4 << 30 and path.stat().st_blocks == 0
+    code, rss, wall, stderr = measured("build", "-c", tmp_path / "package.json", "-a", artifacts, "-o", out, "-q",
+                                       "--release", "2")
+    assert code == 2 and "Traceback" not in stderr, stderr
+    assert f"{path}: not an ELF file with .debug_* sections [debug-not-elf]" in stderr
+    assert snapshot(out) == before
+    assert rss < 256 << 10 and wall < 60, (rss, wall)
+    print(f"refused: peak RSS {rss} KiB, {wall:.2f} s")
+    code, rss, wall, stderr = measured("build", "-c", tmp_path / "package.json", "-a", artifacts, "-o", out, "-q",
+                                       "--release", "2", "--allow", "debug-not-elf", "--allow", "debuglink-missing")
+    assert code == 0, stderr
+    assert [p.name for p in out.rglob("*.deb") if "dbgsym" in p.name] == ["rocm-foo7.1-dbgsym_7.1.0-1_amd64.deb"]
+    assert rss < 256 << 10 and wall < 60, (rss, wall)
+    print(f"allowed: peak RSS {rss} KiB, {wall:.2f} s")
