@@ -352,3 +352,30 @@ def test_a_4gib_sparse_debug_file_is_a_named_check_read_in_bounded_memory(split,
     assert [p.name for p in out.rglob("*.deb") if "dbgsym" in p.name] == ["rocm-foo7.1-dbgsym_7.1.0-1_amd64.deb"]
     assert rss < 256 << 10 and wall < 60, (rss, wall)
     print(f"allowed: peak RSS {rss} KiB, {wall:.2f} s")
+
+
+def test_verify_of_the_plan_reports_the_debug_checks_build_refuses_on(split, tmp_path):
+    """`rocpkg verify -c -a` names each debug problem with the check `--allow` takes, as
+    build's refusal does (one line each, exit 2); the plan of good artifacts passes."""
+    library, debug, build_id = split
+    artifacts = lay_out(tmp_path, library, debug, build_id)
+    done = rocpkg("verify", "-c", tmp_path / "package.json", "-a", artifacts)
+    assert done.returncode == 0 and "OK: no problem found" in done.stdout, done.stdout + done.stderr
+    debug_path(artifacts, build_id).write_text("not an ELF\n")
+    build = refused(tmp_path, artifacts)
+    checks = {line.rsplit("[", 1)[1].rstrip("]") for line in build.splitlines()
+              if line.startswith("error:") and line.endswith("]")}
+    assert checks == {"debug-not-elf", "debuglink-missing"}, build
+    done = rocpkg("verify", "-c", tmp_path / "package.json", "-a", artifacts)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stdout + done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    path = debug_path(artifacts, build_id)
+    assert f"error: -: {path}: -: not an ELF file with .debug_* sections [debug-not-elf]" in lines, done.stderr
+    assert "error: rocm-foo7.1: /opt/rocm/core-7.1/lib/libfoo.so.1: -: its .gnu_debuglink names libfoo.so.1.debug, " \
+           "and no dbg component holds its debug file [debuglink-missing]" in lines, done.stderr
+    assert len(lines) == 2 and "FAILED: 2 problems" in done.stdout, done.stdout + done.stderr
+    report = json.loads(rocpkg("verify", "-c", tmp_path / "package.json", "-a", artifacts, "--json").stdout)
+    assert sorted(p["check"] for p in report["problems"]) == ["debug-not-elf", "debuglink-missing"]
+    allowed = rocpkg("build", "-c", tmp_path / "package.json", "-a", artifacts, "-o", tmp_path / "o", "-q",
+                     "--allow", "debug-not-elf", "--allow", "debuglink-missing")
+    assert allowed.returncode == 0, allowed.stderr

@@ -92,7 +92,7 @@ def refusals(plan, formats, *, config=None, whole_kernels: bool = False, starmap
         found.setdefault((finding.check, finding.where, finding.what),
                          Refusal(finding.check, finding.where, finding.what))
     for p in report.problems:
-        if p.format not in formats:
+        if p.format not in formats or p.check in DEBUG_CHECKS:    # the debug findings: above, as they are
             continue
         if p.check == "unreadable" and any(source in p.message for source in broken):
             continue  # the archive check above already names this archive and what is wrong

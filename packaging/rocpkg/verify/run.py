@@ -54,6 +54,8 @@ device code (plan):
                     those packages is in its package's closure (rocpkg.verify.libraries; a
                     built tree's DT_NEEDED and SONAME are read back from each host ELF's
                     head and tail windows)
+debug files (plan; rocpkg.plan.debug, each named with its check as build refuses it):
+  debug-not-elf, debug-conflict, debug-orphan, debuglink-missing
 
 The release's target IDs for a bare target are the target and every feature variant that
 any archive shipped by a device package of that target lists: a release builds the same
@@ -122,8 +124,24 @@ def verify_plan(plan, config=None) -> VerifyReport:
                 if rewrite_runpath and facts.runpath_tags and not fe.patches:
                     release.problem("runpath", spec.name, fe.path, "", f"{fe.source} would keep DT_RUNPATH")
         check_release(release, report)
+    report.problems += debug_problems(plan)
     finish(report)
     return report
+
+
+def debug_problems(plan) -> list[Problem]:
+    """The plan's debug findings (rocpkg.plan.debug), one problem each under the check
+    `--allow` takes, named in its message as build's refusal names it: of the plan, no
+    format (the debug packages of both formats hold the same files)."""
+    from rocpkg.plan.debug import DEBUGLINK_MISSING
+
+    problems = []
+    for finding in getattr(plan, "debug_findings", ()):
+        package, path = "-", finding.where          # a debug file of the artifacts
+        if finding.check == DEBUGLINK_MISSING:      # "package: installed path"
+            package, _, path = finding.where.partition(": ")
+        problems.append(Problem(finding.check, package, path, "-", f"{finding.what} [{finding.check}]"))
+    return problems
 
 
 def _check_placement(release: ReleaseView, report: VerifyReport, spec: m.PackageSpec, fe: m.FileEntry,
