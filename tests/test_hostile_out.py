@@ -385,6 +385,23 @@ def test_verify_hashes_a_changed_package_whatever_the_digest_cache_says(work):
     work.refused("verify", "{out}", needles=[deb.name, "manifest.json recorded"])
 
 
+@pytest.mark.parametrize("what", ["missing", "a-directory"])
+def test_a_package_file_the_manifest_lists_and_out_lacks_is_one_line_naming_it(work, what):
+    """repo's manifest sync (rocpkg.repo.index.sync_manifest) names the listed package file
+    that is gone (or is no file): exit 2, no traceback, OUT as it was (the re-index undone);
+    verify names it as a problem."""
+    deb = work.deb()
+    deb.unlink()
+    if what == "a-directory":
+        deb.mkdir()
+    index = next(i for i, e in enumerate(json.loads((work.out / "manifest.json").read_text())["packages"])
+                 if e["file"].endswith("/" + deb.name))
+    errors = work.refused("repo", "{out}", needles=[str(deb), f"manifest.json lists it (packages[{index}].file"])
+    assert len(errors) == 1, errors
+    if what == "missing":
+        work.refused("verify", "{out}", needles=[deb.name, "manifest.json lists it but it is not in OUT"])
+
+
 # -- bounded read-back -------------------------------------------------------------------------
 
 def test_a_huge_sparse_elf_member_is_read_through_a_window_never_spilled(tmp_path, monkeypatch):

@@ -9,11 +9,12 @@ import dataclasses
 import json
 import os
 import re
+import stat
 
 from rocpkg.errors import RocpkgInputError
 from rocpkg.formats.streams import write_atomic
 from rocpkg.out import releases
-from rocpkg.out.files import read_json
+from rocpkg.out.files import kind_of, read_json
 from rocpkg.out.journal import Change
 from rocpkg.out.manifest_schema import check_manifest, read_parts
 from rocpkg.out.outdir import MANIFEST_PARTS
@@ -129,6 +130,7 @@ def sync_manifest(out_dir: str | os.PathLike) -> str | None:
     check_manifest(doc, path)
     from rocpkg.out.digest_cache import DigestCache
 
+    _check_listed_files(out_dir, doc)
     changed, caches = False, {}
     states = recorded_states(out_dir, ("deb", "rpm"))
     restated: set[str] = set()
@@ -137,7 +139,7 @@ def sync_manifest(out_dir: str | os.PathLike) -> str | None:
         state = states[entry["format"]].get(entry["name"])
         if state is not None and state.get("file") != entry["file"]:
             state = None        # the state is of this name's package in a newer release
-        st = os.stat(file_path)
+        st = os.stat(file_path, follow_symlinks=False)
         seen = (st.st_size, st.st_mtime_ns, st.st_ino)
         if state is not None and (state["size"], state["mtime_ns"], state["ino"]) == seen \
                 and state["sha256"] == entry["sha256"]:
@@ -157,3 +159,26 @@ def sync_manifest(out_dir: str | os.PathLike) -> str | None:
     if changed:
         write_atomic(path, json.dumps(doc, indent=1).encode() + b"\n")
     return path
+
+
+def _check_listed_files(out_dir: str, doc: dict) -> None:
+    """Every package file manifest.json lists is in OUT, a regular file (never followed
+    through a symlink); bad input naming each one that is not (the command that was
+    re-indexing is then undone: OUT stays as it was)."""
+    problems = []
+    for index, entry in enumerate(doc["packages"]):
+        path = os.path.join(out_dir, entry["file"])
+        try:
+            mode = os.stat(path, follow_symlinks=False).st_mode
+        except FileNotFoundError:
+            problems.append((path, f"manifest.json lists it (packages[{index}].file, {entry['name']} "
+                                   f"{entry['version']}-{entry['release']}) but it is not in OUT: put the file "
+                                   f"back (from a copy or a publish of OUT), then run the command again"))
+            continue
+        except NotADirectoryError:
+            mode = 0
+        if not stat.S_ISREG(mode):
+            problems.append((path, f"manifest.json lists it (packages[{index}].file) as a package file, and it is "
+                                   f"{kind_of(mode) if mode else 'under a file, not a directory'}"))
+    if problems:
+        raise RocpkgInputError(*problems)
