@@ -402,6 +402,38 @@ def test_a_package_file_the_manifest_lists_and_out_lacks_is_one_line_naming_it(w
         work.refused("verify", "{out}", needles=[deb.name, "manifest.json lists it but it is not in OUT"])
 
 
+def _release_id(work) -> str:
+    record = json.loads((work.out / "manifest.json").read_text())["releases"][0]
+    return f"{record['version']}-{record['release']}"
+
+
+@pytest.mark.parametrize("where", ["file", "pool"])
+def test_promote_never_follows_a_symlink_in_src(work, where):
+    """A package file of SRC (or its pool directory) replaced by a symlink to the same
+    bytes elsewhere: promote refuses it naming the path, DST is not made."""
+    deb = work.deb()
+    if where == "file":
+        shutil.copy(deb, work.root / "elsewhere.deb")
+        deb.unlink()
+        deb.symlink_to(work.root / "elsewhere.deb")
+        named = deb
+    else:
+        named = deb.parent
+        shutil.copytree(named, work.root / "elsewhere")
+        shutil.rmtree(named)
+        named.symlink_to(work.root / "elsewhere")
+    errors = work.refused("promote", "{out}", "{dest}", "--release", _release_id(work), needles=[str(named), "symlink"])
+    assert not work.dest.exists() and errors
+
+
+def test_promote_never_follows_a_symlink_where_dst_holds_the_file(work):
+    deb = work.deb()
+    target = work.dest / deb.relative_to(work.out)
+    target.parent.mkdir(parents=True)
+    target.symlink_to(deb)          # the same bytes: followed, it would pass as already there
+    work.refused("promote", "{out}", "{dest}", "--release", _release_id(work), needles=[str(target), "symlink"])
+
+
 # -- bounded read-back -------------------------------------------------------------------------
 
 def test_a_huge_sparse_elf_member_is_read_through_a_window_never_spilled(tmp_path, monkeypatch):

@@ -31,7 +31,8 @@ from rocpkg.repo.index import publish_repositories
 from rocpkg.errors import RocpkgInputError
 from rocpkg.out.journal import Change
 from rocpkg.out.state import forget as forget_states
-from rocpkg.formats.streams import AtomicOutput, copy_stream, hash_file
+from rocpkg.formats.streams import AtomicOutput, HashingWriter, copy_stream
+from rocpkg.out.files import open_file
 
 
 @dataclass
@@ -151,7 +152,10 @@ def promote(src: str | os.PathLike, dst: str | os.PathLike, release_id: str, *, 
             continue
         source, target = os.path.join(src, entry["file"]), os.path.join(dst, entry["file"])
         try:
-            whole = hash_file(source)
+            whole = _hash_own(src, entry["file"])
+        except RocpkgInputError as exc:     # a symlink in the path, a FIFO: never followed or read
+            problems += exc.problems
+            continue
         except OSError as exc:
             problems.append((source, f"cannot read it: {exc.strerror}"))
             continue
@@ -159,14 +163,19 @@ def promote(src: str | os.PathLike, dst: str | os.PathLike, release_id: str, *, 
             problems.append((source, f"sha256 {whole.hexdigest()} differs from the manifest's {entry['sha256']}: "
                                      f"refusing to promote bytes that are not the tested ones"))
             continue
-        if os.path.exists(target):
-            if hash_file(target).hexdigest() != entry["sha256"]:
+        if os.path.lexists(target):
+            try:
+                there = _hash_own(dst, entry["file"]).hexdigest()
+            except RocpkgInputError as exc:
+                problems += exc.problems
+                continue
+            if there != entry["sha256"]:
                 problems.append((target, f"DST already has {entry['file']} with other bytes; a published "
                                          f"package never changes under its name"))
             continue
         todo.append(entry)
-    if problems:
-        raise RocpkgInputError(*problems)
+    if problems:    # a symlinked directory is met by each file under it: named once
+        raise RocpkgInputError(*dict.fromkeys(problems))
     made_dst = not os.path.lexists(dst)
     os.makedirs(dst, exist_ok=True)
     try:
@@ -175,9 +184,7 @@ def promote(src: str | os.PathLike, dst: str | os.PathLike, release_id: str, *, 
                   "release": release_id, "from": src}
         with Change(dst, "promote", intent):
             for entry in todo:
-                with open(os.path.join(src, entry["file"]), "rb") as fin, \
-                        AtomicOutput(os.path.join(dst, entry["file"])) as fout:
-                    copy_stream(fin, fout)
+                _copy_checked(src, dst, entry)
             releases.write_release(dst, record, entries)
             snippets = _reindex(dst, suite, signer, base_url)
     except BaseException:
@@ -186,3 +193,23 @@ def promote(src: str | os.PathLike, dst: str | os.PathLike, release_id: str, *, 
         raise
     return LifecycleResult(kept=[r.id for r in releases.manifest_releases(releases.read_manifest(dst))],
                            files=[e["file"] for e in todo], snippets=snippets)
+
+
+def _hash_own(root: str, rel: str) -> HashingWriter:
+    """The digest of root/rel read as a file rocpkg owns (rocpkg.out.files.open_file): no
+    component a symlink, a regular file; RocpkgInputError naming it otherwise."""
+    digest = HashingWriter(None)
+    with open_file(root, rel) as fh:
+        copy_stream(fh, digest)
+    return digest
+
+
+def _copy_checked(src: str, dst: str, entry: dict) -> None:
+    """Copy one package file of SRC into DST, read as _hash_own reads it, and refuse the
+    copy (the change is undone) unless its bytes are still the manifest's."""
+    with open_file(src, entry["file"]) as fin, AtomicOutput(os.path.join(dst, entry["file"])) as fout:
+        copied = HashingWriter(fout)
+        copy_stream(fin, copied)
+        if (copied.count, copied.hexdigest()) != (entry["size"], entry["sha256"]):
+            raise RocpkgInputError((os.path.join(src, entry["file"]), "changed while it was promoted: its bytes "
+                                                                      "are no longer the manifest's"))
