@@ -379,3 +379,20 @@ def test_verify_of_the_plan_reports_the_debug_checks_build_refuses_on(split, tmp
     allowed = rocpkg("build", "-c", tmp_path / "package.json", "-a", artifacts, "-o", tmp_path / "o", "-q",
                      "--allow", "debug-not-elf", "--allow", "debuglink-missing")
     assert allowed.returncode == 0, allowed.stderr
+
+
+def test_the_elf_end_is_a_files_size_and_not_that_of_a_padded_debug_file(split, tmp_path):
+    """FileFacts.elf_end, the end of what an ELF's headers describe, is the size of a
+    linked library and of the debug file objcopy splits off, and only the ELF's part of a
+    debug file padded out with 4 GiB of holes (read from its header alone)."""
+    from rocpkg.inputs.facts import read_facts
+
+    library, debug, _ = split
+    padded = tmp_path / "padded.debug"
+    shutil.copy(debug, padded)
+    os.truncate(padded, 4 << 30)
+    for path, end in ((library, library.stat().st_size), (debug, debug.stat().st_size),
+                      (padded, debug.stat().st_size)):
+        with open(path, "rb") as fh:
+            facts = read_facts(fh, path.name)
+        assert (facts.elf, facts.elf_end) == ("host", end), path

@@ -66,6 +66,10 @@ class FileFacts:
     version_needs: (library, version) of each symbol version it needs (`.gnu.version_r`)
     linkage_error: why its dynamic table or version sections could not be read ("" if
               they could); needed, soname and versions are then () / "" as far as unread
+    elf_end:  where the last byte a host ELF's headers describe ends (its header, program
+              and section header tables, the bytes of its sections): a file longer than
+              that carries bytes no section holds (a debug file padded out, 4 GiB of
+              holes after a 4 KiB ELF); 0 when the section table was not read
     """
 
     elf: str = ""
@@ -88,6 +92,7 @@ class FileFacts:
     version_defs: tuple[str, ...] = ()
     version_needs: tuple[tuple[str, str], ...] = ()
     linkage_error: str = ""
+    elf_end: int = 0
 
 
 
@@ -144,7 +149,7 @@ def _host_elf_facts(fh, name: str) -> FileFacts:
         found = elfread.sections(fh, size)
     except KpackFormatError as exc:
         return FileFacts(elf="host", marker_error=f"unreadable ELF ({explain(exc)})")
-    read = {**_linkage_facts(fh, found, size), **_debug_facts(fh, found, size)}
+    read = {**_linkage_facts(fh, found, size), **_debug_facts(fh, found, size), "elf_end": _elf_end(fh, found)}
     section = elfread.section_named(found, MARKER_SECTION)
     if section is None:
         return FileFacts(elf="host", **read)
@@ -172,6 +177,23 @@ def _linkage_facts(fh, found, size: int) -> dict:
     except KpackFormatError as exc:
         facts["linkage_error"] = explain(exc)
     return facts
+
+
+def _elf_end(fh, found) -> int:
+    """The end of what a host ELF's header describes (FileFacts.elf_end), from its header
+    and the sections already read: no byte past the 64 of the header is read."""
+    from kpack.elfread import SHT_NOBITS
+
+    fh.seek(0)
+    head = fh.read(64)
+    order = ">" if head[5:6] == b"\x02" else "<"
+    if head[4:5] == b"\x02":
+        phoff, shoff, ehsize, phentsize, phnum, shentsize = struct.unpack_from(order + "QQxxxxHHHH", head, 32)
+    else:
+        phoff, shoff, ehsize, phentsize, phnum, shentsize = struct.unpack_from(order + "IIxxxxHHHH", head, 28)
+    ends = [ehsize, phoff + phentsize * phnum if phnum else 0, shoff + shentsize * len(found) if found else 0]
+    ends += [s.offset + s.size for s in found if s.type != SHT_NOBITS]
+    return max(ends)
 
 
 def _debug_facts(fh, found, size: int) -> dict:
