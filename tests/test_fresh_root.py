@@ -33,10 +33,11 @@ from repo_helpers import kill_gpg_agent, make_signer, stand_in_repository
 from rocpkg.repo.setup import top_metapackage
 
 RELEASE = Case("release")
-# The builds TheRock's install test runs against. A variant build is one line here, e.g.
-# Case("asan", ("--build-variant", "asan"), ("--build-variant", "asan"), "-asan", "/opt/rocm/core-asan-7.1")
-# (with it both install tests pass, deb and rpm, ~10 s more).
-CASES = [RELEASE]
+# TheRock's ASAN build (`--build-variant asan` for rocpkg build and for TheRock's install test):
+# amdrocm-asan7.1-gfx1100 and amdrocm-core-sdk-asan7.1-gfx1100 under /opt/rocm/core-asan-7.1
+ASAN = Case("asan", ("--build-variant", "asan"), ("--build-variant", "asan"), "-asan", "/opt/rocm/core-asan-7.1")
+# The builds TheRock's install test runs against.
+CASES = [RELEASE, ASAN]
 FAMILY_PACKAGE = {"deb": "rocm-gfx110x", "rpm": "rocm-gfx110X"}
 
 # What the release's RPMs need of the OS: rpm's database in the Debian root is empty, and
