@@ -249,8 +249,9 @@ def test_an_orphan_and_a_conflicting_debug_file_are_named_checks(split, tmp_path
     second = tmp_path / "artifacts" / "foo_dbg_gfx942"
     shutil.copytree(tmp_path / "artifacts" / "foo_dbg_generic", second)
     clash = second / "foo" / "stage" / ".build-id" / build_id[:2] / f"{build_id[2:]}.debug"
-    with open(clash, "ab") as fh:
-        fh.write(b"\0" * 16)
+    data = clash.read_bytes()       # other bytes in a debug section, the ELF still whole
+    clash.write_bytes(data.replace(b"foo_function", b"goo_function", 1))
+    assert clash.read_bytes() != data
     assert "[debug-conflict]" in refused(tmp_path, artifacts)
 
 
@@ -352,6 +353,24 @@ def test_a_4gib_sparse_debug_file_is_a_named_check_read_in_bounded_memory(split,
     assert [p.name for p in out.rglob("*.deb") if "dbgsym" in p.name] == ["rocm-foo7.1-dbgsym_7.1.0-1_amd64.deb"]
     assert rss < 256 << 10 and wall < 60, (rss, wall)
     print(f"allowed: peak RSS {rss} KiB, {wall:.2f} s")
+
+
+def test_a_real_debug_file_padded_to_4gib_is_refused_before_a_byte_is_packed(split, tmp_path):
+    """The debug file objcopy split off, padded with 4 GiB of holes: an ELF whose sections
+    end 4 KiB in. Packed, it would install 4 GiB of zeros; build refuses it as debug-not-elf
+    (bytes no section holds) from its header alone, OUT as it was."""
+    library, debug, build_id = split
+    artifacts = lay_out(tmp_path, library, debug, build_id)
+    out = tmp_path / "out"
+    path = debug_path(artifacts, build_id)
+    size = path.stat().st_size
+    os.truncate(path, 4 << 30)
+    code, rss, wall, stderr = measured("build", "-c", tmp_path / "package.json", "-a", artifacts, "-o", out, "-q")
+    assert code == 2 and "Traceback" not in stderr, stderr
+    assert f"{path}: {(4 << 30) - size} bytes past the end of its ELF (which ends at byte {size}): " \
+           "no section holds them [debug-not-elf]" in stderr
+    assert not out.exists()
+    assert rss < 256 << 10 and wall < 60, (rss, wall)
 
 
 def test_verify_of_the_plan_reports_the_debug_checks_build_refuses_on(split, tmp_path):

@@ -104,6 +104,11 @@ def _index_entry(index: DebugIndex, entry) -> None:
     if facts is None or facts.elf != "host" or not facts.debug_sections:
         index.findings.append(DebugFinding(DEBUG_NOT_ELF, where, "not an ELF file with .debug_* sections"))
         return
+    if facts.elf_end and entry.size > facts.elf_end:
+        index.findings.append(DebugFinding(DEBUG_NOT_ELF, where, f"{entry.size - facts.elf_end} bytes past the end of "
+                                                                 f"its ELF (which ends at byte {facts.elf_end}): "
+                                                                 "no section holds them"))
+        return
     named = found.group(1) + found.group(2)
     if facts.build_id != named:
         index.problems.append((where, f"its build-id is {facts.build_id or 'missing'}, not the {named} "
