@@ -183,3 +183,11 @@ def test_prune_and_version_order_keep_a_release_and_its_asan_build_apart():
     assert refused == []                                                             # no normal release yet
     assert version_order_refusals(records, "7.0.9", "1", variant="asan") == []      # another series
     assert version_order_refusals(records, "7.1.0", "0", variant="asan")            # below 7.1.0-2+asan
+
+
+def test_an_export_of_either_build_holds_only_that_builds_packages(out, tmp_path):
+    for alias, asan in (("rocm-asan-gfx110x", True), ("rocm-gfx110x", False)):
+        dest = tmp_path / alias
+        rocpkg("export", out, dest, alias)
+        debs = [p.name for p in (dest / "deb").rglob("*.deb")]
+        assert debs and not [n for n in debs if "gfx942" in n or ("asan" in n) != asan], debs
