@@ -190,6 +190,28 @@ def test_a_channel_setting_derives_the_version_and_date_comes_from_source_date_e
     assert alone.returncode == 2 and "--date" in alone.stderr
 
 
+def test_plan_and_verify_of_the_plan_take_the_channel_build_takes(tmp_path):
+    """One command line moves between plan, verify -a and build: --channel derives the same
+    version in each; verify OUT refuses it (a built release records its channel)."""
+    tree = Tree(tmp_path)
+    env = {**os.environ, "SOURCE_DATE_EPOCH": str(JAN_1 + 2 * DAY)}
+    common = ["-c", tree.config, "-a", tree.artifacts, "--channel", "prerelease", "--number", "2"]
+    plan = subprocess.run([sys.executable, "-m", "rocpkg.cli", "plan", *map(str, common), "--json", "--no-files"],
+                          capture_output=True, text=True, env=env)
+    assert plan.returncode == 0, plan.stderr
+    doc = json.loads(plan.stdout)
+    version = "7.1.0~20260103.rc2"
+    assert doc["version"] == version and {p["version"] for p in doc["packages"]} == {version}
+    verify = subprocess.run([sys.executable, "-m", "rocpkg.cli", "verify", *map(str, common)],
+                            capture_output=True, text=True, env=env)
+    assert verify.returncode == 0 and "OK: no problem found" in verify.stdout, verify.stdout + verify.stderr
+    assert tree.build("--channel", "prerelease", "--number", "2", day=2).returncode == 0
+    assert tree.ids() == [f"{version}-1"]
+    refused = subprocess.run([sys.executable, "-m", "rocpkg.cli", "verify", str(tree.out), "--channel", "nightly"],
+                             capture_output=True, text=True)
+    assert refused.returncode == 2 and "error: --channel: applies to the plan of -c/-a" in refused.stderr
+
+
 def test_a_release_without_a_channel_writes_the_manifest_as_before(tmp_path):
     tree = Tree(tmp_path)
     assert tree.build("--version", "7.1.0", day=1).returncode == 0

@@ -167,7 +167,7 @@ def _build(args, shard, workers) -> int:
     from rocpkg.out.releases import inputs_date
 
     config = load_config_of(args)
-    release_of_args(args, config)   # --channel's version; version-order refused before the artifacts are read
+    release_of_args(args, config)   # version-order refused before the artifacts are read
     plan = load_plan(args, config, embedded_objects=False, starmap_async=workers.starmap_async, writers=True)
     only, settings = selected_packages(args, plan), plan.settings
     _print_plan_notes(args, plan)

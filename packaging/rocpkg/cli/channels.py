@@ -23,15 +23,14 @@ def add_channel_options(p: argparse.ArgumentParser) -> None:
                    help="with --channel prerelease: the N of rcN (required); with dev: an optional devN")
 
 
-def release_of_args(args, config) -> None:
-    """Before the artifacts are read: apply --channel (or settings.channel) to
-    config.settings and args (the derived version, the channel recorded), then refuse a
-    release that would not sort above OUT's releases of its series (version-order, unless
-    allowed): the build checks it again before publishing and records it when allowed."""
-    from rocpkg.build import gate
+def apply_channel(args, config) -> None:
+    """--channel (or settings.channel) of a command that registered the channel options
+    (plan, build, verify -a): derive the version from the base version and record the
+    channel in config.settings and args, before the artifacts are read. Nothing for other
+    commands."""
+    if not hasattr(args, "channel"):
+        return
     from rocpkg.inputs.channels import channel_version
-    from rocpkg.build.version_order import out_version_order_refusals
-    from rocpkg.plan.make import release_settings
 
     channel = args.channel or config.settings.get("channel", "")
     if not channel and (args.date is not None or args.number is not None):
@@ -42,6 +41,17 @@ def release_of_args(args, config) -> None:
         version = channel_version(base, channel, args.date or _date_of_environment(), args.number)
         config.settings.update(channel=channel, version=version)
         args.pkg_version = version
+
+
+def release_of_args(args, config) -> None:
+    """Before the artifacts are read (the channel's version already applied by
+    apply_channel): refuse a release that would not sort above OUT's releases of its
+    series (version-order, unless allowed): the build checks it again before publishing
+    and records it when allowed."""
+    from rocpkg.build import gate
+    from rocpkg.build.version_order import out_version_order_refusals
+    from rocpkg.plan.make import release_settings
+
     settings = release_settings(config, args.pkg_version, args.release)
     if not getattr(args, "shard", None):
         gate.enforce(out_version_order_refusals(args.output, settings), gate.check_allow(args.allow or ()))

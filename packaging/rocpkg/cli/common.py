@@ -93,7 +93,7 @@ def formats(args) -> list[str]:
 
 def load_config_of(args):
     """package.json of -c, with --unknown-keys, --install-prefix, --build-variant,
-    --kpack-lookup and --no-debug-packages applied."""
+    --kpack-lookup, --no-debug-packages and --channel applied."""
     from rocpkg.inputs.config import load_config
 
     config = load_config(args.config, unknown_keys=getattr(args, "unknown_keys", None))
@@ -117,6 +117,9 @@ def load_config_of(args):
         config.settings["kpack_lookup"] = args.kpack_lookup
     if getattr(args, "no_debug_packages", False):
         config.settings["debug_packages"] = False
+    from rocpkg.cli.channels import apply_channel
+
+    apply_channel(args, config)        # plan, build and verify -a: --channel's version
     for line in config.warnings:
         print(f"warning: {line}", file=sys.stderr)
     return config

@@ -11,6 +11,7 @@ import os
 import sys
 
 import rocpkg
+from rocpkg.cli.channels import add_channel_options
 from rocpkg.cli.common import (add_plan_options, add_subset_options, add_verbosity_options, formats, human_bytes, load_config_of, load_plan,
                                print_error, selected_packages, split_list, verbosity, warn_if_unsigned)
 from rocpkg.errors import RocpkgInputError
@@ -127,6 +128,8 @@ def _cmd_verify(args) -> int:
     if args.out:
         if args.artifacts or args.config:
             raise RocpkgInputError(("verify", "give either OUT (a built tree) or -c/-a (a plan), not both"))
+        if args.channel or args.date is not None or args.number is not None:
+            raise RocpkgInputError(("--channel", "applies to the plan of -c/-a; a built release records its channel"))
         from rocpkg.build.version_order import out_order_problems
         from rocpkg.verify.integrity import check_integrity
 
@@ -175,6 +178,7 @@ def _register_commands(sub) -> None:
     """Subcommand parsers; each sets `func` to its handler."""
     p = sub.add_parser("plan", help="show the package set and its relations")
     add_plan_options(p)
+    add_channel_options(p)
     add_subset_options(p)
     g = p.add_mutually_exclusive_group()
     g.add_argument("--json", action="store_true", help="machine-readable plan (schema rocpkg-plan/1)")
@@ -207,6 +211,7 @@ def _register_commands(sub) -> None:
     p = sub.add_parser("verify", help="prove every host binary finds its kernels, before or after building")
     p.add_argument("out", metavar="OUT", nargs="?", help="a built tree (deb/pool/main, rpm/<arch>) to read back")
     add_plan_options(p, artifacts_required=False)
+    add_channel_options(p)
     p.add_argument("--json", action="store_true", help="machine-readable report (schema rocpkg-verify/1)")
     p.add_argument("--keyring", default=None, help="with OUT: public key file (rocm.gpg or rocm.asc) the index "
                                                    "signatures must verify against")
