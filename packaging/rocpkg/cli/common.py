@@ -107,11 +107,10 @@ def load_config_of(args):
         config.settings["prefix"] = prefix
     variant = getattr(args, "build_variant", None)
     if variant is not None:
-        from rocpkg.inputs.config import BUILD_VARIANTS
+        from rocpkg.inputs.config import build_variant_problem
 
-        if variant not in BUILD_VARIANTS:
-            raise RocpkgInputError(("--build-variant", f"unknown build variant {variant!r}: "
-                                                       f"must be one of {', '.join(BUILD_VARIANTS)}"))
+        if build_variant_problem(variant):
+            raise RocpkgInputError(("--build-variant", build_variant_problem(variant)))
         config.settings["build_variant"] = variant
     if getattr(args, "kpack_lookup", None):
         config.settings["kpack_lookup"] = args.kpack_lookup

@@ -63,10 +63,10 @@ def alternatives(prefix: str, shared: bool = True) -> list[Alternative]:
     unversioned, major = match.group(1), match.group(2)
     parent = posixpath.dirname(prefix)
     slaves = []
-    if shared and parent not in SYSTEM_DIRS:  # /opt/rocm/bin; never /opt/bin
-        group = posixpath.basename(parent)
-        slaves += [(f"{parent}/{sub}", f"{group}-{sub}", f"{prefix}/{sub}") for sub in SUBDIRS]
     if shared:
+        if parent not in SYSTEM_DIRS:  # /opt/rocm/bin; never /opt/bin
+            group = posixpath.basename(parent)
+            slaves += [(f"{parent}/{sub}", f"{group}-{sub}", f"{prefix}/{sub}") for sub in SUBDIRS]
         slaves += [(f"/usr/bin/{tool}", tool, f"{prefix}/bin/{tool}") for tool in TOOLS]
     out = [Alternative(unversioned, posixpath.join(parent, unversioned), prefix, tuple(slaves))]
     by_major = f"{unversioned}-{major}"

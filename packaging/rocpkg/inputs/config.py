@@ -126,6 +126,8 @@ SETTINGS_DEFAULTS: dict[str, object] = {
 }
 # "release" is the normal build and changes no name; the others name their packages
 BUILD_VARIANTS = ("release", "asan")
+
+
 SETTINGS_TYPES = {
     "version": str, "release": str, "epoch": int, "prefix": str, "naming": dict,
     "families": (dict, type(None)), "top_metapackage": (str, type(None)), "aliases": bool,
@@ -309,6 +311,13 @@ def _load_settings(raw, problems) -> dict:
     return settings
 
 
+def build_variant_problem(variant) -> str:
+    """What is wrong with a build variant ("" if it is a known one)."""
+    if variant in BUILD_VARIANTS:
+        return ""
+    return f"unknown build variant {variant!r}: must be one of {', '.join(BUILD_VARIANTS)}"
+
+
 def validate_settings(settings: dict, where_prefix: str = "settings") -> list[tuple[str, str]]:
     """Checks that also apply after command-line overrides (--version, --release)."""
     problems = []
@@ -326,9 +335,8 @@ def validate_settings(settings: dict, where_prefix: str = "settings") -> list[tu
 
         if settings["channel"] not in CHANNELS:
             problems.append((f"{where_prefix}.channel", f"must be one of {', '.join(CHANNELS)}"))
-    if settings.get("build_variant", "release") not in BUILD_VARIANTS:
-        problems.append((f"{where_prefix}.build_variant", f"unknown build variant {settings['build_variant']!r}: "
-                                                          f"must be one of {', '.join(BUILD_VARIANTS)}"))
+    if build_variant_problem(settings.get("build_variant", "release")):
+        problems.append((f"{where_prefix}.build_variant", build_variant_problem(settings["build_variant"])))
     if settings["compression"] not in COMPRESSIONS:
         problems.append((f"{where_prefix}.compression", f"must be one of {', '.join(COMPRESSIONS)}"))
     elif level_problem(settings["compression"], settings["compression_level"]):

@@ -105,7 +105,7 @@ def read_facts(fh, name: str, scan_embedded: bool = False, host_code: bool = Tru
         machine = struct.unpack_from(">H" if head[5] == 2 else "<H", head, 18)[0]
         if machine == EM_AMDGPU:
             return _code_object_facts(fh)
-        facts = _with_runpath(_host_elf_facts(fh, name), fh)
+        facts = _with_runpath(_host_elf_facts(fh, head), fh)
         return _with_host_code(facts, fh) if host_code else facts
     if name.endswith(".kpack") or head.startswith(b"KPAK"):
         return _archive_facts(fh)
@@ -139,9 +139,9 @@ def _with_runpath(facts: FileFacts, fh) -> FileFacts:
     return dataclasses.replace(facts, runpath_tags=tags, runpath_error=error)
 
 
-def _host_elf_facts(fh, name: str) -> FileFacts:
+def _host_elf_facts(fh, head: bytes) -> FileFacts:
     """DT_NEEDED, SONAME, symbol versions, debug facts and the `.rocm_kpack_ref` marker,
-    from one read of the section table."""
+    from one read of the section table (head: the file's first 64 bytes, already read)."""
     from kpack import elfread
 
     size = os.fstat(fh.fileno()).st_size
@@ -149,7 +149,7 @@ def _host_elf_facts(fh, name: str) -> FileFacts:
         found = elfread.sections(fh, size)
     except KpackFormatError as exc:
         return FileFacts(elf="host", marker_error=f"unreadable ELF ({explain(exc)})")
-    read = {**_linkage_facts(fh, found, size), **_debug_facts(fh, found, size), "elf_end": _elf_end(fh, found)}
+    read = {**_linkage_facts(fh, found, size), **_debug_facts(fh, found, size), "elf_end": _elf_end(head, found)}
     section = elfread.section_named(found, MARKER_SECTION)
     if section is None:
         return FileFacts(elf="host", **read)
@@ -179,13 +179,11 @@ def _linkage_facts(fh, found, size: int) -> dict:
     return facts
 
 
-def _elf_end(fh, found) -> int:
+def _elf_end(head: bytes, found) -> int:
     """The end of what a host ELF's header describes (FileFacts.elf_end), from its header
-    and the sections already read: no byte past the 64 of the header is read."""
+    (the first 64 bytes) and the sections already read: nothing more is read."""
     from kpack.elfread import SHT_NOBITS
 
-    fh.seek(0)
-    head = fh.read(64)
     order = ">" if head[5:6] == b"\x02" else "<"
     if head[4:5] == b"\x02":
         phoff, shoff, ehsize, phentsize, phnum, shentsize = struct.unpack_from(order + "QQxxxxHHHH", head, 32)

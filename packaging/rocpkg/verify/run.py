@@ -136,7 +136,7 @@ def debug_problems(plan) -> list[Problem]:
     from rocpkg.plan.debug import DEBUGLINK_MISSING
 
     problems = []
-    for finding in getattr(plan, "debug_findings", ()):
+    for finding in plan.debug_findings:
         package, path = "-", finding.where          # a debug file of the artifacts
         if finding.check == DEBUGLINK_MISSING:      # "package: installed path"
             package, _, path = finding.where.partition(": ")
