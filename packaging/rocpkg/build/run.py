@@ -61,6 +61,7 @@ from rocpkg.formats.streams import write_atomic
 from rocpkg.out.journal import recover
 from rocpkg.plan.naming import build_variant
 from rocpkg.out.outdir import MANIFEST_PARTS, Staging
+from rocpkg.out.manifest_schema import read_parts
 from rocpkg.build.workers import Workers
 from rocpkg.build import packing      # one package, as a worker writes it
 from rocpkg.build.packing import PackageOutcome, Task, Written
@@ -244,7 +245,7 @@ def build_release(plan, out_dir: str | os.PathLike, *, formats: Iterable[str] | 
                 archives = gate.archive_checks(plan, formats, whole_kernels=deep_check,
                                                starmap_async=workers.starmap_async)
                 order = sorted(chosen, key=lambda s: (-s.payload_size, s.format, s.name))
-                stale, recorded, conflicts = _stale_and_recorded(out_dir, order, fingerprint_of, states)
+                stale, recorded, conflicts = _stale_and_recorded(out_dir, order, fingerprint_of, states, plan.settings)
                 result = BuildResult(out_dir, "", shard=shard)
                 tasks = _tasks(stale, options, signer, staging, result, jobs or cores, cores, build)
                 tasks, searched = _search_in_writers(plan, tasks)
@@ -273,11 +274,11 @@ def build_release(plan, out_dir: str | os.PathLike, *, formats: Iterable[str] | 
     return result
 
 
-def _stale_and_recorded(out_dir: str, order: list[m.PackageSpec], fingerprint_of, states):
+def _stale_and_recorded(out_dir: str, order: list[m.PackageSpec], fingerprint_of, states, settings: dict):
     """(the packages to write, the outcomes of those up to date, the conflicts): a stale
     package's fingerprint is taken while it is written (packing.build_one); published bytes
-    never change under one name-version-release (rocpkg.out.releases), so a conflict leaves
-    nothing to write."""
+    never change under one name-version-release, and a package's name and file belong to one
+    release and build variant of OUT (rocpkg.out.releases), so a conflict leaves nothing to write."""
     stale, recorded = [], []
     for spec in order:
         outcome = _up_to_date(spec, out_dir, fingerprint_of, states)
@@ -285,9 +286,12 @@ def _stale_and_recorded(out_dir: str, order: list[m.PackageSpec], fingerprint_of
             recorded.append(outcome)
         else:
             stale.append(spec)
+    writes = {id(s) for s in stale}
     planned = [releases.Planned(s.format, s.name, s.version, s.release, s.arch,
-                                packing.outcome(s, 0, "", True).file) for s in stale]
-    conflicts = releases.conflicting_rebuilds(out_dir, planned)
+                                packing.outcome(s, 0, "", True).file, rewrite=id(s) in writes) for s in order]
+    new = releases.ReleaseRecord(settings["version"], settings["release"], variant=build_variant(settings))
+    owned = releases.owned_packages(releases.read_manifest(out_dir), [doc for _, doc in read_parts(out_dir)])
+    conflicts = releases.name_clashes(out_dir, planned, new, owned) + releases.conflicting_rebuilds(out_dir, planned)
     return ([] if conflicts else stale), recorded, conflicts
 
 

@@ -5,6 +5,10 @@ or apt or dnf would never upgrade to it, and the two formats must agree. A relea
 another series (a maintenance release of an older one) and a rebuild of the same
 version-release are not ordered. Build refuses before a byte is written; `rocpkg verify
 OUT` checks the releases OUT records, in the order they were built.
+
+The releases OUT records are every release whose packages it records (recorded_releases):
+manifest.json's releases list, the shard parts not yet joined, and the versions of package
+entries that no listed release holds (a list edited by hand hides no newer release).
 """
 from __future__ import annotations
 
@@ -12,7 +16,8 @@ from functools import cmp_to_key
 from typing import Iterable
 
 from rocpkg.build.gate import VERSION_ORDER, Refusal
-from rocpkg.out.releases import ReleaseRecord, manifest_releases, read_manifest
+from rocpkg.out.manifest_schema import read_parts
+from rocpkg.out.releases import SETUP_KIND, ReleaseRecord, manifest_releases, owned_packages, read_manifest
 from rocpkg.plan.naming import build_variant
 from rocpkg.verify.view import Problem
 from rocpkg.formats.versions import DPKG, RPM, compare, evr
@@ -43,12 +48,33 @@ def version_order_refusals(records: Iterable[ReleaseRecord], version: str, relea
     return [Refusal(VERSION_ORDER, f"release {_full(new)}", _sentence(new, record, orders) + more)]
 
 
+def recorded_releases(out_dir, variant: str = "") -> list[ReleaseRecord]:
+    """Every release whose packages OUT records (module doc). A release known only from its
+    package entries carries their version-release, and `variant`: which build it was is
+    not recorded, so every build is held to it."""
+    doc = read_manifest(out_dir)
+    parts = [part for _, part in read_parts(out_dir)]
+    owned = owned_packages(doc, parts)
+    records: dict[str, ReleaseRecord] = {}
+    for record in manifest_releases(doc) + [r for r, _ in owned]:
+        records.setdefault(record.id, record)
+    held = {entry["file"] for _, entry in owned}
+    hidden: dict[tuple[str, str], list[str]] = {}
+    for entry in (doc or {}).get("packages", []):
+        if entry.get("kind") != SETUP_KIND and entry["file"] not in held:
+            hidden.setdefault((entry["version"], entry["release"]), []).append(entry["file"])
+    for (version, release), files in sorted(hidden.items()):
+        hidden_record = ReleaseRecord(version, release, files=tuple(sorted(files)), variant=variant)
+        records.setdefault(hidden_record.id, hidden_record)
+    return list(records.values())
+
+
 def out_version_order_refusals(out_dir, settings: dict) -> list[Refusal]:
     """version_order_refusals of the release a plan's settings describe (version, release,
-    epoch) against the releases OUT/manifest.json records. Reads OUT, writes nothing."""
-    records = manifest_releases(read_manifest(out_dir))
-    return version_order_refusals(records, settings["version"], settings["release"], settings.get("epoch", 0),
-                                  build_variant(settings))
+    epoch) against every release OUT records (recorded_releases). Reads OUT, writes nothing."""
+    variant = build_variant(settings)
+    return version_order_refusals(recorded_releases(out_dir, variant), settings["version"], settings["release"],
+                                  settings.get("epoch", 0), variant)
 
 
 def out_order_problems(out_dir) -> list[Problem]:

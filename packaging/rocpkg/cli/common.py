@@ -88,6 +88,10 @@ def formats(args) -> list[str]:
     bad = [f for f in chosen if f not in ("deb", "rpm")]
     if bad or not chosen:
         raise RocpkgInputError(("--formats", f"expected deb, rpm or both, got {args.formats!r}"))
+    twice = sorted({f for f in chosen if chosen.count(f) > 1})
+    if twice:
+        raise RocpkgInputError(("--formats", f"{', '.join(twice)} given more than once in {args.formats!r}: "
+                                             f"name each format once"))
     return chosen
 
 

@@ -251,6 +251,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        if hasattr(args, "formats"):
+            formats(args)       # a bad --formats is refused before any command starts
         _repair_trees(args)
         status = int(args.func(args) or 0)
         sys.stdout.flush()  # a closed pipe shows up here when the output fits the buffer

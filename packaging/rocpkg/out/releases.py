@@ -234,6 +234,72 @@ def _document(records: list[ReleaseRecord], packages: Iterable[dict], newest: Re
     return doc
 
 
+# -- one owner per package name and file ------------------------------------------------------
+
+def owned_packages(doc: dict | None, parts: Iterable[dict] = ()) -> list[tuple[ReleaseRecord, dict]]:
+    """(release, package entry) for each package file a release in OUT records: those of
+    manifest.json's releases and those of the shard parts (manifest.d) not yet joined."""
+    entries = {e["file"]: e for e in (doc or {}).get("packages", [])}
+    owned = [(r, entries[f]) for r in manifest_releases(doc) for f in r.files if f in entries]
+    for part in parts:
+        record = ReleaseRecord.from_dict(part.get("release_record") or part)
+        owned += [(record, e) for e in part.get("packages", [])]
+    return owned
+
+
+def _owner_clash(a: ReleaseRecord, a_entry: dict, b: ReleaseRecord, b_entry: dict) -> str | None:
+    """Why two releases' packages clash: one package file recorded by two releases, or one
+    package name (in one format) in two build variants (apt and dnf would take one for an
+    upgrade of the other); None when they do not."""
+    if a.id == b.id or a_entry["format"] != b_entry["format"]:
+        return None
+    if a_entry["file"] == b_entry["file"]:
+        return f"both write {a_entry['file']}, one overwriting the other"
+    if a_entry["name"] == b_entry["name"] and a.variant != b.variant:
+        return f"one package name in two build variants ({a.variant or 'release'} and {b.variant or 'release'})"
+    return None
+
+
+def clashes(owned: list[tuple[ReleaseRecord, dict]]) -> list[tuple[ReleaseRecord, dict, ReleaseRecord, dict, str]]:
+    """(release, entry, other release, its entry, why) for each pair of packages of two
+    releases (owned: owned_packages) that write one file, or that have one name in two
+    build variants (_owner_clash); each pair once."""
+    groups: dict[tuple, list[tuple[ReleaseRecord, dict]]] = {}
+    for record, entry in owned:
+        groups.setdefault((entry["format"], "name", entry["name"]), []).append((record, entry))
+        groups.setdefault((entry["format"], "file", entry["file"]), []).append((record, entry))
+    found, seen = [], set()
+    for (_, kind, _), group in groups.items():
+        if len(group) < 2 or kind == "name" and len({r.variant for r, _ in group}) < 2:
+            continue        # the usual case, each a glance: one release per file, one variant per name
+        for i, (a, a_entry) in enumerate(group):
+            for b, b_entry in group[i + 1:]:
+                key = (a.id, a_entry["file"], b.id, b_entry["file"])
+                why = None if key in seen else _owner_clash(a, a_entry, b, b_entry)
+                if why:
+                    seen.add(key)
+                    found.append((a, a_entry, b, b_entry, why))
+    return found
+
+
+def name_clashes(out_dir: str | os.PathLike, planned: Iterable[PackageRef], new: ReleaseRecord,
+                 owned: list[tuple[ReleaseRecord, dict]]) -> list[tuple[str, str]]:
+    """Problems, before a byte is written, for every package a build of release `new` would
+    write whose file another release in OUT records, or whose name a release of another
+    build variant has (owned: owned_packages), indexed or not. Writes nothing."""
+    mine = [(new, {"format": p.format, "name": p.name, "file": p.file}) for p in planned]
+    problems = {}
+    for a, a_entry, b, b_entry, why in clashes(owned + mine):
+        if a is new or b is new:
+            (_, item), (record, entry) = ((a, a_entry), (b, b_entry)) if a is new else ((b, b_entry), (a, a_entry))
+            problems.setdefault(item["file"], (
+                os.path.join(os.fspath(out_dir), item["file"]),
+                f"{item['name']} of release {new.id} clashes with {entry['name']} of release {record.id} "
+                f"({entry['file']}), recorded in OUT: {why}; package names must be unique across the releases "
+                f"and build variants of one OUT (rename one package.json definition, or build into another OUT)"))
+    return list(problems.values())
+
+
 # -- published bytes never change -------------------------------------------------------------
 
 @dataclass(frozen=True)

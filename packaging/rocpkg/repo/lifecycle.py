@@ -28,6 +28,7 @@ from rocpkg.out import releases
 from rocpkg.repo import retention
 from rocpkg.out.dates import published_source_date_epoch
 from rocpkg.repo.index import publish_repositories
+from rocpkg.repo.publish_record import refuse_overlap
 from rocpkg.errors import RocpkgInputError
 from rocpkg.out.journal import Change
 from rocpkg.out.state import forget as forget_states
@@ -136,8 +137,7 @@ def promote(src: str | os.PathLike, dst: str | os.PathLike, release_id: str, *, 
     release in DST's manifest, and re-index (and with a signer, re-sign) DST."""
     src = os.path.abspath(os.fspath(src))
     dst = os.path.abspath(os.fspath(dst))
-    if src == dst:
-        raise RocpkgInputError((dst, "promoting a release into the repository it is in"))
+    refuse_overlap(src, dst, "promote", "SRC")
     doc = releases.read_manifest(src)
     if doc is None:
         raise RocpkgInputError((os.path.join(src, releases.MANIFEST), "missing: SRC has no releases"))

@@ -31,7 +31,8 @@ from typing import Callable
 
 from rocpkg.errors import RocpkgInputError
 from rocpkg.formats.preflight import url_problem
-from rocpkg.out.files import open_dir, open_file, parts_of, read_file, wrong_type
+from rocpkg.out.files import SETUP_COPY_RE, open_dir, open_file, parts_of, read_file, wrong_type
+from rocpkg.out.outdir import TMP_RE
 from rocpkg.repo.publish_record import RECORD, RECORD_LIMIT, parse_record, record_bytes, refuse_overlap
 from rocpkg.formats.streams import HashingWriter, copy_stream
 
@@ -39,9 +40,6 @@ PUBLISHED_ROOTS = ("deb", "rpm")
 PUBLISHED_FILES = ("rocm.gpg", "rocm.asc", "rocm.list", "rocm.repo", "manifest.json")
 ROOT_INDEXES = ("Release", "Release.gpg", "InRelease", "repomd.xml.asc", "repomd.xml")
 LAST = ("rocm.list", "rocm.repo", "manifest.json")
-_TEMPORARY = re.compile(r"\.tmp-\d+$")
-# the setup packages' stable-name copies (rocpkg.repo.setup), beside the snippets
-_SETUP_COPY = re.compile(r"[a-z0-9][a-z0-9.+-]*-repo\.(deb|rpm)")
 _CONTENT_ADDRESSED = re.compile(r"(^deb/pool/|/by-hash/|^rpm/repodata/[0-9a-f]{64}-[^/]+$|\.rpm$|^rocm\.(gpg|asc)$)")
 MULTIPART_THRESHOLD = 64 << 20
 WORKERS = 8
@@ -73,7 +71,7 @@ def stage_of(rel: str) -> int:
         return 3
     if name in ROOT_INDEXES:
         return 2
-    if _CONTENT_ADDRESSED.search(rel) or _SETUP_COPY.fullmatch(rel):
+    if _CONTENT_ADDRESSED.search(rel) or SETUP_COPY_RE.fullmatch(rel):
         return 0
     return 1
 
@@ -90,13 +88,13 @@ def local_files(out_dir: str) -> list[LocalFile]:
     (not control/, .rocpkg/ or unfinished temporaries). Read as OUT's own files are
     (rocpkg.out.files): never through a symlink, regular files only."""
     candidates = [n for n in PUBLISHED_FILES if os.path.isfile(os.path.join(out_dir, n))]
-    candidates += sorted(n for n in os.listdir(out_dir) if _SETUP_COPY.fullmatch(n)
+    candidates += sorted(n for n in os.listdir(out_dir) if SETUP_COPY_RE.fullmatch(n)
                          and os.path.isfile(os.path.join(out_dir, n)))
     for root in PUBLISHED_ROOTS:
         for dirpath, dirnames, filenames in os.walk(os.path.join(out_dir, root)):
             dirnames.sort()
             for name in filenames:
-                if not _TEMPORARY.search(name):
+                if not TMP_RE.search(name):
                     candidates.append(os.path.relpath(os.path.join(dirpath, name), out_dir).replace(os.sep, "/"))
 
     def describe(rel: str) -> LocalFile:

@@ -76,15 +76,15 @@ def _same(a: str, b: str) -> bool:
         return False
 
 
-def refuse_overlap(out_dir: str, dest: str) -> None:
+def refuse_overlap(out_dir: str, dest: str, command: str = "publish", source: str = "OUT") -> None:
     """DEST equal to OUT, inside it, holding it, or any of these through a symlink, a bind
-    mount or another name of the same directory is bad input: publishing would copy OUT
-    into itself or remove OUT's own files."""
+    mount or another name of the same directory is bad input: publishing (command; source:
+    what OUT is called in its message) would copy OUT into itself or rewrite OUT's own files."""
     out_real, dest_real = os.path.realpath(out_dir), os.path.realpath(dest)
     why = None
     if dest_real == out_real or any(_same(a, out_real) for a in _ancestors(dest_real)):
-        why = "is OUT itself or inside it" if dest_real != out_real else "is OUT itself"
+        why = f"is {source} itself or inside it" if dest_real != out_real else f"is {source} itself"
     elif any(_same(a, dest_real) for a in _ancestors(out_real)):
-        why = "holds OUT (OUT is inside it)"
+        why = f"holds {source} ({source} is inside it)"
     if why:
-        raise RocpkgInputError((dest, f"{why}: publish into a directory apart from {out_dir}"))
+        raise RocpkgInputError((dest, f"{why}: {command} into a directory apart from {out_dir}"))

@@ -10,7 +10,16 @@ The checks, each its own name in verify's report:
                     file, repomd.xml with primary.xml.gz, Packages/primary with a package
                     whose bytes the manifest vouches for (or that the manifest lacks)
   stale-index       a package in OUT that no index lists (built after the last `repo`)
-  unrecorded-package  a package file no manifest records (dropped into the pool, not built)
+  unrecorded-package  a package file no manifest records (dropped into the pool, not built),
+                    or a `<name>-repo.deb`/`.rpm` at OUT's top that is the stable-name copy of
+                    no setup package the manifest records
+  unrecorded-file   any other file under deb/ or rpm/ that OUT does not record: not a
+                    package, not Release/InRelease/Release.gpg or an index Release lists, not
+                    repomd.xml (.asc, .key: its signature, zypper's key) or metadata it lists,
+                    not a by-hash or DNF metadata file whose name is the digest of its bytes
+                    (an older generation of an index)
+  name-clash        two releases hold one package file, or one package name in two build
+                    variants (one overwrote the other's package: rocpkg.out.releases.clashes)
   bad-signature     with a key: InRelease, Release.gpg or repomd.xml.asc missing, not made
                     by that key, or (InRelease) signing another text than Release
 
@@ -22,20 +31,28 @@ from __future__ import annotations
 
 import gzip
 import os
+import re
 import subprocess
 import tempfile
 from typing import Iterable
 
 from rocpkg.out.indexes import apt_suites, package_files, published_entries, release_files, repomd_records
 from rocpkg.out.manifest_schema import read_parts
-from rocpkg.out.outdir import STAGING_DIR
-from rocpkg.out.files import check_tree, open_file
-from rocpkg.out.releases import SETUP_KIND, read_manifest
+from rocpkg.out.outdir import STAGING_DIR, TMP_RE
+from rocpkg.out.files import SETUP_COPY_RE, check_tree, open_file, own_top_files
+from rocpkg.out.releases import SETUP_KIND, clashes, owned_packages, read_manifest
 from rocpkg.verify.view import Problem
 from rocpkg.formats.streams import HashingWriter, copy_stream
 
 UNRECORDED = ("no manifest records it: rocpkg did not build it into this OUT (remove it, or build "
               "the release it belongs to)")
+UNRECORDED_COPY = ("no setup package manifest.json records has this name: it is not the stable-name copy "
+                   "of a setup package rocpkg wrote (remove it)")
+UNRECORDED_FILE = ("OUT does not record it: not a package, nor an index file rocpkg wrote (remove it: "
+                   "publish would copy it)")
+# content-addressed index files: by-hash/<field>/<digest> (APT), <sha256>-<name> (DNF metadata)
+_BY_HASH = {"SHA256": "sha256", "SHA512": "sha512"}
+_METADATA_RE = re.compile(r"([0-9a-f]{64})-[^/]+")
 
 # -- the check -----------------------------------------------------------------------------
 
@@ -95,8 +112,8 @@ def check_integrity(out_dir: str | os.PathLike, *, keyring: str | os.PathLike | 
     def add(check, fmt, package, path, message):
         problems.append(Problem(check, package, path, "-", message, fmt))
 
-    manifest = {e["file"]: e for e in (read_manifest(out_dir) or {}).get("packages", [])
-                if e["format"] in formats}
+    doc = read_manifest(out_dir)
+    manifest = {e["file"]: e for e in (doc or {}).get("packages", []) if e["format"] in formats}
     for rel, entry in sorted(manifest.items()):
         actual = digests.of(rel)
         if actual is None:
@@ -145,14 +162,86 @@ def check_integrity(out_dir: str | os.PathLike, *, keyring: str | os.PathLike | 
                 f"{entry.index} lists {entry.size} bytes, sha256 {entry.sha256}, but the file has {actual[0]} "
                 f"bytes, sha256 {actual[1]}")
     recorded = recorded_files(out_dir)
-    for rel, fmt in sorted(package_files(out_dir).items()):
+    pool = package_files(out_dir)
+    for rel, fmt in sorted(pool.items()):
         if fmt in formats and recorded is not None and rel not in recorded:
             add("unrecorded-package", fmt, os.path.basename(rel), rel, UNRECORDED)
         elif fmt in formats and indexed[fmt] and rel not in listed[fmt]:
             name = manifest[rel]["name"] if rel in manifest else os.path.basename(rel)
             add("stale-index", fmt, name, rel, "no repository index lists it: the indexes are stale "
                                                "(run `rocpkg repo OUT`)")
+    _check_ownership(out_dir, doc, pool if recorded is not None else None, digests, formats, add)
     return problems
+
+
+def _check_ownership(out_dir: str, doc: dict | None, pool: dict[str, str] | None, digests: _Digests,
+                     formats: set[str], add) -> None:
+    """name-clash between the releases doc records; with pool (OUT's package files; None
+    for a bare pool that no manifest describes), the setup copies and other files at OUT's
+    top and under deb/ and rpm/ that OUT does not record. Of `formats` only."""
+    for a, a_entry, b, b_entry, why in clashes(owned_packages(doc, [part for _, part in read_parts(out_dir)])):
+        if a_entry["format"] in formats:
+            add("name-clash", a_entry["format"], a_entry["name"], a_entry["file"],
+                f"release {a.id} holds {a_entry['name']} ({a_entry['file']}) and release {b.id} holds "
+                f"{b_entry['name']} ({b_entry['file']}): {why}")
+    if pool is None:
+        return
+    for rel, fmt in foreign_setup_copies(out_dir, doc):
+        if fmt in formats:
+            add("unrecorded-package", fmt, rel, rel, UNRECORDED_COPY)
+    for rel, fmt in unrecorded_files(out_dir, pool, digests):
+        if fmt in formats:
+            add("unrecorded-file", fmt, os.path.basename(rel), rel, UNRECORDED_FILE)
+
+
+def foreign_setup_copies(out_dir: str, doc: dict | None) -> list[tuple[str, str]]:
+    """(name, format) of each `<name>-repo.<format>` at OUT's top that is the stable-name
+    copy of no setup package its manifest (doc) records (rocpkg.repo.setup)."""
+    copies = {f"{e['name']}.{e['format']}" for e in (doc or {}).get("packages", []) if e.get("kind") == SETUP_KIND}
+    return [(name, name.rsplit(".", 1)[1]) for name in own_top_files(out_dir)
+            if SETUP_COPY_RE.fullmatch(name) and name not in copies]
+
+
+def unrecorded_files(out_dir: str, packages: dict[str, str], digests: _Digests) -> list[tuple[str, str]]:
+    """(path relative to OUT, format) of every file under deb/ and rpm/ that is neither a
+    package file (packages: rocpkg.out.indexes.package_files, judged against the manifest)
+    nor an index file the repository names (module doc, unrecorded-file); temporaries of an
+    unfinished write are not published and not listed."""
+    indexes = {"deb": set(), "rpm": {f"rpm/repodata/{name}" for name in ("repomd.xml", "repomd.xml.asc",
+                                                                        "repomd.xml.key")}}
+    for suite_dir in apt_suites(out_dir):
+        suite = os.path.relpath(suite_dir, out_dir).replace(os.sep, "/")
+        roots = ("Release", "Release.gpg", "InRelease", *release_files(suite_dir))
+        indexes["deb"] |= {f"{suite}/{name}" for name in roots}
+    indexes["rpm"] |= {f"rpm/{r['href']}" for r in repomd_records(out_dir).values()}
+    found = []
+    for fmt in ("deb", "rpm"):
+        for dirpath, dirnames, filenames in os.walk(os.path.join(out_dir, fmt)):
+            dirnames.sort()
+            for name in sorted(filenames):
+                rel = os.path.relpath(os.path.join(dirpath, name), out_dir).replace(os.sep, "/")
+                if rel in packages or rel in indexes[fmt] or TMP_RE.search(name) \
+                        or _named_by_digest(rel, fmt, digests):
+                    continue
+                found.append((rel, fmt))
+    return found
+
+
+def _named_by_digest(rel: str, fmt: str, digests: _Digests) -> bool:
+    """Whether rel is a content-addressed index file whose name is the digest of its bytes:
+    deb/dists/**/by-hash/SHA256/<sha256> (or SHA512), rpm/repodata/<sha256>-<name>."""
+    parts = rel.split("/")
+    if fmt == "deb" and len(parts) > 4 and parts[1] == "dists" and parts[-3] == "by-hash" \
+            and parts[-2] in _BY_HASH:
+        digest = HashingWriter(None, (_BY_HASH[parts[-2]],))
+        with open_file(digests.out_dir, rel) as fh:
+            copy_stream(fh, digest)
+        return digest.hexdigest(_BY_HASH[parts[-2]]) == parts[-1]
+    match = _METADATA_RE.fullmatch(parts[-1])
+    if fmt == "rpm" and match and parts[:-1] == ["rpm", "repodata"]:
+        actual = digests.of(rel)
+        return actual is not None and actual[1] == match.group(1)
+    return False
 
 
 def stale_index_problems(out_dir: str | os.PathLike) -> list:
