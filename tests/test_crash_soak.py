@@ -237,9 +237,11 @@ def test_temporaries_of_dead_runs_are_swept_only_where_rocpkg_writes(trees, tmp_
     foreign.append(out / "elsewhere" / "data.tmp-77")
     for path in foreign:
         path.write_bytes(b"mine")
-    done = ok(rocpkg("verify", out))
+    done = rocpkg("verify", out)
     assert "removed 2 temporaries" in done.stderr
     assert not any(p.exists() for p in dead) and all(p.exists() for p in foreign)
+    # the pool's look-alike is no temporary of rocpkg's: a file OUT does not record, reported
+    assert done.returncode == 2 and "deb/pool/main/README.tmp-x: -: OUT does not record it" in done.stderr, done.stderr
 
 
 # -- failing each command at every step: OUT (DST) byte for byte as it was -------------------
