@@ -7,6 +7,7 @@ import argparse
 import os
 import sys
 
+from rocpkg.formats.registry import NAMES as FORMAT_NAMES
 from rocpkg.errors import RocpkgInputError
 
 
@@ -85,9 +86,9 @@ def split_list(text: str | None) -> list[str] | None:
 
 def formats(args) -> list[str]:
     chosen = split_list(args.formats) or []
-    bad = [f for f in chosen if f not in ("deb", "rpm")]
+    bad = [f for f in chosen if f not in FORMAT_NAMES]
     if bad or not chosen:
-        raise RocpkgInputError(("--formats", f"expected deb, rpm or both, got {args.formats!r}"))
+        raise RocpkgInputError(("--formats", f"expected one or more of {', '.join(FORMAT_NAMES)}, got {args.formats!r}"))
     return chosen
 
 

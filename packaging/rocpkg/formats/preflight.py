@@ -38,6 +38,9 @@ DEB_NAME = re.compile(r"^[a-z0-9][a-z0-9+.-]+$")                  # Debian polic
 RPM_NAME = re.compile(r"^[A-Za-z0-9_+][A-Za-z0-9_.+-]*$")
 DEB_ARCH = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 RPM_ARCH = re.compile(r"^[A-Za-z0-9_]+$")
+# A library name or symbol version that can stand in a control file line and an rpm
+# dependency without quoting (fullmatch: no trailing newline).
+LIBRARY_NAME = re.compile(r"[A-Za-z0-9_.+@-]+")
 _DEB_UPSTREAM = re.compile(r"^[0-9][A-Za-z0-9.+~]*$")             # hyphens only with a revision
 _DEB_UPSTREAM_WITH_REVISION = re.compile(r"^[0-9][A-Za-z0-9.+~-]*$")
 _DEB_REVISION = re.compile(r"^[A-Za-z0-9.+~]+$")
@@ -256,18 +259,19 @@ _RELATION_FIELDS = ("depends", "pre_depends", "recommends", "suggests", "conflic
                     "provides", "obsoletes")
 
 
-def check_plan(plan) -> list[tuple[str, str]]:
-    """Every problem of a planned package set (rocpkg.plan.make.Plan), each once, in a stable
-    order: (where, what) pairs for RocpkgInputError."""
+def check_plan(packages: dict[str, list[m.PackageSpec]], formats) -> list[tuple[str, str]]:
+    """Every problem of a planned package set (format name -> its specs; formats: format
+    name -> its rocpkg.formats.plugin.Format), each once, in a stable order: (where, what)
+    pairs for RocpkgInputError."""
     problems: list[tuple[str, str]] = []
-    if not any(plan.packages.values()):
+    if not any(packages.values()):
         problems.append(("package set", "empty: package.json defines no package to build (an empty list, "
                                         "or DisablePackaging on every definition)"))
-    for fmt in sorted(plan.packages):
-        specs = plan.packages[fmt]
+    for fmt in sorted(packages):
+        specs = packages[fmt]
         for spec in specs:
             problems += [(f"{fmt} package {printable(spec.name)}: {field}", what)
-                         for field, what in _spec_problems(spec)]
+                         for field, what in _spec_problems(spec, formats[fmt])]
         nodes: dict[str, tuple[m.FileEntry, m.PackageSpec]] = {}
         for spec in specs:
             for fe in spec.files:
@@ -288,31 +292,30 @@ def check_plan(plan) -> list[tuple[str, str]]:
     return list(dict.fromkeys(problems))
 
 
-def _spec_problems(spec: m.PackageSpec) -> list[tuple[str, str]]:
-    deb = spec.format == "deb"
+def _spec_problems(spec: m.PackageSpec, form) -> list[tuple[str, str]]:
     out = []
-    if not (DEB_NAME if deb else RPM_NAME).match(spec.name):
-        out.append(("name", f"{spec.name!r} is not a valid {'Debian' if deb else 'RPM'} package name"))
-    version = deb_version_problem(spec.evr) if deb else rpm_version_problem(spec.evr)
+    if not form.name_rule.fullmatch(spec.name):
+        out.append(("name", f"{spec.name!r} is not a valid {form.title} package name"))
+    version = form.version_problem(spec.evr)
     if version:
         out.append(("version", version))
-    if not (DEB_ARCH if deb else RPM_ARCH).match(spec.arch):
+    if not form.arch_rule.fullmatch(spec.arch):
         out.append(("architecture", f"{spec.arch!r} is not an architecture name"))
-    filename = spec.filename.encode("utf-8", "surrogateescape")
+    filename = form.file_name(spec).encode("utf-8", "surrogateescape")
     if len(filename) > PACKAGE_FILE_LIMIT:
         out.append(("file name", f"{len(filename)} bytes, longer than {PACKAGE_FILE_LIMIT}"))
     for field in _ONE_LINE_FIELDS:
         problem = control_problem(getattr(spec, field) or "")
         if problem:
             out.append((field, problem))
-    if deb and not spec.maintainer.strip():
-        out.append(("maintainer", "empty: every Debian package needs a Maintainer"))
+    if form.needs_maintainer and not spec.maintainer.strip():
+        out.append(("maintainer", f"empty: every {form.title} package needs a Maintainer"))
     problem = control_problem(spec.description or "", multi_line=True)
     if problem:
         out.append(("description", problem))
     if "%" in spec.name or "%" in spec.evr:
         out.append(("name", "'%' would start an rpm macro"))
-    check = deb_relation_problem if deb else rpm_relation_problem
+    check = form.relation_problem
     for field in _RELATION_FIELDS:
         for relation in getattr(spec, field):
             problem = check(relation)

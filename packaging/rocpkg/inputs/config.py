@@ -175,6 +175,11 @@ class Definition:
     def where(self) -> str:
         return f"[{self.index}]"
 
+    def relations(self, dialect: str) -> dict[str, list[str]]:
+        """The relations package.json gives in one dialect: "deb" (DEBDepends and kin) or
+        "rpm" (RPMRequires and kin); a format takes the dialect its syntax reads."""
+        return self.deb_relations if dialect == "deb" else self.rpm_relations
+
 
 @dataclass
 class Config:

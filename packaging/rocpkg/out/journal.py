@@ -53,6 +53,7 @@ import shutil
 import time
 from dataclasses import dataclass
 
+from rocpkg.formats.registry import REGISTERED
 from rocpkg.errors import RocpkgInputError
 from rocpkg.out.files import OWN_DIRS, own_top_files   # a rollback removes only what a change made in these
 from rocpkg.out.outdir import LOCK_FILE, STAGING_DIR, TMP_RE, OutLock, own_top_temporary, remove_staging
@@ -84,8 +85,8 @@ class Recovery:
 def _is_package(rel: str) -> bool:
     """A package file: listed, never linked at the start of a change (a link would change
     its ctime, and the digest cache would hash it again)."""
-    return (rel.startswith(os.path.join("deb", "pool") + os.sep) and rel.endswith(".deb")) \
-        or (rel.startswith("rpm" + os.sep) and rel.endswith(".rpm"))
+    return any(rel.startswith(os.path.join(f.name, f.package_root, "")) and rel.endswith(f.suffix)
+               for f in REGISTERED.values())
 
 
 def own_tree(out_dir: str) -> tuple[list[str], list[str]]:

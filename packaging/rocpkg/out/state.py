@@ -21,6 +21,8 @@ import json
 import os
 import shutil
 
+from rocpkg.formats.registry import NAMES as FORMATS
+
 STATE_DIR = os.path.join(".rocpkg", "state")
 # a state's fields and their types: a record without them all is no record (built again)
 FIELDS = {"fingerprint": str, "file": str, "size": int, "sha256": str, "mtime_ns": int, "ino": int}
@@ -158,7 +160,7 @@ def rewrite_states(out_dir: str, fmt: str, states: dict[str, dict]) -> None:
 def forget(out_dir: str, files: set[str]) -> None:
     """Drop the states of removed package files (a later build of that name then starts
     from scratch instead of trusting a record of a file that is gone)."""
-    for fmt in ("deb", "rpm"):
+    for fmt in FORMATS:
         states = read_states(out_dir, fmt)
         kept = {name: state for name, state in states.items() if state.get("file") not in files}
         if kept != states:
