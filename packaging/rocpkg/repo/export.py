@@ -206,6 +206,9 @@ def _write_bundle(out_dir: str, dest: str, closure: dict[str, list[dict]], signe
 
 def _fill(out_dir: str, staging: str, dest: str, closure: dict[str, list[dict]], signer, suite: str,
           sde: int | None) -> None:
+    """staging as DEST's tree: the closure's package files (checked as _copy_recorded
+    checks them, every problem at once, before anything is indexed or signed), the
+    indexes and the client snippets that name DEST."""
     from rocpkg.repo import apt as repo_apt
     from rocpkg.repo import dnf as repo_dnf
 
