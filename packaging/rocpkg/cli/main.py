@@ -227,7 +227,7 @@ def _register_commands(sub) -> None:
 
 # the trees each command reads or writes, by argument name: repaired before it runs
 TREES = {"build": ("output",), "repo": ("out",), "verify": ("out",), "prune": ("out",),
-         "promote": ("src", "dst"), "publish": ("out",)}
+         "promote": ("src", "dst"), "publish": ("out",), "export": ("out",)}
 
 
 def _repair_trees(args) -> None:

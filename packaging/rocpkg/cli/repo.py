@@ -90,7 +90,7 @@ def register(sub) -> None:
 
     p = sub.add_parser("export", help="write an offline bundle: the named packages' dependency closure as a "
                                       "self-contained repository DEST, and DEST.tar")
-    p.add_argument("out", metavar="OUT", help="the repository tree to export from (its newest release)")
+    p.add_argument("out", metavar="OUT", help="the repository tree to export from (each name from the newest release holding it)")
     p.add_argument("dest", metavar="DEST", help="a new directory, outside OUT")
     p.add_argument("names", metavar="NAME", nargs="+", help="packages as users name them, e.g. rocm-gfx110x")
     p.add_argument("--suite", default="stable", help="APT suite (default stable)")

@@ -41,6 +41,7 @@ RPM_ARCH = re.compile(r"^[A-Za-z0-9_]+$")
 # A library name or symbol version that can stand in a control file line and an rpm
 # dependency without quoting (fullmatch: no trailing newline).
 LIBRARY_NAME = re.compile(r"[A-Za-z0-9_.+@-]+")
+_SUITE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")      # one directory name under deb/dists/
 _DEB_UPSTREAM = re.compile(r"^[0-9][A-Za-z0-9.+~]*$")             # hyphens only with a revision
 _DEB_UPSTREAM_WITH_REVISION = re.compile(r"^[0-9][A-Za-z0-9.+~-]*$")
 _DEB_REVISION = re.compile(r"^[A-Za-z0-9.+~]+$")
@@ -224,6 +225,16 @@ def _rpm_rich(tokens: list[str], at: int, depth: int = 0) -> int:
         if tokens[at] not in _RPM_RICH_WORDS:
             raise ValueError(f"expected and/or/if/else/with/without/unless, got {tokens[at]!r}")
         at += 1
+
+
+def suite_problem(suite: str) -> str:
+    """What keeps `suite` from being an APT suite name rocpkg writes ("" if nothing): one
+    path component under dists/ (a letter or digit, then letters, digits, '.', '_', '-';
+    at most 64): never '/', '.' or '..', a space or a control character."""
+    if isinstance(suite, str) and _SUITE.fullmatch(suite):
+        return ""
+    return f"{printable(str(suite))!r} is not a suite name (letters, digits, '.', '_', '-'; it becomes a " \
+           f"directory under deb/dists/)"
 
 
 def path_problems(path: str, *, absolute: bool = True) -> list[str]:
