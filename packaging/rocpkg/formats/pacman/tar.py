@@ -103,14 +103,12 @@ def _pax_records(data: bytes, where: str) -> dict[str, str]:
 def safe_name(raw: str, where: str) -> str:
     """A member name as a path relative to the root ("" for the root itself), refused when
     it is absolute or climbs out with `..`."""
-    name = raw[2:] if raw.startswith("./") else raw
-    name = name.rstrip("/")
+    name = (raw[2:] if raw.startswith("./") else raw).rstrip("/")
     if raw.startswith("/") or "\0" in raw:
         raise RocpkgInputError((where, f"a member name outside the package root: {raw!r}"))
-    normal = posixpath.normpath(name) if name else ""
-    if normal in (".", "") and name in ("", "."):
+    if name in ("", "."):
         return ""
-    if normal.startswith("../") or normal == ".." or normal != name:
+    if posixpath.normpath(name) != name or name == ".." or name.startswith("../"):
         raise RocpkgInputError((where, f"a member name that is not a plain relative path: {raw!r}"))
     return name
 

@@ -19,6 +19,7 @@ import os
 import tempfile
 from dataclasses import dataclass, field
 
+import rocpkg
 from rocpkg.errors import RocpkgInputError
 from rocpkg.formats import compression
 from rocpkg.formats.filelist import check_sources, checked_files
@@ -32,7 +33,6 @@ from rocpkg.model import DIR, FILE, SYMLINK, BuildOptions, BuiltPackage, FileEnt
 # content checksum as the zstd tool writes it; libarchive reads a run of frames as one stream.
 PACMAN = compression.Flavour(xz_check=lzma.CHECK_CRC64, zlib_gzip_header=False, zstd_checksum=True,
                              zstd_frames=True)
-TOOL_VERSION = "1"
 # Debian script name -> the .INSTALL functions that run it (templates/pacman/INSTALL.j2)
 INSTALL_FUNCTIONS = {"preinst": ("pre_install", "pre_upgrade"), "postinst": ("post_install", "post_upgrade"),
                      "prerm": ("pre_remove",), "postrm": ("post_remove",)}
@@ -218,7 +218,7 @@ def write_pacman(spec: PackageSpec, out_dir: str, options: BuildOptions,
     check_sources(spec.name, files)
     sde = options.source_date_epoch
     texts = {".PKGINFO": render("pacman/PKGINFO.j2", info=info).encode("utf-8"),
-             ".BUILDINFO": render("pacman/BUILDINFO.j2", info=info, tool_version=TOOL_VERSION).encode("utf-8")}
+             ".BUILDINFO": render("pacman/BUILDINFO.j2", info=info, tool_version=rocpkg.__version__).encode("utf-8")}
     script = install_script(spec, options)
     if script:
         texts[".INSTALL"] = script.encode("utf-8")
