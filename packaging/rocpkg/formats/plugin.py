@@ -33,7 +33,8 @@ class Format:
                      ("deb": DEBDepends and kin, "rpm": RPMRequires and kin)
     metadata_suffix: OUT/control/<package>.<metadata_suffix>, the rendered metadata kept for review
     pin:             (name, evr) -> the relation that pins name at exactly evr
-    external:        a package.json system relation -> this format's text of it
+    external:        a package.json system relation -> this format's text of it ("": the
+                     format has no name for system packages package.json gives)
     arch:            (arch_independent, definition fields, settings) -> the architecture name
     file_name:       spec -> the package's file name
     pool:            spec -> the directory under OUT/<name>/ that holds the package file
@@ -64,6 +65,8 @@ class Format:
     writer_threads:  the most compressor threads one package of the format uses (0: any)
     templates:       the writer's templates (compiled once before the workers fork)
     default_build:   built when `--formats` is not given
+    version:         (upstream version, release) -> the format's spelling of them (pacman's
+                     pkgver has no `~`); a pin's evr is given unmapped, as the plan writes it
     """
 
     name: str
@@ -99,6 +102,7 @@ class Format:
     writer_threads: int = 0
     templates: tuple[str, ...] = field(default=())
     default_build: bool = True
+    version: Callable[[str, str], tuple[str, str]] = lambda version, release: (version, release)
 
     def load(self, reference: str):
         """The object a "module:function" reference of this format names."""

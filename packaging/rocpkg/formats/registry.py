@@ -6,10 +6,11 @@ what each provides)."""
 from __future__ import annotations
 
 from rocpkg.formats.deb.plugin import FORMAT as DEB
+from rocpkg.formats.pacman.plugin import FORMAT as PACMAN
 from rocpkg.formats.plugin import Format
 from rocpkg.formats.rpm.plugin import FORMAT as RPM
 
-REGISTERED: dict[str, Format] = {f.name: f for f in (DEB, RPM)}
+REGISTERED: dict[str, Format] = {f.name: f for f in (DEB, RPM, PACMAN)}
 NAMES: tuple[str, ...] = tuple(REGISTERED)
 DEFAULT: tuple[str, ...] = tuple(n for n, f in REGISTERED.items() if f.default_build)   # --formats not given
 

@@ -251,7 +251,8 @@ class _PlanBuilder:
         names = relation_names(relation)
         internal = [n for n in names if n in self.defs]
         if not internal:  # system packages: the host side depends on them, device code does not
-            return [] if context == "device" else [get_format(fmt).external(relation)]
+            written = get_format(fmt).external(relation)    # "": the format names no system package
+            return [written] if written and context != "device" else []
         # alternatives naming in-release packages resolve to the first of them
         dep = self.defs[internal[0]]
         cls = self.classes[dep.name]
@@ -304,8 +305,9 @@ class _PlanBuilder:
         if form.plain_shared_objects:
             files = [dataclasses.replace(fe, mode=fe.mode & ~0o111) if fe.type == m.FILE and _SHARED_LIB.search(fe.path)
                      else fe for fe in files]
+        version, release = form.version(self.version, self.release)
         return m.PackageSpec(
-            format=fmt, name=name, version=self.version, release=self.release, arch=arch, kind=kind,
+            format=fmt, name=name, version=version, release=release, arch=arch, kind=kind,
             definition=d.name, target=target, family=family, epoch=self.epoch,
             summary=summary, description=long,
             maintainer=f.get("Maintainer") or s["maintainer"], vendor=f.get("Vendor") or s["vendor"],

@@ -7,17 +7,24 @@
   index   write_database(): <repo>.db / <repo>.files as repo-add writes them, signed
   mtree   the .MTREE text;  tar  the tar members written and read;  templates  rendering
 
-This package re-exports what callers use."""
-from rocpkg.formats.pacman.index import database_names, write_database
-from rocpkg.formats.pacman.read import PacmanFile, PacmanPackage, read_pacman, read_pacman_info
-from rocpkg.formats.pacman.rules import (ANY, FORMAT, architecture, full_version, name_problem, package_filename,
-                                         package_name, pin, pkgrel, pkgver, pool_dir, relation, relations,
-                                         split_full_version, vercmp)
-from rocpkg.formats.pacman.write import PkgInfo, filename, write_pacman
+  plugin  FORMAT: what the rest of rocpkg asks of the format (rocpkg.formats.registry)
 
-__all__ = [
-    "database_names", "write_database", "PacmanFile", "PacmanPackage", "read_pacman", "read_pacman_info",
-    "ANY", "FORMAT", "architecture", "full_version", "name_problem", "package_filename", "package_name", "pin",
-    "pkgrel", "pkgver", "pool_dir", "relation", "relations", "split_full_version", "vercmp", "PkgInfo",
-    "filename", "write_pacman",
-]
+This package re-exports what callers use, lazily: registering the format loads only its
+light description, not the writer."""
+from __future__ import annotations
+
+import importlib
+
+_EXPORTS = {"database_names": "index", "write_database": "index", "PacmanFile": "read", "PacmanPackage": "read",
+            "read_pacman": "read", "read_pacman_info": "read", "PkgInfo": "write", "filename": "write",
+            "write_pacman": "write",
+            **{name: "rules" for name in ("ANY", "FORMAT", "architecture", "full_version", "name_problem",
+                                          "package_filename", "package_name", "pin", "pkgrel", "pkgver", "pool_dir",
+                                          "relation", "relations", "split_full_version", "vercmp")}}
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
