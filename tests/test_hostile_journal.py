@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import json
 import os
-import resource
-import signal
 import subprocess
 import sys
 
 import pytest
 from cli_run import refusal_lines, snapshot
+from test_crash_soak import size_limited
 from test_hostile_out import REPO, TIMEOUT, Work, built, run, work  # noqa: F401 (fixtures)
 
 JOURNAL = ".rocpkg/journal.json"
@@ -170,13 +169,6 @@ def test_a_journal_that_is_not_a_regular_file_is_refused_without_a_hang(work, ki
 
 # -- a journal that cannot be written whole: the change never begins --------------------------
 
-def _size_limited(limit: int):
-    def limit_size():
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
-    return limit_size
-
-
 def test_a_journal_larger_than_the_file_size_limit_fails_the_command_before_it_changes_out(work):
     """Under RLIMIT_FSIZE below the journal's size (EFBIG, as a full disk), `repo` fails
     writing its journal: exit 2 naming it, nothing changed, no journal or temporary left;
@@ -190,7 +182,7 @@ def test_a_journal_larger_than_the_file_size_limit_fails_the_command_before_it_c
     before = snapshot(work.root)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO / "packaging"), str(REPO)]))
     done = subprocess.run([sys.executable, "-m", "rocpkg.cli", "repo", str(work.out)], capture_output=True,
-                          text=True, env=env, timeout=TIMEOUT, preexec_fn=_size_limited(limit))
+                          text=True, env=env, timeout=TIMEOUT, preexec_fn=size_limited(limit))
     refusal_lines(done, ["journal.json", "File too large"])
     assert snapshot(work.root) == before
     assert run("repo", work.out).returncode == 0

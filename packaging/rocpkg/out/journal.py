@@ -44,6 +44,13 @@ A change is complete the moment its journal.json is removed (one unlink): a jour
 left without one is only removed. Temporaries of dead runs (`*.tmp-PID`
 under rocpkg's parts of OUT) and a killed build's staging area are swept by the same
 step, under the OUT lock (every writer of OUT holds it, so none of them is alive).
+
+A journal read back is as hostile as any record of OUT, and a rollback deletes what it
+does not list: it is read bounded and never through a symlink (rocpkg.out.files), its
+fields are checked whole (_check_journal), and it must agree with what it saved — every
+file in saved/ but a package file, and every package file its saved manifest lists, is in
+its file list (a change writes the manifest's packages into it, present or not). One that
+does not is refused naming the journal and the field; nothing is rolled back.
 """
 from __future__ import annotations
 
