@@ -85,16 +85,14 @@ def control_problem(text: str, multi_line: bool = False) -> str:
     return f"control character U+{code:04X}"
 
 
-def url_problem(text: str, schemes: tuple[str, ...] = ("http", "https"), path: bool = False) -> str:
-    """What is wrong with a URL that lands in a repository config or names a server ("" if
-    nothing): one token (no space, no control character), one of the schemes and a host;
-    path: an absolute local path is fine too."""
+def url_problem(text: str, schemes: tuple[str, ...] = ("http", "https")) -> str:
+    """What is wrong with a URL that names a server ("" if nothing): one token (no space, no
+    control character), one of the schemes and a host. (A source line's URL is
+    rocpkg.repo.urls'.)"""
     import urllib.parse
 
     if not text or any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in text):
         return f"{printable(text)!r} holds a space or a control character (or is empty)"
-    if path and text.startswith("/"):
-        return ""
     try:
         parsed = urllib.parse.urlsplit(text)
         host = parsed.hostname if parsed.scheme != "file" else "-"
@@ -102,7 +100,7 @@ def url_problem(text: str, schemes: tuple[str, ...] = ("http", "https"), path: b
     except ValueError as exc:
         return f"{printable(text)!r} is not a URL: {exc}"
     if parsed.scheme not in schemes or not host:
-        wanted = "/".join(schemes) + ("://HOST/... or an absolute path" if path else "://HOST[:PORT]")
+        wanted = "/".join(schemes) + "://HOST[:PORT]"
         return f"expected {wanted}, got {printable(text)!r}"
     return ""
 

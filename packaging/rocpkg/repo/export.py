@@ -18,11 +18,12 @@ import tarfile
 from dataclasses import dataclass, field
 
 from rocpkg.errors import RocpkgInputError
-from rocpkg.formats.sign import KEYRING_NAME
+from rocpkg.formats.sign import ARMORED_KEY_NAME, KEYRING_NAME
 from rocpkg.formats.streams import hash_file
 from rocpkg.inputs.config import relation_names
 from rocpkg.out import releases
 from rocpkg.out.dates import published_source_date_epoch
+from rocpkg.repo.urls import keyring_path, source_url
 
 
 @dataclass
@@ -49,10 +50,11 @@ def export_closure(out_dir: str, dest: str, names: list[str], *, signer=None, su
     newest = [e for e in doc["packages"] if (e["version"], e["release"]) == (doc["version"], doc["release"])
               and e.get("kind") != releases.SETUP_KIND]
     closure = _closures(newest, names)
+    urls = _snippet_urls(dest, signed=signer is not None)
     sde = published_source_date_epoch(out_dir)
     staging = f"{dest}.tmp-{os.getpid()}"
     try:
-        _fill(out_dir, staging, dest, closure, signer, suite, sde)
+        _fill(out_dir, staging, urls, closure, signer, suite, sde)
         os.rename(staging, dest)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
@@ -123,7 +125,15 @@ def _closures(entries: list[dict], names: list[str]) -> dict[str, list[dict]]:
     return closure
 
 
-def _fill(out_dir: str, staging: str, dest: str, closure: dict[str, list[dict]], signer, suite: str,
+def _snippet_urls(dest: str, signed: bool) -> dict[str, str]:
+    """What DEST's rocm.list and rocm.repo name (rocpkg.repo.urls), refused naming DEST
+    before anything is written when apt, dnf or zypper could not read it."""
+    return {"deb": source_url(os.path.join(dest, "deb"), dest), "rpm": source_url(os.path.join(dest, "rpm"), dest),
+            "key": source_url(os.path.join(dest, ARMORED_KEY_NAME), dest),
+            "keyring": keyring_path(os.path.join(dest, KEYRING_NAME), dest) if signed else ""}
+
+
+def _fill(out_dir: str, staging: str, urls: dict[str, str], closure: dict[str, list[dict]], signer, suite: str,
           sde: int | None) -> None:
     from rocpkg.repo import apt as repo_apt
     from rocpkg.repo import dnf as repo_dnf
@@ -135,11 +145,10 @@ def _fill(out_dir: str, staging: str, dest: str, closure: dict[str, list[dict]],
             shutil.copy2(os.path.join(out_dir, e["file"]), target)
     if "deb" in closure:
         repo_apt.publish_apt(staging, suite=suite, signer=signer, source_date_epoch=sde)
-        repo_apt.write_client_snippet(staging, suite=suite, base_url=f"file://{dest}/deb",
-                                      keyring=os.path.join(dest, KEYRING_NAME))
+        repo_apt.write_client_snippet(staging, suite=suite, base_url=urls["deb"], keyring=urls["keyring"])
     if "rpm" in closure:
         repo_dnf.publish_dnf(staging, signer=signer, source_date_epoch=sde, sign_packages=signer is not None)
-        repo_dnf.write_client_snippet(staging, base_url=f"file://{dest}/rpm", gpgkey_url=f"file://{dest}/rocm.asc")
+        repo_dnf.write_client_snippet(staging, base_url=urls["rpm"], gpgkey_url=urls["key"])
 
 
 def _write_tarball(dest: str, tarball: str, mtime: int) -> None:
