@@ -34,20 +34,20 @@ MAX_SYMLINK_FOLLOWS = 40  # Linux's MAXSYMLINKS: more than this is a loop
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
 _CONTROL_BUT_NEWLINE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
 
-DEB_NAME = re.compile(r"^[a-z0-9][a-z0-9+.-]+$")                  # Debian policy 5.6.1
-RPM_NAME = re.compile(r"^[A-Za-z0-9_+][A-Za-z0-9_.+-]*$")
-DEB_ARCH = re.compile(r"^[a-z0-9][a-z0-9-]*$")
-RPM_ARCH = re.compile(r"^[A-Za-z0-9_]+$")
-_DEB_UPSTREAM = re.compile(r"^[0-9][A-Za-z0-9.+~]*$")             # hyphens only with a revision
-_DEB_UPSTREAM_WITH_REVISION = re.compile(r"^[0-9][A-Za-z0-9.+~-]*$")
-_DEB_REVISION = re.compile(r"^[A-Za-z0-9.+~]+$")
-_RPM_VERSION = re.compile(r"^[A-Za-z0-9._+~^]+$")                  # no '-': it separates the release
+DEB_NAME = re.compile(r"^[a-z0-9][a-z0-9+.-]+\Z")                  # Debian policy 5.6.1
+RPM_NAME = re.compile(r"^[A-Za-z0-9_+][A-Za-z0-9_.+-]*\Z")
+DEB_ARCH = re.compile(r"^[a-z0-9][a-z0-9-]*\Z")
+RPM_ARCH = re.compile(r"^[A-Za-z0-9_]+\Z")
+_DEB_UPSTREAM = re.compile(r"^[0-9][A-Za-z0-9.+~]*\Z")             # hyphens only with a revision
+_DEB_UPSTREAM_WITH_REVISION = re.compile(r"^[0-9][A-Za-z0-9.+~-]*\Z")
+_DEB_REVISION = re.compile(r"^[A-Za-z0-9.+~]+\Z")
+_RPM_VERSION = re.compile(r"^[A-Za-z0-9._+~^]+\Z")                  # no '-': it separates the release
 _DEB_OPERATORS = ("<<", "<=", "=", ">=", ">>")
 _DEB_ALTERNATIVE = re.compile(
     r"^\s*(?P<name>[^\s:(|]+)(?::(?P<arch>[a-z0-9-]+))?\s*"
-    r"(?:\(\s*(?P<op>[<>=]+)\s*(?P<version>[^\s)]*)\s*\))?\s*$")
+    r"(?:\(\s*(?P<op>[<>=]+)\s*(?P<version>[^\s)]*)\s*\))?\s*\Z")
 _RPM_OPERATORS = ("<", "<=", "=", "==", ">=", ">")
-_RPM_DEP_NAME = re.compile(r"^[A-Za-z0-9_/][A-Za-z0-9_.+/:-]*(?:\([^\s()]*\))*$")
+_RPM_DEP_NAME = re.compile(r"^[A-Za-z0-9_/][A-Za-z0-9_.+/:-]*(?:\([^\s()]*\))*\Z")
 _RPM_RICH_WORDS = ("and", "or", "if", "else", "with", "without", "unless")
 # names such as `perl(File::Temp)` and `libc.so.6()(64bit)` are one token
 _RPM_TOKEN = re.compile(r"[^\s()<>=]+(?:\([^\s()]*\))+|\(|\)|<=|>=|==|=|<|>|[^\s()<>=]+")

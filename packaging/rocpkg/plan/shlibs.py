@@ -21,9 +21,9 @@ from rocpkg import model as m
 
 EXCLUDE_SETTING = "rpm_requires_exclude"
 # What dpkg-shlibdeps splits into (name, version): `libfoo.so.1` and `libfoo-1.2.so`.
-_SONAME_FORMS = (re.compile(r"^(.+)\.so\.([^/]+)$"), re.compile(r"^(.+)-([0-9][^/]*)\.so$"))
+_SONAME_FORMS = (re.compile(r"^(.+)\.so\.([^/]+)\Z"), re.compile(r"^(.+)-([0-9][^/]*)\.so\Z"))
 # A name that can stand in a control file line and an rpm dependency without quoting.
-_PLAIN = re.compile(r"^[A-Za-z0-9_.+@-]+$")
+_PLAIN = re.compile(r"^[A-Za-z0-9_.+@-]+\Z")
 
 
 def requires_excludes(settings: dict) -> tuple[list[re.Pattern], list[tuple[str, str]]]:
