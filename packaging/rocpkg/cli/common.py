@@ -8,10 +8,13 @@ import os
 import sys
 
 from rocpkg.errors import RocpkgInputError
+from rocpkg.formats.preflight import printable
 
 
 def print_error(where: str, what: str) -> None:
-    print(f"error: {where}: {what}" if where else f"error: {what}", file=sys.stderr)
+    """One `error:` line per problem, whatever it names: control characters (a newline in a
+    package or file name, CR, ESC) written as \\xNN, so no name can forge a line."""
+    print(printable(f"error: {where}: {what}" if where else f"error: {what}"), file=sys.stderr)
 
 
 def add_verbosity_options(p: argparse.ArgumentParser, top: bool) -> None:
