@@ -9,10 +9,13 @@ import sys
 
 from rocpkg.formats.registry import NAMES as FORMAT_NAMES
 from rocpkg.errors import RocpkgInputError
+from rocpkg.formats.preflight import printable
 
 
 def print_error(where: str, what: str) -> None:
-    print(f"error: {where}: {what}" if where else f"error: {what}", file=sys.stderr)
+    """One `error:` line per problem, whatever it names: control characters (a newline in a
+    package or file name, CR, ESC) written as \\xNN, so no name can forge a line."""
+    print(printable(f"error: {where}: {what}" if where else f"error: {what}"), file=sys.stderr)
 
 
 def add_verbosity_options(p: argparse.ArgumentParser, top: bool) -> None:

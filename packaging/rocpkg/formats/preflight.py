@@ -34,24 +34,24 @@ MAX_SYMLINK_FOLLOWS = 40  # Linux's MAXSYMLINKS: more than this is a loop
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
 _CONTROL_BUT_NEWLINE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
 
-DEB_NAME = re.compile(r"^[a-z0-9][a-z0-9+.-]+$")                  # Debian policy 5.6.1
-RPM_NAME = re.compile(r"^[A-Za-z0-9_+][A-Za-z0-9_.+-]*$")
-DEB_ARCH = re.compile(r"^[a-z0-9][a-z0-9-]*$")
-RPM_ARCH = re.compile(r"^[A-Za-z0-9_]+$")
+DEB_NAME = re.compile(r"^[a-z0-9][a-z0-9+.-]+\Z")                  # Debian policy 5.6.1
+RPM_NAME = re.compile(r"^[A-Za-z0-9_+][A-Za-z0-9_.+-]*\Z")
+DEB_ARCH = re.compile(r"^[a-z0-9][a-z0-9-]*\Z")
+RPM_ARCH = re.compile(r"^[A-Za-z0-9_]+\Z")
 # A library name or symbol version that can stand in a control file line and an rpm
 # dependency without quoting (fullmatch: no trailing newline).
 LIBRARY_NAME = re.compile(r"[A-Za-z0-9_.+@-]+")
 _SUITE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")      # one directory name under deb/dists/
-_DEB_UPSTREAM = re.compile(r"^[0-9][A-Za-z0-9.+~]*$")             # hyphens only with a revision
-_DEB_UPSTREAM_WITH_REVISION = re.compile(r"^[0-9][A-Za-z0-9.+~-]*$")
-_DEB_REVISION = re.compile(r"^[A-Za-z0-9.+~]+$")
-_RPM_VERSION = re.compile(r"^[A-Za-z0-9._+~^]+$")                  # no '-': it separates the release
+_DEB_UPSTREAM = re.compile(r"^[0-9][A-Za-z0-9.+~]*\Z")             # hyphens only with a revision
+_DEB_UPSTREAM_WITH_REVISION = re.compile(r"^[0-9][A-Za-z0-9.+~-]*\Z")
+_DEB_REVISION = re.compile(r"^[A-Za-z0-9.+~]+\Z")
+_RPM_VERSION = re.compile(r"^[A-Za-z0-9._+~^]+\Z")                  # no '-': it separates the release
 _DEB_OPERATORS = ("<<", "<=", "=", ">=", ">>")
 _DEB_ALTERNATIVE = re.compile(
     r"^\s*(?P<name>[^\s:(|]+)(?::(?P<arch>[a-z0-9-]+))?\s*"
-    r"(?:\(\s*(?P<op>[<>=]+)\s*(?P<version>[^\s)]*)\s*\))?\s*$")
+    r"(?:\(\s*(?P<op>[<>=]+)\s*(?P<version>[^\s)]*)\s*\))?\s*\Z")
 _RPM_OPERATORS = ("<", "<=", "=", "==", ">=", ">")
-_RPM_DEP_NAME = re.compile(r"^[A-Za-z0-9_/][A-Za-z0-9_.+/:-]*(?:\([^\s()]*\))*$")
+_RPM_DEP_NAME = re.compile(r"^[A-Za-z0-9_/][A-Za-z0-9_.+/:-]*(?:\([^\s()]*\))*\Z")
 _RPM_RICH_WORDS = ("and", "or", "if", "else", "with", "without", "unless")
 # names such as `perl(File::Temp)` and `libc.so.6()(64bit)` are one token
 _RPM_TOKEN = re.compile(r"[^\s()<>=]+(?:\([^\s()]*\))+|\(|\)|<=|>=|==|=|<|>|[^\s()<>=]+")
@@ -89,16 +89,14 @@ def control_problem(text: str, multi_line: bool = False) -> str:
     return f"control character U+{code:04X}"
 
 
-def url_problem(text: str, schemes: tuple[str, ...] = ("http", "https"), path: bool = False) -> str:
-    """What is wrong with a URL that lands in a repository config or names a server ("" if
-    nothing): one token (no space, no control character), one of the schemes and a host;
-    path: an absolute local path is fine too."""
+def url_problem(text: str, schemes: tuple[str, ...] = ("http", "https")) -> str:
+    """What is wrong with a URL that names a server ("" if nothing): one token (no space, no
+    control character), one of the schemes and a host. (A source line's URL is
+    rocpkg.repo.urls'.)"""
     import urllib.parse
 
     if not text or any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in text):
         return f"{printable(text)!r} holds a space or a control character (or is empty)"
-    if path and text.startswith("/"):
-        return ""
     try:
         parsed = urllib.parse.urlsplit(text)
         host = parsed.hostname if parsed.scheme != "file" else "-"
@@ -106,7 +104,7 @@ def url_problem(text: str, schemes: tuple[str, ...] = ("http", "https"), path: b
     except ValueError as exc:
         return f"{printable(text)!r} is not a URL: {exc}"
     if parsed.scheme not in schemes or not host:
-        wanted = "/".join(schemes) + ("://HOST/... or an absolute path" if path else "://HOST[:PORT]")
+        wanted = "/".join(schemes) + "://HOST[:PORT]"
         return f"expected {wanted}, got {printable(text)!r}"
     return ""
 

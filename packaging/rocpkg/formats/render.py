@@ -220,7 +220,7 @@ def dep5_licenses(license_expression: str) -> tuple[str, list[str]]:
         if i % 2:
             out.append(part.lower())
             continue
-        with_exception = re.match(r"(.*?)\s+with\s+(.*)$", part, re.I)
+        with_exception = re.match(r"(.*?)\s+with\s+(.*)\Z", part, re.I)
         base, exception = with_exception.groups() if with_exception else (part, "")
         name = _DEP5_LICENSE_NAMES.get(base.strip().lower(), base.strip().replace(" ", "-"))
         if name not in names:

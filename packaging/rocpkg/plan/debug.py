@@ -43,7 +43,7 @@ DEBUG_NOT_ELF = "debug-not-elf"        # a .debug that is not an ELF with .debug
 DEBUG_CONFLICT = "debug-conflict"      # two debug files for one id, different bytes
 DEBUGLINK_MISSING = "debuglink-missing"  # a shipped binary's .gnu_debuglink has no debug file
 DEBUG_CHECKS = (DEBUG_CONFLICT, DEBUG_NOT_ELF, DEBUG_ORPHAN, DEBUGLINK_MISSING)
-_BUILD_ID_PATH = re.compile(r"(?:^|/)\.build-id/([0-9a-f]{2})/([0-9a-f]{2,126})\.debug$")
+_BUILD_ID_PATH = re.compile(r"(?:^|/)\.build-id/([0-9a-f]{2})/([0-9a-f]{2,126})\.debug\Z")
 _DEBUG_KINDS = (m.KIND_FILES, m.KIND_HOST, m.KIND_DEVICE)
 _CHUNK = 1 << 20
 

@@ -26,7 +26,7 @@ from rocpkg.plan.providers import link_archive_providers
 from rocpkg.plan.shlibs import add_library_metadata
 from rocpkg.inputs.rpath import planned_patches
 
-_SHARED_LIB = re.compile(r"/lib[^/]*\.so(\.[0-9]+)*$")
+_SHARED_LIB = re.compile(r"/lib[^/]*\.so(\.[0-9]+)*\Z")
 # The package that manages the release's links (one per release) runs postinst/prerm;
 # the other packages of definitions with `Postinstall` refresh the linker cache only.
 SCRIPT_TEMPLATES = {"postinst": "postinst.j2", "prerm": "prerm.j2"}

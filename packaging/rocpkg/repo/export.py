@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 from rocpkg.errors import RocpkgInputError
 from rocpkg.formats.preflight import suite_problem
-from rocpkg.formats.sign import KEYRING_NAME
+from rocpkg.formats.sign import ARMORED_KEY_NAME, KEYRING_NAME
 from rocpkg.formats.streams import HashingWriter, copy_stream
 from rocpkg.inputs.config import relation_names
 from rocpkg.out import releases
@@ -40,6 +40,7 @@ from rocpkg.out.files import open_file
 from rocpkg.out.indexes import published_entries
 from rocpkg.out.journal import recover
 from rocpkg.out.outdir import OutLock
+from rocpkg.repo.urls import keyring_path, source_url
 
 
 @dataclass
@@ -64,6 +65,7 @@ def export_closure(out_dir: str, dest: str, names: list[str], *, signer=None, su
     _check_places(out_dir, dest)
     if not names:
         raise RocpkgInputError(("NAME", "name at least one package to export"))
+    urls = _snippet_urls(dest, signed=signer is not None)
     with OutLock(out_dir):          # no rocpkg command changes OUT while it is read
         recover(out_dir)            # what a killed command left half-changed, rolled back first
         doc = releases.read_manifest(out_dir)
@@ -71,7 +73,7 @@ def export_closure(out_dir: str, dest: str, names: list[str], *, signer=None, su
             raise RocpkgInputError((out_dir, "has no manifest.json: build a release into it first"))
         closure = _closures(_release_entries(doc), names)
         _refuse_unindexed_bytes(out_dir, closure)
-        return _write_bundle(out_dir, dest, closure, signer, suite, published_source_date_epoch(out_dir))
+        return _write_bundle(out_dir, dest, urls, closure, signer, suite, published_source_date_epoch(out_dir))
 
 
 def _check_places(out_dir: str, dest: str) -> None:
@@ -168,7 +170,7 @@ def _refuse_unindexed_bytes(out_dir: str, closure: dict[str, list[dict]]) -> Non
         raise RocpkgInputError(*dict.fromkeys(problems))
 
 
-def _write_bundle(out_dir: str, dest: str, closure: dict[str, list[dict]], signer, suite: str,
+def _write_bundle(out_dir: str, dest: str, urls: dict[str, str], closure: dict[str, list[dict]], signer, suite: str,
                   sde: int | None) -> ExportResult:
     """DEST, DEST.tar and DEST.tar.sha256 written under temporary names, then put in place
     (module doc); on any failure every one of them this run made is removed again."""
@@ -182,7 +184,7 @@ def _write_bundle(out_dir: str, dest: str, closure: dict[str, list[dict]], signe
             raise RocpkgInputError((staging, f"cannot make it: {exc.strerror}")) from None
         made.append(staging)
         try:
-            _fill(out_dir, staging, dest, closure, signer, suite, sde)
+            _fill(out_dir, staging, urls, closure, signer, suite, sde)
             _fsync_tree(staging)
         except OSError as exc:      # a full disk, a size limit: named, and nothing left behind
             raise RocpkgInputError((exc.filename or dest, f"cannot write the bundle: {exc.strerror or exc}")) \
@@ -204,7 +206,15 @@ def _write_bundle(out_dir: str, dest: str, closure: dict[str, list[dict]], signe
                         {fmt: sorted({e["name"] for e in entries}) for fmt, entries in closure.items()})
 
 
-def _fill(out_dir: str, staging: str, dest: str, closure: dict[str, list[dict]], signer, suite: str,
+def _snippet_urls(dest: str, signed: bool) -> dict[str, str]:
+    """What DEST's rocm.list and rocm.repo name (rocpkg.repo.urls), refused naming DEST
+    before anything is written when apt, dnf or zypper could not read it."""
+    return {"deb": source_url(os.path.join(dest, "deb"), dest), "rpm": source_url(os.path.join(dest, "rpm"), dest),
+            "key": source_url(os.path.join(dest, ARMORED_KEY_NAME), dest),
+            "keyring": keyring_path(os.path.join(dest, KEYRING_NAME), dest) if signed else ""}
+
+
+def _fill(out_dir: str, staging: str, urls: dict[str, str], closure: dict[str, list[dict]], signer, suite: str,
           sde: int | None) -> None:
     """staging as DEST's tree: the closure's package files (checked as _copy_recorded
     checks them, every problem at once, before anything is indexed or signed), the
@@ -220,11 +230,10 @@ def _fill(out_dir: str, staging: str, dest: str, closure: dict[str, list[dict]],
         raise RocpkgInputError(*problems)
     if "deb" in closure:
         repo_apt.publish_apt(staging, suite=suite, signer=signer, source_date_epoch=sde)
-        repo_apt.write_client_snippet(staging, suite=suite, base_url=f"file://{dest}/deb",
-                                      keyring=os.path.join(dest, KEYRING_NAME))
+        repo_apt.write_client_snippet(staging, suite=suite, base_url=urls["deb"], keyring=urls["keyring"])
     if "rpm" in closure:
         repo_dnf.publish_dnf(staging, signer=signer, source_date_epoch=sde, sign_packages=signer is not None)
-        repo_dnf.write_client_snippet(staging, base_url=f"file://{dest}/rpm", gpgkey_url=f"file://{dest}/rocm.asc")
+        repo_dnf.write_client_snippet(staging, base_url=urls["rpm"], gpgkey_url=urls["key"])
 
 
 def _copy_recorded(out_dir: str, staging: str, entry: dict) -> list[tuple[str, str]]:
