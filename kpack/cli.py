@@ -157,7 +157,7 @@ def _cmd_extract(args) -> int:
     return 0
 
 
-_NUMBERED = re.compile(r"#\d+$")
+_NUMBERED = re.compile(r"#\d+\Z")
 
 
 def pack_key(relative_path: str, target: str) -> str:

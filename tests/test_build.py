@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from rocpkg.build.schedule import assign_shards, shard_weight
+from rocpkg.formats.registry import file_name
 from rocpkg.repo.index import assemble_manifest
 from rocpkg.errors import RocpkgInputError
 from rocpkg.inputs.catalog import scan
@@ -122,7 +123,7 @@ def test_a_changed_source_file_rebuilds_exactly_the_packages_that_ship_it(tmp_pa
     plan = load_plan(artifacts)
     archive = next(f.source for s in plan.packages["deb"] if s.kind == "device" and s.target == "gfx942"
                    for f in s.files if f.source.endswith("TensileLibrary_lazy_gfx942.dat"))
-    shipping = {(fmt, s.filename) for fmt, specs in plan.packages.items() for s in specs
+    shipping = {(fmt, file_name(s)) for fmt, specs in plan.packages.items() for s in specs
                 if any(f.source == archive for f in s.files)}
     assert len(shipping) == 2  # its device package, once per format
     before = stats(out)
@@ -147,7 +148,7 @@ def test_a_source_changed_while_its_package_is_written_is_rebuilt_next_time(tmp_
     file that changes while its package is written no longer matches, and the next build
     writes the package again. (Taken after the write, the record would match the changed
     file, and the package would keep bytes of the old one.)"""
-    import rocpkg.formats.deb
+    import rocpkg.formats.deb.package
     from rocpkg.build.run import build_release
     from rocpkg.model import BuildOptions
 
@@ -157,7 +158,7 @@ def test_a_source_changed_while_its_package_is_written_is_rebuilt_next_time(tmp_
     plan = load_plan(artifacts)
     spec = next(s for s in plan.packages["deb"] if s.kind == "device")
     source = next(f.source for f in spec.files if f.type == "file")
-    write_deb = rocpkg.formats.deb.write_deb
+    write_deb = rocpkg.formats.deb.package.write_deb
 
     def write_then_change_a_source(written, out_dir, opts, *more):
         built = write_deb(written, out_dir, opts, *more)
@@ -166,7 +167,7 @@ def test_a_source_changed_while_its_package_is_written_is_rebuilt_next_time(tmp_
             os.utime(source, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
         return built
 
-    monkeypatch.setattr(rocpkg.formats.deb, "write_deb", write_then_change_a_source)
+    monkeypatch.setattr(rocpkg.formats.deb.package, "write_deb", write_then_change_a_source)
     build_release(plan, out, formats=["deb"], options=options, jobs=1)
     monkeypatch.undo()
     again = build_release(load_plan(artifacts), out, formats=["deb"], options=options, jobs=1)
@@ -232,11 +233,11 @@ def test_shards_are_size_balanced_and_deterministic(artifacts):
     specs = [s for fmt in ("deb", "rpm") for s in plan.packages[fmt]]
     for n in (2, 3, 4):
         parts = assign_shards(specs, n)
-        assert sorted(s.filename for part in parts for s in part) == sorted(s.filename for s in specs)
+        assert sorted(file_name(s) for part in parts for s in part) == sorted(file_name(s) for s in specs)
         loads = [sum(shard_weight(s) for s in part) for part in parts]
         assert max(loads) - min(loads) <= max(shard_weight(s) for s in specs)
         again = assign_shards(list(reversed(specs)), n)
-        assert [[s.filename for s in p] for p in again] == [[s.filename for s in p] for p in parts]
+        assert [[file_name(s) for s in p] for p in again] == [[file_name(s) for s in p] for p in parts]
 
 
 def test_a_missing_shard_is_refused_when_merging(artifacts, tmp_path):

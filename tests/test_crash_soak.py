@@ -7,7 +7,9 @@ killed command or as that command completes it (so no published byte is lost or 
 but by a completed prune or promote), `rocpkg verify` passes (indexes match the pool,
 signatures valid), no temporary or journal is left, and on some rounds a real apt client
 installs from it. A failed (not killed) prune, promote or repo leaves OUT byte for byte as
-it was, rocpkg's records included, whatever step fails.
+it was, rocpkg's records included, whatever step fails: a change of the file system
+refused (tests/faultpoint.py), or a write cut short by a file-size limit (RLIMIT_FSIZE)
+or a full disk (a small tmpfs), the journal's own write included.
 
 ROCPKG_SOAK_ROUNDS (default 16) and ROCPKG_SOAK_SEED (default 40) set the soak's length
 and its sequence; ROCPKG_EVERY_STEP=1 fails the commands at every step instead of a
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import os
 import random
+import resource
 import shutil
 import signal
 import subprocess
@@ -264,6 +267,121 @@ def test_a_command_failing_at_any_step_leaves_out_as_it_was(trees, tmp_path, nam
         else:       # the failed change was a cleanup after the change was complete
             ok(rocpkg("verify", out))
             assert tree(out, stamps=False) == complete and leftovers(out) == [], at
+
+
+# -- file-size limits and full disks: a write fails part-way, the journal's first ------------
+
+def size_limited(limit: int):
+    """A preexec_fn: writes past `limit` bytes fail with EFBIG (SIGXFSZ ignored, as a full
+    disk fails them with ENOSPC)."""
+    def limit_size():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    return limit_size
+
+
+def written_sizes(trees: Trees, name: str, out: Path) -> tuple[int, int, int]:
+    """The command on OUT as it is (OUT put back after): the size of the journal it writes
+    (killed as it renames journal.json into place, its temporary left), of the largest
+    file it copies at its start (the state journals), and of the largest file it writes."""
+    saved = out.with_name(out.name + "-sizes")
+    trees.fresh(saved, out)
+    before = tree(out, stamps=False)
+    killed = rocpkg(*trees.command(name, out), fault=("journal.json#1", "kill"))
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    journal = max(p.stat().st_size for p in (out / ".rocpkg").glob("journal.json.tmp-*"))
+    trees.fresh(out, saved)
+    _, complete = changes(trees, name, out)
+    shutil.rmtree(saved)
+    copied = max((p.stat().st_size for p in (out / ".rocpkg" / "state").iterdir()), default=0)
+    largest = max(len(v[2]) for k, v in complete.items() if v[0] == "file" and before.get(k) != v)
+    return journal, copied, largest
+
+
+def failed_whole(trees: Trees, name: str, out: Path, done: subprocess.CompletedProcess, before: dict,
+                 complete: dict, how: str) -> None:
+    """A command a failing write stopped: refused (one error line, OUT byte for byte as it
+    was) or complete; the next command finds nothing to repair, verify passes, and the
+    command run again completes it."""
+    assert "Traceback" not in done.stderr, (how, done.stderr)
+    if done.returncode != 0:
+        assert done.returncode == 2 and done.stderr.count("error:") == 1, (how, done.stderr)
+        assert tree(out) == before, f"{how}: OUT changed"
+    else:
+        assert tree(out, stamps=False) == complete, how
+    assert leftovers(out) == [], (how, leftovers(out))
+    verdict = ok(rocpkg("verify", out))
+    assert "rolled back" not in verdict.stderr, how
+    ok(rocpkg(*trees.command(name, out)))
+    assert published(tree(out)) == published(complete) and leftovers(out) == [], how
+    ok(rocpkg("verify", out))
+
+
+@pytest.mark.parametrize("name", ["prune", "promote", "repo"])
+def test_a_file_size_limit_fails_the_command_whole_and_the_rerun_completes(trees, tmp_path, name):
+    """RLIMIT_FSIZE below the journal's size (above the files copied before it: the journal
+    itself fails), then at random sizes up to the largest file the command writes."""
+    out = trees.fresh(tmp_path / "out")
+    journal, copied, largest = written_sizes(trees, name, out)
+    assert copied < journal, (copied, journal)
+    _, complete = changes(trees, name, out)
+    before = tree(out)
+    rng = random.Random(f"{SEED}-{name}")
+    limits = [copied + 1, journal - 1, *sorted(rng.randint(journal, max(journal, largest)) for _ in range(3))]
+    for limit in limits:
+        trees.fresh(out)
+        done = subprocess.run(cli_run.ROCPKG + [str(a) for a in trees.command(name, out)], capture_output=True,
+                              text=True, env=ENV, preexec_fn=size_limited(limit))
+        how = f"{name} under a {limit}-byte file-size limit (journal {journal} bytes)"
+        if limit < journal:
+            assert done.returncode == 2 and "File too large" in done.stderr, (how, done.stderr)
+        failed_whole(trees, name, out, done, before, complete, how)
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A file system of its own (tmpfs, 64 MiB) that a test fills."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(disk)],
+                      capture_output=True).returncode:
+        pytest.skip("mounting a small file system needs root")
+    try:
+        yield disk
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=True)
+
+
+def fill(disk: Path, free: int) -> None:
+    """Leave `free` bytes free on disk (a filler file of real blocks)."""
+    info = os.statvfs(disk)
+    fd = os.open(disk / "filler", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    try:
+        os.posix_fallocate(fd, 0, max(1, info.f_bavail * info.f_frsize - free))
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.parametrize("name", ["prune", "promote", "repo"])
+def test_a_full_disk_fails_the_command_whole_and_the_rerun_completes(trees, small_disk, name):
+    """The disk full below the journal's size, then with random room up to the largest
+    file the command writes."""
+    out = trees.fresh(small_disk / "out")
+    journal, _copied, largest = written_sizes(trees, name, out)
+    _, complete = changes(trees, name, out)
+    before = tree(out)
+    rng = random.Random(f"{SEED}-{name}-disk")
+    for free in [journal // 2, *sorted(rng.randint(journal, 2 * max(journal, largest)) for _ in range(3))]:
+        trees.fresh(out)
+        fill(small_disk, free)
+        try:
+            done = rocpkg(*trees.command(name, out))
+        finally:
+            os.unlink(small_disk / "filler")
+        how = f"{name} on a disk with {free} bytes free (journal {journal} bytes)"
+        if free < journal // 2 + 4096:
+            assert done.returncode == 2 and "No space left" in done.stderr, (how, done.stderr)
+        failed_whole(trees, name, out, done, before, complete, how)
 
 
 # -- the setup packages' stable-name copies at OUT's top (rocpkg.repo.setup) -----------------

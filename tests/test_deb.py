@@ -19,9 +19,10 @@ from datetime import datetime, timezone
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rocpkg.formats import deb
+from rocpkg.formats.deb import package as deb
 from rocpkg.formats.deb import iter_deb_members, list_deb_files, read_deb_control, read_deb_control_file, write_deb
 from rocpkg.errors import RocpkgInputError
+from rocpkg.formats.registry import file_name
 from rocpkg.model import DIR, FILE, KIND_FILES, KIND_META, SYMLINK, BuildOptions, FileEntry, PackageSpec
 
 SDE = 1700000000                       # Tue, 14 Nov 2023 22:13:20 +0000
@@ -109,7 +110,7 @@ def scripted(sources: Path) -> PackageSpec:
 def build(spec: PackageSpec, out_dir: Path, **options) -> Path:
     options.setdefault("source_date_epoch", SDE)
     built = write_deb(spec, str(out_dir), BuildOptions(**options))
-    assert Path(built.path) == out_dir / spec.filename
+    assert Path(built.path) == out_dir / file_name(spec)
     return Path(built.path)
 
 

@@ -86,7 +86,7 @@ def test_an_export_is_reproducible(out, tmp_path, signer):
 
 def test_a_name_the_release_has_not_is_refused_with_the_closest(out, tmp_path, capsys):
     assert main(["export", str(out), str(tmp_path / "b"), "rocm-gfx110"]) == 2
-    assert "rocm-gfx110: no package of that name in the release; closest: rocm-gfx110x" in capsys.readouterr().err
+    assert "rocm-gfx110: no package of that name in any release of OUT; closest: rocm-gfx110x" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
 
 
@@ -160,5 +160,5 @@ def test_a_family_name_is_the_same_in_either_case(out, tmp_path):
 def test_a_misspelled_definition_name_is_refused_with_both_spellings(out, tmp_path, capsys):
     assert main(["export", str(out), str(tmp_path / "b"), "rocm-core-devl"]) == 2
     err = capsys.readouterr().err
-    assert "rocm-core-devl: no package of that name in the release; closest: rocm-core-devel, rocm-core-dev" in err
+    assert "rocm-core-devl: no package of that name in any release of OUT; closest: rocm-core-devel, rocm-core-dev" in err
     assert "Traceback" not in err and list(tmp_path.iterdir()) == []

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import rocpkg
 from rocpkg.build import fingerprint
+from rocpkg.formats.registry import REGISTERED
 
 ROCPKG_DIR = Path(fingerprint.__file__).resolve().parents[1]
 
@@ -17,7 +18,7 @@ def _ast_closure(root: Path) -> set[str]:
     """The files (relative to root, posix) of every rocpkg module the writers import,
     transitively, by parsing them: a package counts with its __init__.py."""
     files: set[str] = set()
-    todo = ["rocpkg.formats.deb", "rocpkg.formats.rpm", "rocpkg.formats.sign"]
+    todo = [module for f in REGISTERED.values() for module in f.writer_modules]
     seen: set[str] = set()
     while todo:
         module = todo.pop()
@@ -43,8 +44,8 @@ def _ast_closure(root: Path) -> set[str]:
 def test_the_writers_sources_are_what_they_import():
     found = fingerprint.writer_sources()
     assert set(found) == _ast_closure(ROCPKG_DIR)
-    assert {"formats/deb.py", "formats/streams.py", "formats/compression.py", "formats/rpm/write.py",
-            "formats/sign.py"} <= set(found)
+    assert {"formats/deb/package.py", "formats/streams.py", "formats/compression.py", "formats/rpm/write.py",
+            "formats/sign.py", "formats/pacman/write.py"} <= set(found)
     assert not [name for name in found if name.startswith(("cli/", "build/", "plan/", "inputs/"))]
 
 

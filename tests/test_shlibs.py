@@ -191,7 +191,8 @@ def test_a_downstream_rpm_installs_with_dnf_from_our_repository(built, compiled,
 
 
 def test_an_rpm_requires_exclude_pattern_leaves_those_requires_out(compiled, tmp_path):
-    from rocpkg.plan.shlibs import rpm_elf_relations, requires_excludes
+    from rocpkg.formats.rpm.elfdeps import rpm_elf_relations
+    from rocpkg.plan.shlibs import requires_excludes
 
     with open(compiled[1], "rb") as fh:
         facts = read_facts(fh, "fooprog")

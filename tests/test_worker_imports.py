@@ -16,7 +16,7 @@ import json, sys
 from rocpkg.build.workers import Workers
 
 def loaded():
-    return {name: name in sys.modules for name in ("rocpkg.formats.deb", "debian.deb822", "rocpkg.formats.rpm", "jinja2",
+    return {name: name in sys.modules for name in ("rocpkg.formats.deb.package", "debian.deb822", "rocpkg.formats.rpm.write", "jinja2",
                                                     "email.utils", "rocpkg.build.packing", "rocpkg.build.run",
                                                     "rocpkg.out.releases")}
 
@@ -38,9 +38,9 @@ def _worker_modules(formats: list[str]) -> dict[str, bool]:
 
 
 @pytest.mark.parametrize("formats,expected", [
-    (["rpm"], {"rocpkg.formats.deb": False, "debian.deb822": False, "rocpkg.formats.rpm": True, "jinja2": True, "email.utils": False, **_TASKS}),
-    (["deb"], {"rocpkg.formats.deb": True, "debian.deb822": False, "rocpkg.formats.rpm": False, "jinja2": True, "email.utils": False, **_TASKS}),
-    (["deb", "rpm"], {"rocpkg.formats.deb": True, "debian.deb822": False, "rocpkg.formats.rpm": True, "jinja2": True,
+    (["rpm"], {"rocpkg.formats.deb.package": False, "debian.deb822": False, "rocpkg.formats.rpm.write": True, "jinja2": True, "email.utils": False, **_TASKS}),
+    (["deb"], {"rocpkg.formats.deb.package": True, "debian.deb822": False, "rocpkg.formats.rpm.write": False, "jinja2": True, "email.utils": False, **_TASKS}),
+    (["deb", "rpm"], {"rocpkg.formats.deb.package": True, "debian.deb822": False, "rocpkg.formats.rpm.write": True, "jinja2": True,
                       "email.utils": False, **_TASKS}),
 ])
 def test_a_worker_loads_the_writers_of_the_formats_built(formats, expected):

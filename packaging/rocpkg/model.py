@@ -1,6 +1,6 @@
 """Plain data passed between the stages (config -> catalog -> plan -> render -> write -> index -> verify).
 
-The writers (deb.py, rpm.py) and the indexers know only these types: nothing of ROCm,
+The writers and the indexers (rocpkg.formats) know only these types: nothing of ROCm,
 artifacts or kpack. Everything here is immutable-by-convention plain data.
 """
 from __future__ import annotations
@@ -54,7 +54,7 @@ class PackageSpec:
     ancestors itself.
     """
 
-    format: str                 # "deb" | "rpm"
+    format: str                 # a registered format's name (rocpkg.formats.registry)
     name: str
     version: str                # upstream version, e.g. "7.1.0"
     release: str                # e.g. "1"
@@ -105,13 +105,6 @@ class PackageSpec:
         """DEB Version field / RPM EVR string: [epoch:]version-release."""
         base = f"{self.version}-{self.release}"
         return f"{self.epoch}:{base}" if self.epoch else base
-
-    @property
-    def filename(self) -> str:
-        """Conventional file name (epoch never appears in file names)."""
-        if self.format == "deb":
-            return f"{self.name}_{self.version}-{self.release}_{self.arch}.deb"
-        return f"{self.name}-{self.version}-{self.release}.{self.arch}.rpm"
 
     @property
     def payload_size(self) -> int:

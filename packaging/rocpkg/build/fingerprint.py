@@ -9,6 +9,7 @@ import json
 import os
 import re
 
+from rocpkg.formats.registry import REGISTERED
 from rocpkg import model as m
 
 # anchored at a newline (the source is searched with one put before it), not at ^ with
@@ -68,7 +69,7 @@ def writer_sources() -> dict[str, bytes]:
     here = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))     # rocpkg/, above build/
     sources: dict[str, bytes] = {}
     seen: set[str] = set()
-    todo = ["rocpkg.formats.deb", "rocpkg.formats.rpm", "rocpkg.formats.sign"]
+    todo = [module for f in REGISTERED.values() for module in f.writer_modules]
     while todo:
         module = todo.pop()
         parts = module.split(".")[1:]

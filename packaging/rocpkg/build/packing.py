@@ -10,6 +10,7 @@ import os
 import time
 from dataclasses import dataclass
 
+from rocpkg.formats.registry import file_name, get as get_format
 from rocpkg import model as m
 from rocpkg.errors import RocpkgInputError
 from rocpkg.build.fingerprint import code_fingerprint, package_fingerprint, source_identities
@@ -43,13 +44,12 @@ class PackageOutcome:
 
 
 def package_dir(out_dir: str, spec: m.PackageSpec) -> str:
-    if spec.format == "deb":
-        return os.path.join(out_dir, "deb", "pool", "main")
-    return os.path.join(out_dir, "rpm", spec.arch)
+    """The directory of OUT that holds a package's file: its format's pool."""
+    return os.path.join(out_dir, spec.format, get_format(spec.format).pool(spec))
 
 
 def outcome(spec: m.PackageSpec, size: int, sha256: str, rebuilt: bool, seconds: float = 0.0) -> PackageOutcome:
-    rel = os.path.join(package_dir("", spec), spec.filename)
+    rel = os.path.join(package_dir("", spec), file_name(spec))
     return PackageOutcome(spec.format, spec.name, spec.version, spec.release, spec.arch, spec.kind, spec.target,
                           spec.family, rel, size, sha256, tuple(spec.depends), spec.payload_size, rebuilt, seconds)
 
@@ -103,20 +103,12 @@ def build_one(task: Task) -> Written | list[tuple[str, str]]:
     started = time.perf_counter()
     sources = source_identities(spec)
     try:
-        if spec.format == "deb":
-            from rocpkg.formats.deb import write_deb
-
-            built = write_deb(spec, task.staging, task.options, task.host_scan)
-        else:
-            from rocpkg.formats.rpm import write_rpm
-
-            built = write_rpm(spec, task.staging, task.options, task.host_scan)
-            if task.signer is not None:
-                from rocpkg.formats.sign import sign_rpm_header
-
-                if sign_rpm_header(built.path, task.signer):
-                    whole = hash_file(built.path)
-                    built = dataclasses.replace(built, size=whole.count, sha256=whole.hexdigest())
+        form = get_format(spec.format)
+        built = form.write(spec, task.staging, task.options, task.host_scan)
+        if task.signer is not None and form.sign_in_place:
+            if form.load(form.sign_in_place)(built.path, task.signer):
+                whole = hash_file(built.path)
+                built = dataclasses.replace(built, size=whole.count, sha256=whole.hexdigest())
         st = os.stat(built.path)    # a rename keeps the inode and the mtime
     except RocpkgInputError as exc:
         return exc.problems

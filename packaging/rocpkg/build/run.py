@@ -48,7 +48,8 @@ from typing import Callable, Iterable
 from kpack.loader import FALLTHROUGH
 from rocpkg.build import gate
 from rocpkg.formats import compression
-from rocpkg.formats.compression import DEB_THREADS, ZSTD_MAX_THREADS, usable_cores
+from rocpkg.formats.compression import ZSTD_MAX_THREADS, usable_cores
+from rocpkg.formats.registry import file_name, get as get_format
 from rocpkg import model as m
 from rocpkg.out import releases
 from rocpkg.build.version_order import out_version_order_refusals
@@ -119,7 +120,7 @@ class BuildResult:
 
 
 def _control_path(out_dir: str, spec: m.PackageSpec | PackageOutcome) -> str:
-    return os.path.join(out_dir, "control", f"{spec.name}.{'control' if spec.format == 'deb' else 'spec'}")
+    return os.path.join(out_dir, "control", f"{spec.name}.{get_format(spec.format).metadata_suffix}")
 
 
 def _up_to_date(spec: m.PackageSpec, out_dir: str, fingerprint_of,
@@ -131,7 +132,7 @@ def _up_to_date(spec: m.PackageSpec, out_dir: str, fingerprint_of,
     if state is None:
         return None
     try:
-        st = os.stat(os.path.join(packing.package_dir(out_dir, spec), spec.filename))
+        st = os.stat(os.path.join(packing.package_dir(out_dir, spec), file_name(spec)))
         if not os.path.isfile(_control_path(out_dir, spec)):
             return None
     except OSError:
@@ -173,7 +174,7 @@ def _plan_digest(specs: list[m.PackageSpec]) -> str:
     """Identifies the package set (names, versions, payload sizes, relations: nothing that
     depends on where a runner keeps its artifacts), so that manifest parts of different
     plans never merge."""
-    lines = sorted(json.dumps([s.format, s.filename, s.payload_size, s.depends]) for s in specs)
+    lines = sorted(json.dumps([s.format, file_name(s), s.payload_size, s.depends]) for s in specs)
     return hashlib.sha256("\n".join(lines).encode()).hexdigest()
 
 
@@ -362,8 +363,8 @@ def _tasks(stale: list[m.PackageSpec], options: m.BuildOptions, signer, staging:
         threads = [options.threads] * len(stale)
     else:
         threads = zstd_threads([s.payload_size for s in stale], cores, jobs, ZSTD_MAX_THREADS)
-    # a .deb's one zstd frame has one thread, its md5s another (compression.DEB)
-    threads = [min(n, DEB_THREADS) if s.format == "deb" else n for s, n in zip(stale, threads)]
+    # a format may cap a package's threads (a .deb's one zstd frame has one, its md5s another)
+    threads = [min(n, get_format(s.format).writer_threads or n) for s, n in zip(stale, threads)]
     result.jobs = jobs
     result.thread_range = (min(threads, default=1), max(threads, default=1))
     result.threads = result.thread_range[1]
@@ -498,7 +499,8 @@ def _remember_digests(out_dir: str, outcomes: list[PackageOutcome]) -> None:
     (createrepo_c's model: hash while writing, never read a file twice)."""
     from rocpkg.out.digest_cache import DigestCache
 
-    for fmt, root in (("deb", os.path.join(out_dir, "deb")), ("rpm", os.path.join(out_dir, "rpm"))):
+    for fmt in sorted({o.format for o in outcomes}):
+        root = os.path.join(out_dir, fmt)
         built = [o for o in outcomes if o.format == fmt]
         if not built:
             continue

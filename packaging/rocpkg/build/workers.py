@@ -10,8 +10,8 @@ from multiprocessing import get_context
 from multiprocessing.pool import Pool
 
 from rocpkg import model as m
+from rocpkg.formats.registry import DEFAULT as DEFAULT_FORMATS, get as get_format
 
-WRITERS = {"deb": "rocpkg.formats.deb", "rpm": "rocpkg.formats.rpm"}   # format -> its writer's module
 
 
 class Workers:
@@ -35,7 +35,7 @@ class Workers:
     SWITCH_INTERVAL = 0.0005
 
     def __init__(self, size: int, specs: list[m.PackageSpec] | None = None, hold: bool = False,
-                 formats=WRITERS):
+                 formats=DEFAULT_FORMATS):
         self.size, self.specs, self.pool, self.hold = size, specs, None, hold
         self.formats = tuple(formats)   # the writers each worker loads (when specs are not given)
         self._held: list[_Held] = []
@@ -146,7 +146,7 @@ def starmap_here(function, arguments: list[tuple]):
     return lambda: results
 
 
-def _start_worker(writers_loaded: bool, formats=WRITERS) -> None:
+def _start_worker(writers_loaded: bool, formats=DEFAULT_FORMATS) -> None:
     """Ignore Ctrl-C (the parent stops the workers); keep zstd's frame buffers
     (rocpkg.formats.compression); load what the tasks run, unless the parent did before forking:
     the writers of `formats` only. An .rpm build's workers do not import the .deb writer,
@@ -162,13 +162,14 @@ def _start_worker(writers_loaded: bool, formats=WRITERS) -> None:
         from rocpkg.build import packing
 
         for fmt in formats:
-            importlib.import_module(WRITERS[fmt])
+            importlib.import_module(get_format(fmt).writer_module)
 
 
 def _load_writers(specs: list[m.PackageSpec]) -> None:
     """Import the writers and compile the templates the specs use (rocpkg.formats.render)."""
     from rocpkg.formats import render
 
-    for fmt in sorted({spec.format for spec in specs}):
-        importlib.import_module(WRITERS[fmt])
-    render.compile_templates(specs)
+    used = sorted({spec.format for spec in specs})
+    for fmt in used:
+        importlib.import_module(get_format(fmt).writer_module)
+    render.compile_templates(specs, [t for fmt in used for t in get_format(fmt).templates])

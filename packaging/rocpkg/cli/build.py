@@ -270,7 +270,12 @@ def _check_jobs(args) -> None:
 
 
 def _check_output(args) -> None:
-    """-o neither the artifacts directory nor inside it (the build would write into its input)."""
+    """-o neither the artifacts directory nor inside it (the build would write into its input);
+    with --repo, OUT's source lines' URL one that clients read (rocpkg.repo.urls)."""
+    from rocpkg.repo.urls import repository_url
+
+    if args.repo:
+        repository_url(os.path.abspath(args.output), args.base_url)
     out, artifacts = os.path.realpath(args.output), os.path.realpath(args.artifacts)
     if out == artifacts or out.startswith(artifacts.rstrip(os.sep) + os.sep):
         where = "the artifacts directory" if out == artifacts else "inside the artifacts directory"

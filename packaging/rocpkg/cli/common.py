@@ -7,11 +7,15 @@ import argparse
 import os
 import sys
 
+from rocpkg.formats.registry import NAMES as FORMAT_NAMES
 from rocpkg.errors import RocpkgInputError
+from rocpkg.formats.preflight import printable
 
 
 def print_error(where: str, what: str) -> None:
-    print(f"error: {where}: {what}" if where else f"error: {what}", file=sys.stderr)
+    """One `error:` line per problem, whatever it names: control characters (a newline in a
+    package or file name, CR, ESC) written as \\xNN, so no name can forge a line."""
+    print(printable(f"error: {where}: {what}" if where else f"error: {what}"), file=sys.stderr)
 
 
 def add_verbosity_options(p: argparse.ArgumentParser, top: bool) -> None:
@@ -85,9 +89,9 @@ def split_list(text: str | None) -> list[str] | None:
 
 def formats(args) -> list[str]:
     chosen = split_list(args.formats) or []
-    bad = [f for f in chosen if f not in ("deb", "rpm")]
+    bad = [f for f in chosen if f not in FORMAT_NAMES]
     if bad or not chosen:
-        raise RocpkgInputError(("--formats", f"expected deb, rpm or both, got {args.formats!r}"))
+        raise RocpkgInputError(("--formats", f"expected one or more of {', '.join(FORMAT_NAMES)}, got {args.formats!r}"))
     twice = sorted({f for f in chosen if chosen.count(f) > 1})
     if twice:
         raise RocpkgInputError(("--formats", f"{', '.join(twice)} given more than once in {args.formats!r}: "

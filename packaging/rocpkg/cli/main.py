@@ -15,6 +15,7 @@ from rocpkg.cli.channels import add_channel_options
 from rocpkg.cli.common import (add_plan_options, add_subset_options, add_verbosity_options, formats, human_bytes, load_config_of, load_plan,
                                print_error, selected_packages, split_list, verbosity, warn_if_unsigned)
 from rocpkg.errors import RocpkgInputError
+from rocpkg.formats.preflight import printable
 
 EPILOG = ("Exit status: 0 done, 2 bad input (one `error: <where>: <what>` line per problem), 1 a failure "
           "of rocpkg itself. `rocpkg COMMAND --help` shows a command's options; each command's --version "
@@ -149,7 +150,7 @@ def _cmd_verify(args) -> int:
     for line in report.warnings:
         print(f"warning: {line}", file=sys.stderr)
     for problem in report.problems:
-        print(problem.line(), file=sys.stderr)
+        print(printable(problem.line()), file=sys.stderr)
     return 2 if report.problems else 0
 
 
@@ -227,7 +228,7 @@ def _register_commands(sub) -> None:
 
 # the trees each command reads or writes, by argument name: repaired before it runs
 TREES = {"build": ("output",), "repo": ("out",), "verify": ("out",), "prune": ("out",),
-         "promote": ("src", "dst"), "publish": ("out",)}
+         "promote": ("src", "dst"), "publish": ("out",), "export": ("out",)}
 
 
 def _repair_trees(args) -> None:

@@ -8,6 +8,7 @@ import os
 from rocpkg.cli.build import signer_of_args
 from rocpkg.cli.channels import add_policy_option, prune_policy
 from rocpkg.cli.common import human_bytes, print_snippets
+from rocpkg.repo.urls import repository_url
 
 
 def _add_index_options(p) -> None:
@@ -28,6 +29,7 @@ def _cmd_prune(args) -> int:
     from rocpkg.repo.lifecycle import prune
 
     policy = prune_policy(args)     # --policy (rocpkg.cli.channels), or None for --keep
+    repository_url(os.path.abspath(args.out), args.base_url)   # refused before anything is moved
     signer = None if args.dry_run else _index_signer(args, args.out)
     result = prune(args.out, keep=args.keep, keep_list=args.keep_release or [], suite=args.suite, signer=signer,
                    base_url=args.base_url, dry_run=args.dry_run, policy=policy)
@@ -43,6 +45,7 @@ def _cmd_promote(args) -> int:
     from rocpkg.repo.lifecycle import promote
 
     signer = _index_signer(args, args.src)
+    repository_url(os.path.abspath(args.dst), args.base_url)   # refused before anything is copied
     result = promote(args.src, args.dst, args.release, suite=args.suite, signer=signer, base_url=args.base_url)
     print(f"promoted {args.release}: {len(result.files)} package files copied into {args.dst}; "
           f"it now holds {', '.join(result.kept)}")
@@ -90,7 +93,7 @@ def register(sub) -> None:
 
     p = sub.add_parser("export", help="write an offline bundle: the named packages' dependency closure as a "
                                       "self-contained repository DEST, and DEST.tar")
-    p.add_argument("out", metavar="OUT", help="the repository tree to export from (its newest release)")
+    p.add_argument("out", metavar="OUT", help="the repository tree to export from (each name from the newest release holding it)")
     p.add_argument("dest", metavar="DEST", help="a new directory, outside OUT")
     p.add_argument("names", metavar="NAME", nargs="+", help="packages as users name them, e.g. rocm-gfx110x")
     p.add_argument("--suite", default="stable", help="APT suite (default stable)")

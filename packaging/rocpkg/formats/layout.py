@@ -57,7 +57,7 @@ def alternatives(prefix: str, shared: bool = True) -> list[Alternative]:
     slaves, which are the normal release's (update-alternatives lets a slave name
     belong to one group only, and a variant must never take /opt/rocm/bin or /usr/bin/hipcc)."""
     base = posixpath.basename(prefix)
-    match = re.match(r"^(.*?)[-_]?(\d+)(\.\d+)*$", base)
+    match = re.match(r"^(.*?)[-_]?(\d+)(\.\d+)*\Z", base)
     if not match or not match.group(1):
         return []
     unversioned, major = match.group(1), match.group(2)

@@ -34,20 +34,24 @@ MAX_SYMLINK_FOLLOWS = 40  # Linux's MAXSYMLINKS: more than this is a loop
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
 _CONTROL_BUT_NEWLINE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
 
-DEB_NAME = re.compile(r"^[a-z0-9][a-z0-9+.-]+$")                  # Debian policy 5.6.1
-RPM_NAME = re.compile(r"^[A-Za-z0-9_+][A-Za-z0-9_.+-]*$")
-DEB_ARCH = re.compile(r"^[a-z0-9][a-z0-9-]*$")
-RPM_ARCH = re.compile(r"^[A-Za-z0-9_]+$")
-_DEB_UPSTREAM = re.compile(r"^[0-9][A-Za-z0-9.+~]*$")             # hyphens only with a revision
-_DEB_UPSTREAM_WITH_REVISION = re.compile(r"^[0-9][A-Za-z0-9.+~-]*$")
-_DEB_REVISION = re.compile(r"^[A-Za-z0-9.+~]+$")
-_RPM_VERSION = re.compile(r"^[A-Za-z0-9._+~^]+$")                  # no '-': it separates the release
+DEB_NAME = re.compile(r"^[a-z0-9][a-z0-9+.-]+\Z")                  # Debian policy 5.6.1
+RPM_NAME = re.compile(r"^[A-Za-z0-9_+][A-Za-z0-9_.+-]*\Z")
+DEB_ARCH = re.compile(r"^[a-z0-9][a-z0-9-]*\Z")
+RPM_ARCH = re.compile(r"^[A-Za-z0-9_]+\Z")
+# A library name or symbol version that can stand in a control file line and an rpm
+# dependency without quoting (fullmatch: no trailing newline).
+LIBRARY_NAME = re.compile(r"[A-Za-z0-9_.+@-]+")
+_SUITE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")      # one directory name under deb/dists/
+_DEB_UPSTREAM = re.compile(r"^[0-9][A-Za-z0-9.+~]*\Z")             # hyphens only with a revision
+_DEB_UPSTREAM_WITH_REVISION = re.compile(r"^[0-9][A-Za-z0-9.+~-]*\Z")
+_DEB_REVISION = re.compile(r"^[A-Za-z0-9.+~]+\Z")
+_RPM_VERSION = re.compile(r"^[A-Za-z0-9._+~^]+\Z")                  # no '-': it separates the release
 _DEB_OPERATORS = ("<<", "<=", "=", ">=", ">>")
 _DEB_ALTERNATIVE = re.compile(
     r"^\s*(?P<name>[^\s:(|]+)(?::(?P<arch>[a-z0-9-]+))?\s*"
-    r"(?:\(\s*(?P<op>[<>=]+)\s*(?P<version>[^\s)]*)\s*\))?\s*$")
+    r"(?:\(\s*(?P<op>[<>=]+)\s*(?P<version>[^\s)]*)\s*\))?\s*\Z")
 _RPM_OPERATORS = ("<", "<=", "=", "==", ">=", ">")
-_RPM_DEP_NAME = re.compile(r"^[A-Za-z0-9_/][A-Za-z0-9_.+/:-]*(?:\([^\s()]*\))*$")
+_RPM_DEP_NAME = re.compile(r"^[A-Za-z0-9_/][A-Za-z0-9_.+/:-]*(?:\([^\s()]*\))*\Z")
 _RPM_RICH_WORDS = ("and", "or", "if", "else", "with", "without", "unless")
 # names such as `perl(File::Temp)` and `libc.so.6()(64bit)` are one token
 _RPM_TOKEN = re.compile(r"[^\s()<>=]+(?:\([^\s()]*\))+|\(|\)|<=|>=|==|=|<|>|[^\s()<>=]+")
@@ -85,16 +89,14 @@ def control_problem(text: str, multi_line: bool = False) -> str:
     return f"control character U+{code:04X}"
 
 
-def url_problem(text: str, schemes: tuple[str, ...] = ("http", "https"), path: bool = False) -> str:
-    """What is wrong with a URL that lands in a repository config or names a server ("" if
-    nothing): one token (no space, no control character), one of the schemes and a host;
-    path: an absolute local path is fine too."""
+def url_problem(text: str, schemes: tuple[str, ...] = ("http", "https")) -> str:
+    """What is wrong with a URL that names a server ("" if nothing): one token (no space, no
+    control character), one of the schemes and a host. (A source line's URL is
+    rocpkg.repo.urls'.)"""
     import urllib.parse
 
     if not text or any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in text):
         return f"{printable(text)!r} holds a space or a control character (or is empty)"
-    if path and text.startswith("/"):
-        return ""
     try:
         parsed = urllib.parse.urlsplit(text)
         host = parsed.hostname if parsed.scheme != "file" else "-"
@@ -102,7 +104,7 @@ def url_problem(text: str, schemes: tuple[str, ...] = ("http", "https"), path: b
     except ValueError as exc:
         return f"{printable(text)!r} is not a URL: {exc}"
     if parsed.scheme not in schemes or not host:
-        wanted = "/".join(schemes) + ("://HOST/... or an absolute path" if path else "://HOST[:PORT]")
+        wanted = "/".join(schemes) + "://HOST[:PORT]"
         return f"expected {wanted}, got {printable(text)!r}"
     return ""
 
@@ -223,6 +225,16 @@ def _rpm_rich(tokens: list[str], at: int, depth: int = 0) -> int:
         at += 1
 
 
+def suite_problem(suite: str) -> str:
+    """What keeps `suite` from being an APT suite name rocpkg writes ("" if nothing): one
+    path component under dists/ (a letter or digit, then letters, digits, '.', '_', '-';
+    at most 64): never '/', '.' or '..', a space or a control character."""
+    if isinstance(suite, str) and _SUITE.fullmatch(suite):
+        return ""
+    return f"{printable(str(suite))!r} is not a suite name (letters, digits, '.', '_', '-'; it becomes a " \
+           f"directory under deb/dists/)"
+
+
 def path_problems(path: str, *, absolute: bool = True) -> list[str]:
     """What keeps dpkg or rpm from installing a path: the writers' own rule for install
     paths (filelist.path_problem: absolute, normalised, UTF-8, no newline or NUL), then
@@ -256,18 +268,19 @@ _RELATION_FIELDS = ("depends", "pre_depends", "recommends", "suggests", "conflic
                     "provides", "obsoletes")
 
 
-def check_plan(plan) -> list[tuple[str, str]]:
-    """Every problem of a planned package set (rocpkg.plan.make.Plan), each once, in a stable
-    order: (where, what) pairs for RocpkgInputError."""
+def check_plan(packages: dict[str, list[m.PackageSpec]], formats) -> list[tuple[str, str]]:
+    """Every problem of a planned package set (format name -> its specs; formats: format
+    name -> its rocpkg.formats.plugin.Format), each once, in a stable order: (where, what)
+    pairs for RocpkgInputError."""
     problems: list[tuple[str, str]] = []
-    if not any(plan.packages.values()):
+    if not any(packages.values()):
         problems.append(("package set", "empty: package.json defines no package to build (an empty list, "
                                         "or DisablePackaging on every definition)"))
-    for fmt in sorted(plan.packages):
-        specs = plan.packages[fmt]
+    for fmt in sorted(packages):
+        specs = packages[fmt]
         for spec in specs:
             problems += [(f"{fmt} package {printable(spec.name)}: {field}", what)
-                         for field, what in _spec_problems(spec)]
+                         for field, what in _spec_problems(spec, formats[fmt])]
         nodes: dict[str, tuple[m.FileEntry, m.PackageSpec]] = {}
         for spec in specs:
             for fe in spec.files:
@@ -288,31 +301,30 @@ def check_plan(plan) -> list[tuple[str, str]]:
     return list(dict.fromkeys(problems))
 
 
-def _spec_problems(spec: m.PackageSpec) -> list[tuple[str, str]]:
-    deb = spec.format == "deb"
+def _spec_problems(spec: m.PackageSpec, form) -> list[tuple[str, str]]:
     out = []
-    if not (DEB_NAME if deb else RPM_NAME).match(spec.name):
-        out.append(("name", f"{spec.name!r} is not a valid {'Debian' if deb else 'RPM'} package name"))
-    version = deb_version_problem(spec.evr) if deb else rpm_version_problem(spec.evr)
+    if not form.name_rule.fullmatch(spec.name):
+        out.append(("name", f"{spec.name!r} is not a valid {form.title} package name"))
+    version = form.version_problem(spec.evr)
     if version:
         out.append(("version", version))
-    if not (DEB_ARCH if deb else RPM_ARCH).match(spec.arch):
+    if not form.arch_rule.fullmatch(spec.arch):
         out.append(("architecture", f"{spec.arch!r} is not an architecture name"))
-    filename = spec.filename.encode("utf-8", "surrogateescape")
+    filename = form.file_name(spec).encode("utf-8", "surrogateescape")
     if len(filename) > PACKAGE_FILE_LIMIT:
         out.append(("file name", f"{len(filename)} bytes, longer than {PACKAGE_FILE_LIMIT}"))
     for field in _ONE_LINE_FIELDS:
         problem = control_problem(getattr(spec, field) or "")
         if problem:
             out.append((field, problem))
-    if deb and not spec.maintainer.strip():
-        out.append(("maintainer", "empty: every Debian package needs a Maintainer"))
+    if form.needs_maintainer and not spec.maintainer.strip():
+        out.append(("maintainer", f"empty: every {form.title} package needs a Maintainer"))
     problem = control_problem(spec.description or "", multi_line=True)
     if problem:
         out.append(("description", problem))
     if "%" in spec.name or "%" in spec.evr:
         out.append(("name", "'%' would start an rpm macro"))
-    check = deb_relation_problem if deb else rpm_relation_problem
+    check = form.relation_problem
     for field in _RELATION_FIELDS:
         for relation in getattr(spec, field):
             problem = check(relation)

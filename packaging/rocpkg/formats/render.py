@@ -220,7 +220,7 @@ def dep5_licenses(license_expression: str) -> tuple[str, list[str]]:
         if i % 2:
             out.append(part.lower())
             continue
-        with_exception = re.match(r"(.*?)\s+with\s+(.*)$", part, re.I)
+        with_exception = re.match(r"(.*?)\s+with\s+(.*)\Z", part, re.I)
         base, exception = with_exception.groups() if with_exception else (part, "")
         name = _DEP5_LICENSE_NAMES.get(base.strip().lower(), base.strip().replace(" ", "-"))
         if name not in names:
@@ -282,15 +282,12 @@ def script_context(spec: PackageSpec, options: BuildOptions, fmt: str) -> dict:
 # -- rendering -------------------------------------------------------------------------
 
 
-WRITER_TEMPLATES = {"deb": ("deb/changelog.j2", "deb/copyright.j2", "deb/control.j2", "deb/maintscript.j2"),
-                    "rpm": ("rpm/spec.j2",)}
-
-
-def compile_templates(specs) -> None:
-    """Compile every template these specs will render, now: a build does it once in the
-    parent, before its workers fork, instead of once in each of them."""
+def compile_templates(specs, writer_templates) -> None:
+    """Compile every template these specs will render (writer_templates: those of their
+    formats' writers, the specs' scripts), now: a build does it once in the parent, before
+    its workers fork, instead of once in each of them."""
     env = _environment()
-    names = {name for spec in specs for name in WRITER_TEMPLATES.get(spec.format, ())}
+    names = set(writer_templates)
     names |= {t if "/" in t else f"scripts/{t}" for spec in specs for t in spec.scripts.values()}
     for name in sorted(names):
         try:

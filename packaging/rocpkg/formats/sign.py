@@ -14,7 +14,7 @@ import subprocess
 
 from rocpkg.errors import RocpkgInputError
 from rocpkg.formats.rpm import TYPE_BIN, SigTag, package_from_header, read_rpm, replace_signature
-from rocpkg.formats.streams import AtomicOutput
+from rocpkg.formats.streams import AtomicOutput, write_all
 
 # OpenPGP public key algorithm ids (RFC 4880 9.1) that rpm files under SigTag.RSA.
 _RSA_ALGORITHMS = {"1", "2", "3"}
@@ -120,7 +120,7 @@ class Signer:
         read_fd = write_fd = -1
         if secret and self.passphrase is not None:
             read_fd, write_fd = os.pipe()
-            os.write(write_fd, self.passphrase.encode() + b"\n")
+            write_all(write_fd, self.passphrase.encode() + b"\n")
             os.close(write_fd)
             cmd += ["--passphrase-fd", str(read_fd)]
             pass_fds = (read_fd,)

@@ -166,6 +166,48 @@ def write_atomic(path: str, data: bytes) -> None:
         fh.write(data)
 
 
+def write_all(fd: int, data: bytes) -> None:
+    """All of data written to the descriptor fd: a short write (a file-size limit, a full
+    disk, a signal) is continued until the rest is written or the write fails with the
+    error, never taken as the whole. The one loop for every os.write rocpkg makes."""
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        if written <= 0:
+            raise OSError(errno.EIO, "a write wrote nothing")
+        view = view[written:]
+
+
+def write_durable(path: str, data: bytes) -> None:
+    """`data` as the whole of `path`, atomically and durably: a temporary `<path>.tmp-<pid>`
+    (never through a symlink) written whole (write_all) and fsynced, renamed over path,
+    then its directory fsynced. Once this returns the file survives a crash; when it
+    raises (the error naming path), no temporary is left, and path is as it was unless
+    only the directory's fsync failed."""
+    tmp = f"{path}.tmp-{os.getpid()}"
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        try:
+            write_all(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+        dir_fd = os.open(os.path.dirname(path) or ".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+    except OSError as error:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        if error.filename is None:
+            error.filename = path
+        raise
+
+
 def read_upto(stream, n: int) -> bytes:
     """Up to n bytes, fewer only at the end of the stream (raw streams may return less)."""
     chunks, got = [], 0

@@ -175,6 +175,11 @@ class Definition:
     def where(self) -> str:
         return f"[{self.index}]"
 
+    def relations(self, dialect: str) -> dict[str, list[str]]:
+        """The relations package.json gives in one dialect: "deb" (DEBDepends and kin) or
+        "rpm" (RPMRequires and kin); a format takes the dialect its syntax reads."""
+        return self.deb_relations if dialect == "deb" else self.rpm_relations
+
 
 @dataclass
 class Config:
@@ -324,7 +329,7 @@ def validate_settings(settings: dict, where_prefix: str = "settings") -> list[tu
     version_ok = VERSION_RE.match(str(settings["version"])) and str(settings["version"]).count(".") >= 1
     if not version_ok:
         problems.append((f"{where_prefix}.version", f"{settings['version']!r} is not a MAJOR.MINOR[.PATCH] version"))
-    if not re.match(r"^[A-Za-z0-9.+~]+$", str(settings["release"])):
+    if not re.match(r"^[A-Za-z0-9.+~]+\Z", str(settings["release"])):
         problems.append((f"{where_prefix}.release", f"{settings['release']!r} is not a valid release"))
     if settings["unknown_keys"] not in UNKNOWN_KEY_MODES:
         problems.append((f"{where_prefix}.unknown_keys", f"must be one of {', '.join(UNKNOWN_KEY_MODES)}"))

@@ -15,18 +15,18 @@ from rocpkg.formats.filelist import SYSTEM_DIRS
 VOLATILE_ROOTS = {"proc": "the kernel's process file system", "sys": "the kernel's sysfs",
                   "dev": "device nodes", "run": "emptied at every boot", "tmp": "emptied at boot",
                   "boot": "the boot loader's"}
-VERSION_RE = re.compile(r"^[0-9][A-Za-z0-9.+~]*$")
+VERSION_RE = re.compile(r"^[0-9][A-Za-z0-9.+~]*\Z")
 # Definition strings that land in one line of a control file or spec header.
 ONE_LINE_KEYS = ("Version", "Release", "Architecture", "BuildArch", "Maintainer", "Description_Short", "Section",
                  "Priority", "Group", "License", "Vendor", "Homepage")
 ONE_LINE_SETTINGS = ("maintainer", "vendor", "homepage", "license")
 PRIORITIES = ("required", "important", "standard", "optional", "extra")
-_SECTION_RE = re.compile(r"^[a-z0-9][a-z0-9+._-]*(?:/[a-z0-9][a-z0-9+._-]*)?$")
-_SUITE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-_FAMILY_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.+-]*$")
+_SECTION_RE = re.compile(r"^[a-z0-9][a-z0-9+._-]*(?:/[a-z0-9][a-z0-9+._-]*)?\Z")
+_SUITE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*\Z")
+_FAMILY_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.+-]*\Z")
 # An install prefix: plain path characters only (it lands in maintainer scripts, spec
 # %files and ld.so.conf.d).
-_PREFIX_RE = re.compile(r"^/[A-Za-z0-9._+~@/-]*$")
+_PREFIX_RE = re.compile(r"^/[A-Za-z0-9._+~@/-]*\Z")
 # The placeholders each naming pattern may use, and sample values to check what it makes.
 NAMING_FIELDS = {"versioned": ("name", "abi"), "host": ("name", "abi"), "device": ("name", "abi", "target"),
                  "family": ("name", "abi", "family"), "alias": ("family", "abi")}
@@ -142,7 +142,7 @@ def definition_string_problems(entry: dict) -> list[tuple[str, str]]:
               ("Architecture", lambda v: pf.DEB_ARCH.match(v), "not a Debian architecture name"),
               ("BuildArch", lambda v: pf.RPM_ARCH.match(v), "not an RPM architecture name"),
               ("Version", lambda v: VERSION_RE.match(v), "not a version valid for both DEB and RPM"),
-              ("Release", lambda v: re.match(r"^[A-Za-z0-9.+~]+$", v), "not a release valid for both DEB and RPM"))
+              ("Release", lambda v: re.match(r"^[A-Za-z0-9.+~]+\Z", v), "not a release valid for both DEB and RPM"))
     done = {key for key, _ in out}
     for key, ok, what in checks:
         value = entry.get(key)

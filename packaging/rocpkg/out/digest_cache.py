@@ -5,16 +5,24 @@ the files that changed since the last one.
 A file's remembered digest is trusted only while its size, mtime, ctime and inode are
 all unchanged: any rewrite (a rebuild renamed into place, an in-place header
 signature) changes at least one of them. The cache is a plain JSON file under OUT's
-private `.rocpkg/` directory, written atomically; a missing or unreadable cache just
-means hashing everything.
+private `.rocpkg/` directory, written atomically.
+
+A cache is only ever a shortcut, so a damaged one is discarded, never an error: it is
+read as OUT's own files are (rocpkg.out.files: never through a symlink or from a FIFO,
+bounded), and a cache that is not a JSON object, or an entry that is not
+[size, mtime_ns, ctime_ns, inode, sha256] with integers and 64 hex digits, is dropped;
+those files are hashed again and the next save writes the cache anew.
 """
 from __future__ import annotations
 
 import json
 import os
+import re
 import time
 
+from rocpkg.errors import RocpkgInputError
 from rocpkg.formats.streams import AtomicOutput, hash_file
+from rocpkg.out.files import read_json
 
 CACHE_DIR = ".rocpkg"
 RACY_NS = 1_000_000_000      # far above any filesystem's timestamp granularity
@@ -26,10 +34,11 @@ class DigestCache:
     def __init__(self, out_dir: str | os.PathLike, name: str):
         self.path = os.path.join(os.fspath(out_dir), CACHE_DIR, f"digests-{name}.json")
         try:
-            with open(self.path, encoding="utf-8") as f:
-                self.entries: dict[str, list] = json.load(f)
-        except (OSError, ValueError):
-            self.entries = {}
+            doc = read_json(os.fspath(out_dir), f"{CACHE_DIR}/digests-{name}.json", "digest cache")
+        except (OSError, RocpkgInputError):
+            doc = None
+        self.entries: dict[str, list] = {key: entry for key, entry in doc.items() if _whole(entry)} \
+            if isinstance(doc, dict) else {}
         self.seen: dict[str, list] = {}
 
     def sha256(self, path: str, key: str) -> tuple[str, int]:
@@ -61,6 +70,15 @@ class DigestCache:
         kept = self.seen if prune else {**self.entries, **self.seen}
         with AtomicOutput(self.path) as f:
             f.write(json.dumps(kept, sort_keys=True, indent=0).encode("utf-8"))
+
+
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+def _whole(entry) -> bool:
+    """Whether a cache entry is [size, mtime_ns, ctime_ns, inode, sha256]."""
+    return isinstance(entry, list) and len(entry) == 5 and all(type(v) is int for v in entry[:4]) \
+        and isinstance(entry[4], str) and bool(_SHA256.fullmatch(entry[4]))
 
 
 def _stamp(path: str) -> tuple[int, int, int, int]:

@@ -22,11 +22,12 @@ import re
 import stat
 
 from rocpkg.errors import RocpkgInputError
+from rocpkg.formats.registry import NAMES as FORMAT_NAMES
 
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 # what rocpkg writes at OUT's top: directories, then files
-OWN_DIRS = (".rocpkg", "deb", "rpm", "control", "manifest.d")
+OWN_DIRS = (".rocpkg", *FORMAT_NAMES, "control", "manifest.d")
 OWN_FILES = ("manifest.json", "rocm.gpg", "rocm.asc", "rocm.list", "rocm.repo")
 # and the setup packages' stable-name copies, <top>-repo.deb and <top>-repo.rpm
 # (rocpkg.repo.setup), whose <top>, the release's top meta-package, is a lower-case package name

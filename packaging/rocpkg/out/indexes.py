@@ -14,6 +14,7 @@ import io
 import os
 from dataclasses import dataclass
 
+from rocpkg.formats.registry import REGISTERED
 from rocpkg.errors import RocpkgInputError
 from rocpkg.out.files import INDEX_LIMIT, open_file
 
@@ -163,10 +164,10 @@ def published_entries(out_dir: str | os.PathLike) -> list[IndexEntry]:
 def package_files(out_dir: str) -> dict[str, str]:
     """Every package file under OUT (relative path -> format): deb/pool/**.deb, rpm/**.rpm."""
     found = {}
-    for fmt, sub, suffix in (("deb", os.path.join("deb", "pool"), ".deb"), ("rpm", "rpm", ".rpm")):
-        for dirpath, dirnames, filenames in os.walk(os.path.join(out_dir, sub)):
-            dirnames[:] = sorted(d for d in dirnames if d != "repodata")
+    for fmt, form in REGISTERED.items():
+        for dirpath, dirnames, filenames in os.walk(os.path.join(out_dir, fmt, form.package_root)):
+            dirnames[:] = sorted(d for d in dirnames if d not in form.index_dirs)
             for name in filenames:
-                if name.endswith(suffix):
+                if name.endswith(form.suffix):
                     found[os.path.relpath(os.path.join(dirpath, name), out_dir).replace(os.sep, "/")] = fmt
     return found

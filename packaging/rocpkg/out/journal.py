@@ -44,18 +44,30 @@ A change is complete the moment its journal.json is removed (one unlink): a jour
 left without one is only removed. Temporaries of dead runs (`*.tmp-PID`
 under rocpkg's parts of OUT) and a killed build's staging area are swept by the same
 step, under the OUT lock (every writer of OUT holds it, so none of them is alive).
+
+A journal read back is as hostile as any record of OUT, and a rollback deletes what it
+does not list: it is read bounded and never through a symlink (rocpkg.out.files), its
+fields are checked whole (_check_journal), and it must agree with what it saved — every
+file in saved/ but a package file, and every package file its saved manifest lists, is in
+its file list (a change writes the manifest's packages into it, present or not). One that
+does not is refused naming the journal and the field; nothing is rolled back.
 """
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import time
 from dataclasses import dataclass
 
+from rocpkg.formats.registry import REGISTERED
 from rocpkg.errors import RocpkgInputError
-from rocpkg.out.files import OWN_DIRS, own_top_files   # a rollback removes only what a change made in these
-from rocpkg.out.outdir import LOCK_FILE, STAGING_DIR, TMP_RE, OutLock, own_top_temporary, remove_staging
+from rocpkg.formats.streams import write_durable
+from rocpkg.out.files import OWN_DIRS, own_top_file, own_top_files, parse_json, parts_of, read_file, read_json
+from rocpkg.out.manifest_schema import SCHEMA as MANIFEST_SCHEMA, check_manifest
+from rocpkg.out.outdir import LOCK_FILE, MANIFEST_PARTS, STAGING_DIR, TMP_RE, OutLock, own_top_temporary, \
+    remove_staging
 
 JOURNAL = os.path.join(".rocpkg", "journal.json")
 JOURNAL_DIR = os.path.join(".rocpkg", "journal.d")
@@ -65,6 +77,14 @@ SCHEMA = "rocpkg-journal/1"
 _PRIVATE = (LOCK_FILE, JOURNAL, JOURNAL_DIR)
 # appended to in place (rocpkg.out.state): saved by copy, not by link
 _APPENDED = os.path.join(".rocpkg", "state") + os.sep
+# the manifest and its shard parts: the package files they list are never a change's own
+_MANIFESTS = re.compile(rf"manifest\.json|{MANIFEST_PARTS}/shard-\d+-of-\d+\.json")
+# journal.json's fields and what each holds (_check_journal)
+_FIELDS = ("schema", "command", "pid", "started", "made", "intent", "files", "dirs")
+_COMMAND = re.compile(r"[a-z]{1,32}")
+_MAX_PID = (1 << 31) - 1
+_MAX_TIME = (1 << 63) - 1
+_HINT = "move the journal away to use this tree, after checking the tree against its last publish"
 
 
 @dataclass
@@ -84,8 +104,8 @@ class Recovery:
 def _is_package(rel: str) -> bool:
     """A package file: listed, never linked at the start of a change (a link would change
     its ctime, and the digest cache would hash it again)."""
-    return (rel.startswith(os.path.join("deb", "pool") + os.sep) and rel.endswith(".deb")) \
-        or (rel.startswith("rpm" + os.sep) and rel.endswith(".rpm"))
+    return any(rel.startswith(os.path.join(f.name, f.package_root, "")) and rel.endswith(f.suffix)
+               for f in REGISTERED.values())
 
 
 def own_tree(out_dir: str) -> tuple[list[str], list[str]]:
@@ -106,37 +126,113 @@ def own_tree(out_dir: str) -> tuple[list[str], list[str]]:
 
 
 def _write_journal(out_dir: str, doc: dict) -> None:
-    """journal.json, atomically and durably: temporary, fsync, rename, fsync of .rocpkg."""
-    path = os.path.join(out_dir, JOURNAL)
-    tmp = f"{path}.tmp-{os.getpid()}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-    try:
-        os.write(fd, json.dumps(doc, indent=0, sort_keys=True).encode() + b"\n")
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    dir_fd = os.open(os.path.dirname(path), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    """journal.json, whole and durable before a change begins (write_durable: temporary,
+    every write and fsync checked, rename, fsync of .rocpkg); a journal that cannot be
+    written whole (a full disk, a file-size limit) fails the change before it starts."""
+    write_durable(os.path.join(out_dir, JOURNAL), json.dumps(doc, indent=0, sort_keys=True).encode() + b"\n")
 
 
 def _read_journal(out_dir: str) -> dict | None:
+    """journal.json read as OUT's own files are (rocpkg.out.files: never through a symlink,
+    a regular file, at most RECORD_LIMIT bytes) and checked whole (_check_journal); None
+    when there is none. A journal that is not one is bad input, never acted on."""
     path = os.path.join(out_dir, JOURNAL)
     try:
-        with open(path, "rb") as fh:
-            doc = json.loads(fh.read())
-    except FileNotFoundError:
+        data = read_file(out_dir, JOURNAL.replace(os.sep, "/"))
+    except OSError as exc:
+        raise RocpkgInputError((path, f"not a readable rocpkg journal ({exc.strerror or exc}): {_HINT}")) from None
+    if data is None:
         return None
-    except (OSError, ValueError) as exc:
-        raise RocpkgInputError((path, f"not a readable rocpkg journal ({exc}): move it away to use this tree, "
-                                      f"after checking the tree against its last publish")) from None
-    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA or not isinstance(doc.get("files"), list) \
-            or not isinstance(doc.get("dirs"), list):
-        raise RocpkgInputError((path, f"not a {SCHEMA} journal"))
+    doc = parse_json(data, path, "rocpkg journal")
+    problem = _check_journal(doc)
+    if problem:
+        raise RocpkgInputError((f"{path}: {problem[0]}", f"{problem[1]}: not a {SCHEMA} journal; {_HINT}"))
     return doc
+
+
+def _check_journal(doc) -> tuple[str, str] | None:
+    """(field, what is wrong) when doc is not a whole rocpkg-journal/1 document: its
+    fields, their types and ranges, every path one of rocpkg's own parts of OUT
+    (parts_of: relative, inside OUT), none named twice; None when it is one."""
+    if not isinstance(doc, dict):
+        return "(document)", "wants an object"
+    unknown = sorted(set(doc) ^ set(_FIELDS))
+    if unknown:
+        return unknown[0], "missing" if unknown[0] in _FIELDS else "not a journal field"
+    if doc["schema"] != SCHEMA:
+        return "schema", f"wants {SCHEMA!r}"
+    if not isinstance(doc["command"], str) or not _COMMAND.fullmatch(doc["command"]):
+        return "command", "wants a command name"
+    for key, high in (("pid", _MAX_PID), ("started", _MAX_TIME)):
+        if type(doc[key]) is not int or not (1 if key == "pid" else 0) <= doc[key] <= high:
+            return key, f"wants an integer up to {high}"
+    if not isinstance(doc["intent"], dict):
+        return "intent", "wants an object"
+    for key in ("made", "files", "dirs"):
+        if not isinstance(doc[key], list):
+            return key, "wants a list"
+        for index, rel in enumerate(doc[key]):
+            if not _own_path(rel, directory=key == "dirs", made=key == "made"):
+                return f"{key}[{index}]", f"{str(rel)[:80]!r} is not one of rocpkg's own paths in OUT"
+        if len(set(doc[key])) != len(doc[key]):
+            return key, "names a path twice"
+    return None
+
+
+def _own_path(rel, directory: bool, made: bool) -> bool:
+    """Whether rel is a path a journal may name: what entering a change made (the lock
+    file and its directory), or a file or directory of rocpkg's parts of OUT (own_tree)."""
+    if made:
+        return rel in (os.path.dirname(LOCK_FILE), LOCK_FILE)
+    try:
+        parts = parts_of(rel)
+    except RocpkgInputError:
+        return False
+    private = rel in _PRIVATE or rel.startswith(JOURNAL_DIR + os.sep)
+    top = parts[0] in OWN_DIRS if directory or len(parts) > 1 else own_top_file(rel)
+    return top and not private
+
+
+def recorded_packages(out_dir: str, files, saved: bool) -> set[str]:
+    """The package files OUT's manifest and its shard parts list, as a change found them:
+    each read from its copy in journal.d/saved (saved), else from OUT where `files` lists
+    it (there since the change began, or put back by a rollback). Read and checked as
+    manifest.json always is; a document without a schema is not rocpkg's and lists none."""
+    saved_root = os.path.join(out_dir, SAVED)
+    found: set[str] = set()
+    for rel in sorted(r for r in files if _MANIFESTS.fullmatch(r)):
+        root = saved_root if saved and os.path.lexists(os.path.join(saved_root, rel)) else out_dir
+        doc = read_json(root, rel, "manifest")
+        if not isinstance(doc, dict) or "schema" not in doc:
+            continue
+        path = os.path.join(root, rel)
+        if doc["schema"] != MANIFEST_SCHEMA:
+            raise RocpkgInputError((path, f"not a {MANIFEST_SCHEMA} manifest"))
+        check_manifest(doc, path)
+        found |= {entry["file"] for entry in doc.get("packages", [])}
+        found |= {name for record in doc.get("releases", []) for name in record.get("files", [])}
+    return found
+
+
+def _check_consistent(out_dir: str, doc: dict) -> None:
+    """Refuse a journal a rollback could not trust: one that leaves out a file it saved
+    (the rollback would remove the file and drop its saved bytes) or a package file its
+    saved manifest lists (the rollback would delete a recorded package). A change writes
+    both into its file list (Change), so only a damaged or forged journal fails here."""
+    path = os.path.join(out_dir, JOURNAL)
+    files = set(doc["files"])
+    saved_root = os.path.join(out_dir, SAVED)
+    for dirpath, _dirnames, filenames in os.walk(saved_root):
+        for name in filenames:
+            rel = os.path.relpath(os.path.join(dirpath, name), saved_root)
+            if rel not in files and not _is_package(rel):
+                raise RocpkgInputError((f"{path}: files", f"leaves out {rel!r}, which it saved: "
+                                                          f"a contradictory journal is never acted on; {_HINT}"))
+    missing = sorted(recorded_packages(out_dir, files, saved=True) - files)
+    if missing:
+        more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
+        raise RocpkgInputError((f"{path}: files", f"leaves out {missing[0]!r}{more}, which its saved manifest "
+                                                  f"lists: a contradictory journal is never acted on; {_HINT}"))
 
 
 class Change:
@@ -168,6 +264,8 @@ class Change:
             for rel in files:
                 if not _is_package(rel):
                     _save(self.out_dir, rel, copy=rel.startswith(_APPENDED))
+            # a package its manifest lists is never the change's own, even one OUT lacks now
+            files = sorted({*files, *recorded_packages(self.out_dir, files, saved=False)})
             _write_journal(self.out_dir, {"schema": SCHEMA, "command": self.command, "pid": os.getpid(),
                                           "started": int(time.time()), "made": made,
                                           "intent": self.intent, "files": files, "dirs": dirs})
@@ -247,7 +345,7 @@ def _undo(out_dir: str) -> None:
             _roll_back(out_dir, _read_journal(out_dir))
         else:           # failed before its journal was written: nothing changed yet
             _finish(out_dir)
-    except OSError:
+    except (OSError, RocpkgInputError):
         pass
 
 
@@ -302,7 +400,8 @@ def _recover_locked(out_dir: str) -> list[Recovery]:
     found: list[Recovery] = []
     doc = _read_journal(out_dir)
     if doc is not None:
-        what = Recovery(out_dir, "rolled back", str(doc.get("command", "")), int(doc.get("pid") or 0))
+        _check_consistent(out_dir, doc)
+        what = Recovery(out_dir, "rolled back", doc["command"], doc["pid"])
         what.restored, what.removed = _roll_back(out_dir, doc)
         found.append(what)
     elif os.path.lexists(os.path.join(out_dir, JOURNAL_DIR)):

@@ -10,16 +10,22 @@ from __future__ import annotations
 import os
 import re
 
+from rocpkg.formats.registry import NAMES as FORMATS
 from rocpkg.errors import RocpkgInputError
 from rocpkg.out.outdir import MANIFEST_PARTS
 from rocpkg.out.files import parts_of, read_json
 
 SCHEMA = "rocpkg-manifest/1"
-FORMATS = ("deb", "rpm")
 MAX_SHARDS = 10_000             # build's --shard I/N takes the same bound
 MAX_DATE = (1 << 32) - 1        # rpm's 32-bit time tags; tar and ar hold more
 MAX_SIZE = (1 << 63) - 1
 _SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+def _one_of(quote: str = "'") -> str:
+    """The registered formats, as an error says what it wants: 'deb' or 'rpm'."""
+    names = [f"{quote}{name}{quote}" for name in FORMATS]
+    return " or ".join(filter(None, [", ".join(names[:-1]), names[-1]]))
 
 
 class _Problem(Exception):
@@ -59,7 +65,7 @@ def _package_path(value, field: str, fmt: str | None = None) -> str:
     except RocpkgInputError:
         raise _Problem(field, f"{path!r} is not a path inside OUT") from None
     if parts[0] not in ((fmt,) if fmt else FORMATS) or len(parts) < 2:
-        raise _Problem(field, f"{path!r} is not under {fmt or 'deb or rpm'}/")
+        raise _Problem(field, f"{path!r} is not under {fmt or _one_of('')}/")
     return path
 
 
@@ -67,7 +73,7 @@ def _package(entry, field: str) -> None:
     if not isinstance(entry, dict):
         raise _Problem(field, f"wants an object, got {_shown(entry)}")
     if entry.get("format") not in FORMATS:
-        raise _Problem(f"{field}.format", f"wants 'deb' or 'rpm', got {_shown(entry.get('format'))}")
+        raise _Problem(f"{field}.format", f"wants {_one_of()}, got {_shown(entry.get('format'))}")
     for key in ("name", "version", "release"):
         _text(entry.get(key), f"{field}.{key}", empty=key == "release")
     _package_path(entry.get("file"), f"{field}.file", entry["format"])
@@ -94,7 +100,7 @@ def _release(record, field: str) -> None:
             _text(item, f"{field}.{key}[{index}]")
     for index, item in enumerate(_list(record.get("formats", []), f"{field}.formats")):
         if item not in FORMATS:
-            raise _Problem(f"{field}.formats[{index}]", f"wants 'deb' or 'rpm', got {_shown(item)}")
+            raise _Problem(f"{field}.formats[{index}]", f"wants {_one_of()}, got {_shown(item)}")
     _list(record.get("allowed", []), f"{field}.allowed")
     for index, item in enumerate(_list(record.get("files", []), f"{field}.files")):
         _package_path(item, f"{field}.files[{index}]")

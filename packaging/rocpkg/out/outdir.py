@@ -22,7 +22,7 @@ from rocpkg.out.files import OWN_DIRS, check_tree, kind_of, open_dir, own_top_fi
 LOCK_FILE = os.path.join(".rocpkg", "lock")
 STAGING_DIR = os.path.join(".rocpkg", "staging")
 MANIFEST_PARTS = "manifest.d"
-TMP_RE = re.compile(r"\.tmp-\d+\Z")       # \Z: a name ending in a newline is no temporary
+TMP_RE = re.compile(r"\.tmp-\d+\Z")
 
 
 def remove_staging(out_dir: str) -> None:

@@ -21,6 +21,9 @@ import json
 import os
 import shutil
 
+from rocpkg.formats.registry import NAMES as FORMATS
+from rocpkg.formats.streams import AtomicOutput, write_all
+
 STATE_DIR = os.path.join(".rocpkg", "state")
 # a state's fields and their types: a record without them all is no record (built again)
 FIELDS = {"fingerprint": str, "file": str, "size": int, "sha256": str, "mtime_ns": int, "ino": int}
@@ -99,7 +102,8 @@ def _parsed(path: str) -> dict | None:
 
 class StateJournal:
     """The build's journals, one descriptor per format held open; record() appends one
-    line in one write() (durable in the page cache once it returns, as a renamed file was)."""
+    line in one write (write_all: a short write is continued, a failed one raised; durable
+    in the page cache once it returns, as a renamed file was)."""
 
     def __init__(self, out_dir: str, shard: tuple[int, int] | None = None, formats=()):
         """formats: opened now, before the first package is moved into place (a journal
@@ -117,7 +121,7 @@ class StateJournal:
         fd = self.fds.get(fmt)
         if fd is None:
             fd = self.fds[fmt] = self._open(fmt)
-        os.write(fd, _line(name, state))
+        write_all(fd, _line(name, state))
 
     def _open(self, fmt: str) -> int:
         path = os.path.join(self.out_dir, STATE_DIR, journal_name(fmt, self.shard))
@@ -128,7 +132,7 @@ class StateJournal:
             fd = os.open(path, _OPEN_FLAGS, 0o644)
         size = os.fstat(fd).st_size
         if size and os.pread(fd, 1, size - 1) != b"\n":
-            os.write(fd, b"\n")     # a line a crash cut short stays apart from the next
+            write_all(fd, b"\n")    # a line a crash cut short stays apart from the next
         return fd
 
     def close(self) -> None:
@@ -140,8 +144,6 @@ class StateJournal:
 def rewrite_states(out_dir: str, fmt: str, states: dict[str, dict]) -> None:
     """The format's states as one journal, one line per name in name order (written
     atomically); the shards' journals and the per-package files of older OUT trees go."""
-    from rocpkg.formats.streams import AtomicOutput
-
     state_dir = os.path.join(out_dir, STATE_DIR)
     main = os.path.join(state_dir, journal_name(fmt))
     others = [p for p in _journals(state_dir, fmt) if p != main]
@@ -158,7 +160,7 @@ def rewrite_states(out_dir: str, fmt: str, states: dict[str, dict]) -> None:
 def forget(out_dir: str, files: set[str]) -> None:
     """Drop the states of removed package files (a later build of that name then starts
     from scratch instead of trusting a record of a file that is gone)."""
-    for fmt in ("deb", "rpm"):
+    for fmt in FORMATS:
         states = read_states(out_dir, fmt)
         kept = {name: state for name, state in states.items() if state.get("file") not in files}
         if kept != states:

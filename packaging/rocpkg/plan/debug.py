@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 from rocpkg import model as m
 from rocpkg.formats.preflight import printable
+from rocpkg.formats.registry import get as get_format
 from rocpkg.inputs.catalog import Catalog
 
 DEBUG_COMPONENT = "dbg"
@@ -42,9 +43,8 @@ DEBUG_NOT_ELF = "debug-not-elf"        # a .debug that is not an ELF with .debug
 DEBUG_CONFLICT = "debug-conflict"      # two debug files for one id, different bytes
 DEBUGLINK_MISSING = "debuglink-missing"  # a shipped binary's .gnu_debuglink has no debug file
 DEBUG_CHECKS = (DEBUG_CONFLICT, DEBUG_NOT_ELF, DEBUG_ORPHAN, DEBUGLINK_MISSING)
-_BUILD_ID_PATH = re.compile(r"(?:^|/)\.build-id/([0-9a-f]{2})/([0-9a-f]{2,126})\.debug$")
+_BUILD_ID_PATH = re.compile(r"(?:^|/)\.build-id/([0-9a-f]{2})/([0-9a-f]{2,126})\.debug\Z")
 _DEBUG_KINDS = (m.KIND_FILES, m.KIND_HOST, m.KIND_DEVICE)
-_SUFFIX = {"deb": "-dbgsym", "rpm": "-debuginfo"}
 _CHUNK = 1 << 20
 
 
@@ -158,25 +158,23 @@ def debug_packages(specs: list[m.PackageSpec], index: DebugIndex, facts_of, pin)
 def _debug_spec(spec: m.PackageSpec, files: list[DebugFile], pin) -> m.PackageSpec:
     """The debug package of spec: its name, version, architecture and people, none of its
     relations or scripts; the debug files under DEBUG_DIR."""
-    deb = spec.format == "deb"
+    form = get_format(spec.format)
     ids = [f.build_id for f in files]
-    name = spec.name + _SUFFIX[spec.format]
+    name = spec.name + form.debug_suffix
     debug = m.PackageSpec(
         format=spec.format, name=name, version=spec.version, release=spec.release, arch=spec.arch,
         kind=m.KIND_DEBUG, definition=spec.definition, epoch=spec.epoch,
-        summary=f"debug symbols for {spec.name}" if deb else f"Debug information for package {spec.name}",
+        summary=form.debug_summary(spec.name),
         description=f"The detached debug information of the ELF files of {spec.name}, found by gdb and "
                     f"debuginfod clients under {DEBUG_DIR} by their build-id.",
         maintainer=spec.maintainer, vendor=spec.vendor, license=spec.license, homepage=spec.homepage,
         section="debug", priority="optional", group="Development/Debug" if spec.group else "",
-        depends=[pin(spec.name)], provides=[] if deb else [f"debuginfo(build-id) = {i}" for i in ids],
+        depends=[pin(spec.name)], provides=form.debug_provides(ids),
         files=[m.FileEntry(f"{DEBUG_DIR}/{f.build_id[:2]}/{f.build_id[2:]}.debug", m.FILE, 0o644, f.source, f.size,
                            identity=f.identity) for f in files],
         prefix=spec.prefix)
-    if deb:  # as dh_strip makes it: its doc dir is a link to its package's
-        debug.deb_fields = [("Auto-Built-Package", "debug-symbols"), ("Build-Ids", " ".join(ids))]
-        debug.files.insert(0, m.FileEntry(f"/usr/share/doc/{name}", m.SYMLINK, 0o777, link_target=spec.name))
-        debug.prefix = ""
+    if form.finish_debug is not None:
+        form.finish_debug(debug, spec, ids)
     return debug
 
 

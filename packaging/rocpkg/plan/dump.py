@@ -2,6 +2,7 @@
 documented in the README) and Graphviz text of one format's relations."""
 from __future__ import annotations
 
+from rocpkg.formats.registry import file_name
 from rocpkg import model as m
 from rocpkg.inputs.config import relation_names
 
@@ -14,7 +15,7 @@ def spec_to_dict(spec: m.PackageSpec, with_files: bool = True) -> dict:
     out = {
         "format": spec.format, "name": spec.name, "kind": spec.kind, "definition": spec.definition,
         "target": spec.target, "family": spec.family, "version": spec.version, "release": spec.release,
-        "epoch": spec.epoch, "arch": spec.arch, "filename": spec.filename, "summary": spec.summary,
+        "epoch": spec.epoch, "arch": spec.arch, "filename": file_name(spec), "summary": spec.summary,
     }
     for attr in ("depends", "pre_depends", "recommends", "suggests", "conflicts", "breaks", "replaces",
                  "provides", "obsoletes"):

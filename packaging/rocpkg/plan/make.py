@@ -21,12 +21,12 @@ from rocpkg.plan.graphs import strongly_connected
 from rocpkg.formats.layout import alternatives, owned_ancestors
 from rocpkg.plan.naming import Namer, abi_of, build_variant, variant_prefix
 from rocpkg.formats.preflight import check_plan, printable
+from rocpkg.formats.registry import DEFAULT as DEFAULT_FORMATS, get as get_format
 from rocpkg.plan.providers import link_archive_providers
 from rocpkg.plan.shlibs import add_library_metadata
 from rocpkg.inputs.rpath import planned_patches
 
-FORMATS = ("deb", "rpm")
-_SHARED_LIB = re.compile(r"/lib[^/]*\.so(\.[0-9]+)*$")
+_SHARED_LIB = re.compile(r"/lib[^/]*\.so(\.[0-9]+)*\Z")
 # The package that manages the release's links (one per release) runs postinst/prerm;
 # the other packages of definitions with `Postinstall` refresh the linker cache only.
 SCRIPT_TEMPLATES = {"postinst": "postinst.j2", "prerm": "prerm.j2"}
@@ -65,7 +65,7 @@ class Plan:
 
 
 def make_plan(config: Config, catalog: Catalog, *, version: str | None = None, release: str | None = None,
-              targets: list[str] | None = None, formats=FORMATS) -> Plan:
+              targets: list[str] | None = None, formats=DEFAULT_FORMATS) -> Plan:
     """Compute the whole package set or raise RocpkgInputError with every problem."""
     settings = release_settings(config, version, release)
     builder = _PlanBuilder(config, catalog, settings, targets or settings.get("targets"))
@@ -243,7 +243,7 @@ class _PlanBuilder:
         return f"{self.epoch}:{base}" if self.epoch else base
 
     def _pin(self, fmt: str, name: str) -> str:
-        return f"{name} (= {self._evr()})" if fmt == "deb" else f"{name} = {self._evr()}"
+        return get_format(fmt).pin(name, self._evr())
 
     def _map_relation(self, fmt: str, relation: str, namer: Namer, context: str, target: str = "") -> list[str]:
         """Rewrite one DEBDepends/RPMRequires entry for a package of the given context:
@@ -251,7 +251,8 @@ class _PlanBuilder:
         names = relation_names(relation)
         internal = [n for n in names if n in self.defs]
         if not internal:  # system packages: the host side depends on them, device code does not
-            return [] if context == "device" else [_normalise_external(fmt, relation)]
+            written = get_format(fmt).external(relation)    # "": the format names no system package
+            return [written] if written and context != "device" else []
         # alternatives naming in-release packages resolve to the first of them
         dep = self.defs[internal[0]]
         cls = self.classes[dep.name]
@@ -269,7 +270,7 @@ class _PlanBuilder:
         return [self._pin(fmt, namer.versioned(dep.name))]
 
     def _relations(self, fmt: str, d: Definition, namer: Namer, context: str, target: str = "") -> dict[str, list[str]]:
-        source = d.deb_relations if fmt == "deb" else d.rpm_relations
+        source = d.relations(get_format(fmt).dialect)
         out: dict[str, list[str]] = {}
         for attr, relations in source.items():
             mapped: list[str] = []
@@ -296,18 +297,17 @@ class _PlanBuilder:
             long = f"{long}\n\n{long_note}"
         if self.variant:
             long = f"{long}\n\nThe {self.variant} build of the release, installed under {self.prefix} beside the normal build."
-        if fmt == "deb":
-            arch = "all" if arch_independent else (f.get("Architecture") or s["deb_arch"])
-        else:
-            arch = "noarch" if arch_independent else (f.get("BuildArch") or s["rpm_arch"])
+        form = get_format(fmt)
+        arch = form.arch(arch_independent, f, s)
         section = f.get("Section") or "devel"
-        if fmt == "deb" and kind in (m.KIND_META, m.KIND_ALIAS):
-            section = "metapackages"  # Debian's section for packages that only pull in others
-        if fmt == "deb":  # Debian policy 10.9, what dh_fixperms does: shared objects are not executable
+        if form.meta_section and kind in (m.KIND_META, m.KIND_ALIAS):
+            section = form.meta_section  # the format's section for packages that only pull in others
+        if form.plain_shared_objects:
             files = [dataclasses.replace(fe, mode=fe.mode & ~0o111) if fe.type == m.FILE and _SHARED_LIB.search(fe.path)
                      else fe for fe in files]
+        version, release = form.version(self.version, self.release)
         return m.PackageSpec(
-            format=fmt, name=name, version=self.version, release=self.release, arch=arch, kind=kind,
+            format=fmt, name=name, version=version, release=release, arch=arch, kind=kind,
             definition=d.name, target=target, family=family, epoch=self.epoch,
             summary=summary, description=long,
             maintainer=f.get("Maintainer") or s["maintainer"], vendor=f.get("Vendor") or s["vendor"],
@@ -323,9 +323,9 @@ class _PlanBuilder:
 
     def build(self, formats) -> Plan:
         # artifact problems first: they do not depend on the format
-        deb_namer = Namer(self.settings, self.abi, "deb")
+        message_namer = Namer(self.settings, self.abi, lower_devel=True)   # names in artifact problems
         for d in self.defs.values():
-            self._check_artifacts(d, deb_namer)
+            self._check_artifacts(d, message_namer)
         if not self.targets and any(c == PER_TARGET_META for c in self.classes.values()):
             self.warnings.append("no target found in the artifacts: per-target meta-packages have no variants")
         top = self._top_metapackage()
@@ -352,8 +352,9 @@ class _PlanBuilder:
         warnings, problems = add_library_metadata(plan.packages, self.catalog.facts_of, self.settings)
         self.warnings += warnings
         self.problems += problems
-        if "deb" in plan.packages:
-            self._add_libc_dependency(plan.packages["deb"])
+        for fmt, specs in plan.packages.items():
+            if get_format(fmt).libc:
+                self._add_libc_dependency(specs, get_format(fmt).libc)
         if formats and self.settings.get("debug_packages", True):
             self._add_debug_packages(plan, formats)
         for fmt in formats:
@@ -364,7 +365,7 @@ class _PlanBuilder:
                                       "change settings.naming"))
         plan.info.extend(self._cycles())
         plan.warnings.extend(self.warnings)
-        self.problems.extend(check_plan(plan))
+        self.problems.extend(check_plan(plan.packages, {fmt: get_format(fmt) for fmt in plan.packages}))
         if self.problems:
             raise RocpkgInputError(*self.problems)
         return plan
@@ -393,7 +394,7 @@ class _PlanBuilder:
         return min(roots, key=lambda n: (len(n), n)) if roots else ""
 
     def _format_packages(self, fmt: str, files, top: str) -> list[m.PackageSpec]:
-        namer = Namer(self.settings, self.abi, fmt)
+        namer = Namer(self.settings, self.abi, get_format(fmt).lower_devel)
         out: list[m.PackageSpec] = []
         pin = lambda name: self._pin(fmt, name)  # noqa: E731
         links = self._links_package(fmt, namer, files)
@@ -438,7 +439,7 @@ class _PlanBuilder:
                                     long_note=f"Installs this set with the kernels for the {fam} family: {', '.join(members)}.")
                     fm.depends.extend(pin(namer.device(d.name, t)) for t in members)
                     fm.scripts = scripts
-                    if fmt == "rpm" and fam != fam.lower():  # `dnf install ...-gfx110X` works too
+                    if get_format(fmt).case_provides and fam != fam.lower():  # `dnf install ...-gfx110X` works too
                         fm.provides.append(f"{namer.family_provides(d.name, fam)} = {self._evr()}")
                     out.append(fm)
                 meta = self._spec(fmt, d, versioned, m.KIND_META, summary_note="all targets", arch_independent=True,
@@ -460,7 +461,7 @@ class _PlanBuilder:
                                              f"({', '.join(members)}) and no other target's kernels.")
                 alias.summary = f"ROCm for {fam} GPUs ({', '.join(members)})"
                 alias.depends.append(pin(namer.family(top, fam)))
-                if fmt == "rpm" and namer.alias_provides(fam) != alias.name:
+                if get_format(fmt).case_provides and namer.alias_provides(fam) != alias.name:
                     alias.provides.append(f"{namer.alias_provides(fam)} = {self._evr()}")
                 out.append(alias)
         if top and self.settings.get("unversioned_targets"):
@@ -545,18 +546,18 @@ class _PlanBuilder:
                         for n in relation_names(r)[:1] if n in self.defs)
         return seen
 
-    def _add_libc_dependency(self, specs: list[m.PackageSpec]) -> None:
+    def _add_libc_dependency(self, specs: list[m.PackageSpec], libc: str) -> None:
         """What dpkg-shlibdeps would add and package.json lists often forget: a package
-        whose ELF files need libc.so.6 depends on libc6 (Debian's C library)."""
+        whose ELF files need libc.so.6 depends on the format's C library package (libc)."""
         needs: dict[str, bool] = {}
         for spec in specs:
-            if any(n == "libc6" for rel in spec.depends for n in relation_names(rel)):
+            if any(n == libc for rel in spec.depends for n in relation_names(rel)):
                 continue
             for fe in spec.files:
                 if fe.type == m.FILE and fe.source not in needs:
                     needs[fe.source] = "libc.so.6" in self.catalog.facts_of(fe.source).needed
                 if fe.type == m.FILE and needs[fe.source]:
-                    spec.depends.insert(0, "libc6")
+                    spec.depends.insert(0, libc)
                     break
 
     def _cycles(self) -> list[str]:
@@ -565,11 +566,3 @@ class _PlanBuilder:
         return [f"dependency cycle (legal in DEB/RPM): {' -> '.join(c + [c[0]])}" for c in strongly_connected(graph)
                 if len(c) > 1]
 
-
-def _normalise_external(fmt: str, relation: str) -> str:
-    """System relations are kept verbatim, only spaced the way each format writes them."""
-    if fmt == "deb":
-        return " | ".join(p.strip() for p in relation.split("|"))
-    if "|" in relation:
-        return "(" + " or ".join(p.strip() for p in relation.split("|")) + ")"
-    return relation

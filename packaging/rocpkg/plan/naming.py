@@ -47,12 +47,13 @@ def variant_prefix(pattern: str, variant: str) -> str:
 
 
 class Namer:
-    """Package names per format from the settings' patterns."""
+    """Package names from the settings' patterns, in one format's spelling (lower_devel:
+    Debian's `-dev` for a `-devel` definition)."""
 
-    def __init__(self, settings: dict, abi: str, fmt: str):
+    def __init__(self, settings: dict, abi: str, lower_devel: bool):
         self.naming = settings["naming"]
         self.abi = abi
-        self.fmt = fmt
+        self.lower_devel = lower_devel
         self.variant = build_variant(settings)
         # what the patterns' {abi} stands for: the ABI, after the variant ("-asan7.1")
         self.name_abi = f"-{self.variant}{abi}" if self.variant else abi
@@ -63,7 +64,7 @@ class Namer:
         return name.lower()
 
     def _base(self, definition: str) -> str:
-        return lower_devel(definition) if self.fmt == "deb" else definition
+        return lower_devel(definition) if self.lower_devel else definition
 
     def unversioned(self, d: str) -> str:
         return self._fix(self._base(d) + (f"-{self.variant}" if self.variant else ""))

@@ -80,6 +80,6 @@ def link_archive_providers(plan, facts_of, pin, settings: dict) -> tuple[list[st
                         f"and no host binary's marker names an archive another package ships")
                 if settings.get("allow_unsatisfied"):
                     warnings.append(what)
-                elif fmt == "deb" or "deb" not in plan.packages:
+                elif fmt == next(iter(plan.packages)):   # said once, in the plan's first format
                     problems.append((p.name, what))
     return warnings, problems

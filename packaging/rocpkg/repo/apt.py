@@ -28,6 +28,7 @@ from rocpkg.out.digest_cache import DigestCache
 from rocpkg.errors import RocpkgInputError
 from rocpkg.formats.sign import KEYRING_NAME, Signer
 from rocpkg.formats.streams import AtomicOutput
+from rocpkg.repo.urls import keyring_path, source_url
 
 COMPONENT = "main"
 DEFAULT_ARCHITECTURES = ("amd64",)
@@ -103,16 +104,15 @@ def write_client_snippet(out_dir: str | os.PathLike, suite: str = "stable",
                          base_url: str | None = None,
                          keyring: str = f"/usr/share/keyrings/{KEYRING_NAME}") -> str:
     """Write OUT/rocm.list, the one-line apt source for this repository. base_url is a
-    URL or a local path of the deb/ directory; it defaults to file://<absolute OUT>/deb.
+    URL or an absolute local path of the deb/ directory; it defaults to file://<absolute
+    OUT>/deb; either is written as rocpkg.repo.urls.source_url makes it (or refused).
     The line says what is true on disk: `signed-by` the exported key when the suite has
     an InRelease and OUT the key, else `trusted=yes` (the CLI warns). Returns the path."""
     out_dir = os.fspath(out_dir)
-    url = base_url or os.path.join(os.path.abspath(out_dir), "deb")
-    if "://" not in url:
-        url = "file://" + os.path.abspath(url)
+    url = source_url(base_url or os.path.join(os.path.abspath(out_dir), "deb"))
     signed = os.path.isfile(os.path.join(out_dir, "deb", "dists", suite, "InRelease")) \
         and os.path.isfile(os.path.join(out_dir, KEYRING_NAME))
-    trust = f"signed-by={keyring}" if signed else "trusted=yes"
+    trust = f"signed-by={keyring_path(keyring)}" if signed else "trusted=yes"
     line = f"deb [{trust}] {url} {suite} {COMPONENT}\n"
     return _write(os.path.join(out_dir, "rocm.list"), line.encode("utf-8"))
 

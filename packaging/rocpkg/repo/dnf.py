@@ -30,6 +30,7 @@ from rocpkg.formats.rpm.record import DEPENDENCY_TAGS
 from rocpkg.formats.rpm.relations import FLAG_NAMES, PRE_FLAGS
 from rocpkg.formats.sign import ARMORED_KEY_NAME, Signer, sign_rpm_header
 from rocpkg.formats.streams import AtomicOutput, HashingWriter, hash_file
+from rocpkg.repo.urls import source_url
 
 NS_COMMON = "http://linux.duke.edu/metadata/common"
 NS_RPM = "http://linux.duke.edu/metadata/rpm"
@@ -116,12 +117,13 @@ def write_client_snippet(out_dir: str | os.PathLike, base_url: str | None = None
     """Write OUT/rocm.repo for /etc/yum.repos.d or /etc/zypp/repos.d with package and
     metadata signature checks on (dnf reads gpgcheck/repo_gpgcheck and ignores
     pkg_gpgcheck; libzypp checks package signatures of a signed repository only with
-    pkg_gpgcheck). base_url is a URL or a local path of the rpm/ directory (default
-    file://<absolute OUT>/rpm); gpgkey_url defaults to the exported OUT/rocm.asc. Checks
-    are on only when true on disk (repomd.xml.asc and the key exist), else gpgcheck=0."""
+    pkg_gpgcheck). base_url is a URL or an absolute local path of the rpm/ directory
+    (default file://<absolute OUT>/rpm); gpgkey_url defaults to the exported OUT/rocm.asc;
+    both written as rocpkg.repo.urls.source_url makes them (or refused). Checks are on
+    only when true on disk (repomd.xml.asc and the key exist), else gpgcheck=0."""
     out_dir = os.path.abspath(os.fspath(out_dir))
-    url = _as_url(base_url or os.path.join(out_dir, "rpm"))
-    key = _as_url(gpgkey_url or os.path.join(out_dir, ARMORED_KEY_NAME))
+    url = source_url(base_url or os.path.join(out_dir, "rpm"))
+    key = source_url(gpgkey_url or os.path.join(out_dir, ARMORED_KEY_NAME))
     signed = os.path.isfile(os.path.join(out_dir, "rpm", "repodata", "repomd.xml.asc")) \
         and os.path.isfile(os.path.join(out_dir, ARMORED_KEY_NAME))
     text = repo_file_text(repo_id, name, url, key if signed else None, zypper=True)
@@ -490,10 +492,6 @@ def _repomd_bytes(records: list[dict], revision: int) -> bytes:
 
 
 # -- small helpers ------------------------------------------------------------------------
-
-def _as_url(location: str) -> str:
-    return location if "://" in location else "file://" + os.path.abspath(location)
-
 
 def _remove_unreferenced(repodata: str, keep: set[str]) -> None:
     """Drop metadata files neither the new nor the previous repomd.xml names: readers

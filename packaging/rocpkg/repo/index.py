@@ -19,6 +19,7 @@ from rocpkg.out.journal import Change
 from rocpkg.out.manifest_schema import check_manifest, read_parts
 from rocpkg.out.outdir import MANIFEST_PARTS
 from rocpkg.out.state import recorded_states, rewrite_states
+from rocpkg.repo.urls import repository_url
 
 # An APT suite is a directory name under dists/ and a Release field: no separators, no dots first
 _SUITE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
@@ -77,15 +78,13 @@ def publish_repositories(out_dir: str, *, suite: str, signer=None, source_date_e
         raise RocpkgInputError(("--suite", f"{suite!r} is not a suite name (letters, digits, '.', '_', '-'; "
                                           "it becomes a directory under deb/dists/)"))
     from rocpkg.verify.integrity import unrecorded_packages
-    from rocpkg.formats.preflight import url_problem
 
-    if base_url is not None and (problem := url_problem(base_url, ("http", "https", "file"), path=True)):
-        raise RocpkgInputError(("--base-url", problem))
+    root = repository_url(out_dir, base_url)      # every source line's URL, checked before anything is written
 
     foreign = unrecorded_packages(out_dir)      # indexing a file no build of rocpkg wrote would vouch for it
     if foreign:
         raise RocpkgInputError(*foreign)
-    base = base_url.rstrip("/") if base_url else None
+    base = root if base_url is not None else None
     snippets: dict[str, str] = {}
     # one journaled change (rocpkg.out.journal): indexes, signatures and snippets all new, or all as they were
     with Change(out_dir, "repo", {"suite": suite, "signed": signer is not None}):
@@ -96,11 +95,11 @@ def publish_repositories(out_dir: str, *, suite: str, signer=None, source_date_e
             if base and signer is not None and present else []
         if os.path.isdir(os.path.join(out_dir, "deb", "pool")):
             repo_apt.publish_apt(out_dir, suite=suite, signer=signer, source_date_epoch=source_date_epoch)
-            snippets["deb"] = repo_apt.write_client_snippet(out_dir, suite=suite, base_url=base and f"{base}/deb")
+            snippets["deb"] = repo_apt.write_client_snippet(out_dir, suite=suite, base_url=f"{root}/deb")
         if os.path.isdir(os.path.join(out_dir, "rpm")):
             repo_dnf.publish_dnf(out_dir, signer=signer, source_date_epoch=source_date_epoch,
                                  sign_packages=signer is not None)
-            snippets["rpm"] = repo_dnf.write_client_snippet(out_dir, base_url=base and f"{base}/rpm",
+            snippets["rpm"] = repo_dnf.write_client_snippet(out_dir, base_url=f"{root}/rpm",
                                                             gpgkey_url=base and f"{base}/rocm.asc")
         if not snippets:
             raise RocpkgInputError((out_dir, "no deb/pool or rpm directory to index"))

@@ -40,7 +40,7 @@ PUBLISHED_ROOTS = ("deb", "rpm")
 PUBLISHED_FILES = ("rocm.gpg", "rocm.asc", "rocm.list", "rocm.repo", "manifest.json")
 ROOT_INDEXES = ("Release", "Release.gpg", "InRelease", "repomd.xml.asc", "repomd.xml")
 LAST = ("rocm.list", "rocm.repo", "manifest.json")
-_CONTENT_ADDRESSED = re.compile(r"(^deb/pool/|/by-hash/|^rpm/repodata/[0-9a-f]{64}-[^/]+$|\.rpm$|^rocm\.(gpg|asc)$)")
+_CONTENT_ADDRESSED = re.compile(r"(^deb/pool/|/by-hash/|^rpm/repodata/[0-9a-f]{64}-[^/]+\Z|\.rpm\Z|^rocm\.(gpg|asc)\Z)")
 MULTIPART_THRESHOLD = 64 << 20
 WORKERS = 8
 

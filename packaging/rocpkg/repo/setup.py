@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from rocpkg.errors import RocpkgInputError
 from rocpkg.formats.deb import read_deb_control, write_deb
+from rocpkg.formats.preflight import DEB_NAME
 from rocpkg.formats.rpm import package_from_header, read_rpm, write_rpm
 from rocpkg.formats.sign import Signer
 from rocpkg.formats.streams import AtomicOutput, copy_stream, hash_file
@@ -35,6 +36,7 @@ from rocpkg.inputs.config import relation_names
 from rocpkg.model import FILE, KIND_FILES, BuildOptions, FileEntry, PackageSpec
 from rocpkg.out import releases
 from rocpkg.out.journal import active_change
+from rocpkg.repo.urls import source_url
 
 DEFAULT_TOP = "rocm"        # an OUT whose manifest names no top meta-package
 COMPONENT = "main"
@@ -61,19 +63,26 @@ class SetupPackage:
 def top_metapackage(out_dir: str) -> str:
     """The release's top meta-package as the planner chose it: of the meta-packages with
     no target or family that no other package depends on, the shortest name (then the
-    first); DEFAULT_TOP when the manifest records none."""
+    first); DEFAULT_TOP when the manifest records none. It names files, a .repo section and
+    a package of both formats: one that is no Debian package name is refused."""
     entries = (releases.read_manifest(out_dir) or {}).get("packages", [])
     depended = {name for e in entries for r in e.get("depends", []) for name in relation_names(r)}
     roots = [e["name"] for e in entries if e.get("kind") == "meta" and not e.get("target")
              and not e.get("family") and e["name"] not in depended]
-    return min(roots, key=lambda n: (len(n), n)) if roots else DEFAULT_TOP
+    top = min(roots, key=lambda n: (len(n), n)) if roots else DEFAULT_TOP
+    if not DEB_NAME.fullmatch(top):
+        raise RocpkgInputError((os.path.join(out_dir, releases.MANIFEST),
+                                f"top meta-package {top!r} is not a package name (lower-case letters, digits, + - .)"))
+    return top
 
 
 def setup_files(fmt: str, top: str, *, base_url: str, suite: str, signer: Signer) -> dict[str, bytes]:
     """Install path -> bytes of the files `<top>-repo` ships in one format. base_url is
-    the repository's root (deb/ and rpm/ below it)."""
+    the repository's root (deb/ and rpm/ below it), written as rocpkg.repo.urls.source_url
+    makes it (or refused)."""
     from rocpkg.repo.dnf import repo_file_text
 
+    base_url = source_url(base_url, "--base-url")
     if fmt == "deb":
         keyring = f"/usr/share/keyrings/{top}-archive-keyring.gpg"
         sources = (f"Types: deb\nURIs: {base_url}/deb\nSuites: {suite}\nComponents: {COMPONENT}\n"

@@ -37,7 +37,7 @@ HEAD_WINDOW = 4 << 20           # of a host ELF: its start (headers, program hea
 TAIL_WINDOW = 32 << 20          # ... and its end (section table, names, the marker a tool appends)
 MAX_ENTRIES = 250_000           # payload entries of one package (TheRock's largest: tens of thousands)
 MAX_SECONDS = 600               # to stream one package's payload
-_PIN = re.compile(r"^(?P<name>[^\s(|]+)\s*(?:\(\s*=\s*(?P<deb>[^\s)]+)\s*\)|=\s*(?P<rpm>\S+))$")
+_PIN = re.compile(r"^(?P<name>[^\s(|]+)\s*(?:\(\s*=\s*(?P<deb>[^\s)]+)\s*\)|=\s*(?P<rpm>\S+))\Z")
 
 
 def read_tree_release(fmt: str, paths: list[str], pool: ThreadPoolExecutor) -> ReleaseView:

@@ -11,24 +11,29 @@ testable alone:
   spec        parse_spec(): the rendered spec text -> preamble, relations, scripts
   write       write_rpm(): a PackageSpec -> a streamed .rpm
 
-This package re-exports what callers use."""
-from rocpkg.formats.rpm.cpio import CpioWriter, iter_cpio, skip_cpio_pad
-from rocpkg.formats.rpm.header import DecodedHeader, decode_header, encode_header
-from rocpkg.formats.rpm.read import RpmInfo, open_payload_stream, read_rpm, replace_signature
-from rocpkg.formats.rpm.record import RpmFile, RpmPackageRecord, package_from_header
-from rocpkg.formats.rpm.relations import (RPMSENSE_ANY, RPMSENSE_EQUAL, RPMSENSE_GREATER, RPMSENSE_LESS,
-                                  RPMSENSE_RPMLIB, format_relation, parse_relation, split_evr)
-from rocpkg.formats.rpm.signature import LEAD_SIZE, encode_signature
-from rocpkg.formats.rpm.spec import ParsedSpec, parse_spec
-from rocpkg.formats.rpm.tags import (RPMFILE_GHOST, TYPE_BIN, TYPE_INT16, TYPE_INT32, TYPE_INT64, TYPE_STRING,
-                             TYPE_STRING_ARRAY, SigTag, Tag)
-from rocpkg.formats.rpm.write import write_rpm
+  plugin      FORMAT: what the rest of rocpkg asks of the format (rocpkg.formats.registry)
 
-__all__ = [
-    "CpioWriter", "iter_cpio", "skip_cpio_pad", "DecodedHeader", "decode_header", "encode_header",
-    "RpmInfo", "open_payload_stream", "read_rpm", "replace_signature", "RpmFile", "RpmPackageRecord",
-    "package_from_header", "RPMSENSE_ANY", "RPMSENSE_EQUAL", "RPMSENSE_GREATER", "RPMSENSE_LESS",
-    "RPMSENSE_RPMLIB", "format_relation", "parse_relation", "split_evr", "LEAD_SIZE", "encode_signature",
-    "ParsedSpec", "parse_spec", "RPMFILE_GHOST", "TYPE_BIN", "TYPE_INT16", "TYPE_INT32", "TYPE_INT64",
-    "TYPE_STRING", "TYPE_STRING_ARRAY", "SigTag", "Tag", "write_rpm",
-]
+This package re-exports what callers use, lazily: registering the format loads only its
+light description, not the writer."""
+from __future__ import annotations
+
+import importlib
+
+_EXPORTS = {"CpioWriter": "cpio", "iter_cpio": "cpio", "skip_cpio_pad": "cpio", "DecodedHeader": "header",
+            "decode_header": "header", "encode_header": "header", "RpmInfo": "read",
+            "open_payload_stream": "read", "read_rpm": "read", "replace_signature": "read",
+            "RpmFile": "record", "RpmPackageRecord": "record", "package_from_header": "record",
+            "RPMSENSE_ANY": "relations", "RPMSENSE_EQUAL": "relations", "RPMSENSE_GREATER":
+            "relations", "RPMSENSE_LESS": "relations", "RPMSENSE_RPMLIB": "relations",
+            "format_relation": "relations", "parse_relation": "relations", "split_evr": "relations",
+            "LEAD_SIZE": "signature", "encode_signature": "signature", "ParsedSpec": "spec",
+            "parse_spec": "spec", "RPMFILE_GHOST": "tags", "TYPE_BIN": "tags", "TYPE_INT16": "tags",
+            "TYPE_INT32": "tags", "TYPE_INT64": "tags", "TYPE_STRING": "tags", "TYPE_STRING_ARRAY":
+            "tags", "SigTag": "tags", "Tag": "tags", "write_rpm": "write"}
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)

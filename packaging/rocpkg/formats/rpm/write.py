@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import os
 
+from rocpkg.formats.rpm.plugin import FORMAT, file_name
 from rocpkg.formats import compression
 from rocpkg.errors import RocpkgInputError
 from rocpkg.formats.filelist import check_sources, checked_files
@@ -264,7 +265,7 @@ def _stream_payload(spec, files, payload_sink, large: bool, mtime: int, threads:
 
 def write_rpm(spec: PackageSpec, out_dir: str, options: BuildOptions,
               observe: Observe | None = None) -> BuiltPackage:
-    """Write out_dir/<spec.filename>, streaming: (1) check the sources; (2) lead,
+    """Write out_dir/<file_name(spec)>, streaming: (1) check the sources; (2) lead,
     placeholder signature, placeholder header (every digest zeros: digests are fixed-length
     hex, so the header's length does not depend on them), then the compressed cpio while
     taking each file's sha256 and the compressed payload's; (3) rewrite the header with
@@ -279,7 +280,7 @@ def write_rpm(spec: PackageSpec, out_dir: str, options: BuildOptions,
     written: the v3 MD5 over header + payload (rpmsign(8): "expensive and redundant
     baggage on packages where a separate payload digest exists") and PAYLOADDIGESTALT (the
     uncompressed stream's, optional): each was one more full pass over the payload."""
-    if spec.format != "rpm":
+    if spec.format != FORMAT.name:
         raise RocpkgInputError((spec.name, f"not an rpm spec (format {spec.format!r})"))
     try:
         spec_text = render_spec(spec, options)
@@ -297,7 +298,7 @@ def write_rpm(spec: PackageSpec, out_dir: str, options: BuildOptions,
     # The largest signature this package can need fixes the size of its slot.
     sig_area = len(encode_signature(signature_tags(header, LARGE_SIZE + 1, LARGE_SIZE + 1), None))
     nevr = f"{parsed.preamble['name']}-{spec.evr}"
-    path = os.path.join(out_dir, spec.filename)
+    path = os.path.join(out_dir, file_name(spec))
     with AtomicOutput(path, "w+b") as out:
         out.write(encode_lead(nevr))
         out.write(bytes(sig_area))

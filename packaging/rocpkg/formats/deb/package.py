@@ -29,6 +29,7 @@ from rocpkg.errors import RocpkgInputError
 from rocpkg.formats.filelist import check_sources, checked_files, with_parents
 from rocpkg.model import DIR, FILE, SYMLINK, BuildOptions, BuiltPackage, FileEntry, PackageSpec
 from rocpkg.formats.render import render_deb
+from rocpkg.formats.deb.plugin import FORMAT, file_name
 from rocpkg.formats.streams import CHUNK, AtomicOutput, DigestThread, Observe, SourceFile, digester, hash_open, observed_file
 
 AR_MAGIC = b"!<arch>\n"
@@ -280,10 +281,10 @@ def _ar_member(out: BinaryIO, name: str, data: bytes, mtime: int) -> None:
 
 def write_deb(spec: PackageSpec, out_dir: str, options: BuildOptions,
               observe: Observe | None = None) -> BuiltPackage:
-    """Write `out_dir/<spec.filename>` atomically; bad input raises RocpkgInputError and
+    """Write `out_dir/<file_name(spec)>` atomically; bad input raises RocpkgInputError and
     leaves no file behind. observe: gives the observer of a source file's bytes as they
     are read (rocpkg.formats.streams.StreamObserver; what each saw: BuiltPackage.observed)."""
-    if spec.format != "deb":
+    if spec.format != FORMAT.name:
         raise RocpkgInputError((spec.name, f"a {spec.format!r} spec given to the .deb writer"))
     if options.compression not in compression.SUFFIXES:
         raise RocpkgInputError((spec.name, f"unknown compression {options.compression!r} (zstd, xz, gzip)"))
@@ -299,13 +300,13 @@ def write_deb(spec: PackageSpec, out_dir: str, options: BuildOptions,
         return _compress_control(_control_tar(control_text, rendered.scripts, _md5sums(tree, digests, conffiles),
                                               conffiles, options.source_date_epoch, spec.shlibs), stored=has_sources)
 
-    path = os.path.join(out_dir, spec.filename)
+    path = os.path.join(out_dir, file_name(spec))
     found: list = []
     with AtomicOutput(path, "w+b") as out:
         try:
             _write_ar(out, spec, control_member, tree, options, observe, found)
         except _MemberTooLarge as exc:
-            raise RocpkgInputError((f"{spec.name}: {spec.filename}", str(exc))) from None
+            raise RocpkgInputError((f"{spec.name}: {file_name(spec)}", str(exc))) from None
         # The .deb's sha256 (the Packages index and the manifest carry it) covers
         # control.tar.gz, which is final only once every md5 is known, i.e. after the
         # payload: no order takes it in the write pass. The cheapest is one pass over the

@@ -1,0 +1,123 @@
+"""What the rest of rocpkg asks of a package format: the Format interface.
+
+Each format is a folder under formats/ whose `plugin.py` builds one Format and nothing
+else; rocpkg.formats.registry lists them once. Everything outside formats/ that differs by
+format reads it from here (a name rule, a relation's syntax, the pool a package lies in,
+the module that writes or indexes it), so adding a format adds a folder and a line in the
+registry, and no module outside formats/ branches on a format's name.
+
+A Format is light, plain data: its heavy parts (the writer, the indexer) are named as
+"module:function" and imported where they are used (`Format.load`), so that a worker
+building .rpm files never loads the .deb writer.
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Callable
+
+from rocpkg import model as m
+
+
+@dataclass(frozen=True)
+class Format:
+    """One package format, as the planner, the builder, OUT's records, verify and the
+    repository commands see it.
+
+    name:            the `--formats` choice, PackageSpec.format, manifest.json's "format",
+                     and OUT's top directory that holds the format's pool and indexes
+    title:           what the format is called in messages ("Debian", "RPM")
+    suffix:          a package file's suffix (".deb")
+    client:          the package manager users install with ("apt")
+    dialect:         which of package.json's relation sets the format's packages take
+                     ("deb": DEBDepends and kin, "rpm": RPMRequires and kin)
+    metadata_suffix: OUT/control/<package>.<metadata_suffix>, the rendered metadata kept for review
+    pin:             (name, evr) -> the relation that pins name at exactly evr
+    external:        a package.json system relation -> this format's text of it ("": the
+                     format has no name for system packages package.json gives)
+    arch:            (arch_independent, definition fields, settings) -> the architecture name
+    file_name:       spec -> the package's file name
+    pool:            spec -> the directory under OUT/<name>/ that holds the package file
+    writer:          "module:function" of the writer, f(spec, out_dir, options, observe) -> BuiltPackage
+    name_rule:       a regular expression a package name must fully match
+    arch_rule:       a regular expression an architecture name must fully match
+    version_problem: evr -> why the format cannot carry it ("" when it can)
+    relation_problem: relation -> why it is not a relation of this format ("" when it is)
+    lower_devel:     `-devel` definitions become `-dev` (Debian's spelling)
+    meta_section:    the section of packages that only pull in others ("" keeps the definition's)
+    plain_shared_objects: shared objects lose their execute bits (Debian policy 10.9)
+    case_provides:   a mixed-case family name is also provided (`dnf install rocm-gfx110X`)
+    needs_maintainer: a package without a maintainer is refused
+    libc:            the C library's package a package whose ELF files need libc.so.6
+                     depends on ("" adds none)
+    debug_suffix:    the debug package's suffix ("-dbgsym")
+    debug_summary:   package name -> the debug package's summary
+    debug_provides:  build-ids -> what the debug package provides
+    library_metadata: (spec, host ELF facts, settings' exclude patterns) -> None; fills in
+                     what downstream packaging tools read of the libraries a spec ships
+    finish_debug:    (debug spec, its package's spec, build-ids) -> None; the debug package as
+                     the format's own tools make it (None: as planned)
+    package_root:    the directory under OUT/<name>/ below which every package file lies
+                     ("pool"; "": anywhere in it)
+    index_dirs:      directories of the tree that hold indexes, never packages ("repodata")
+    sign_in_place:   "module:function" f(path, signer) -> whether it changed the file: the
+                     signature a package carries inside it ("": none)
+    writer_threads:  the most compressor threads one package of the format uses (0: any)
+    templates:       the writer's templates (compiled once before the workers fork)
+    default_build:   built when `--formats` is not given
+    version:         (upstream version, release) -> the format's spelling of them (pacman's
+                     pkgver has no `~`); a pin's evr is given unmapped, as the plan writes it
+    """
+
+    name: str
+    title: str
+    suffix: str
+    client: str
+    dialect: str
+    metadata_suffix: str
+    pin: Callable[[str, str], str]
+    external: Callable[[str], str]
+    arch: Callable[[bool, dict, dict], str]
+    file_name: Callable[[m.PackageSpec], str]
+    pool: Callable[[m.PackageSpec], str]
+    writer: str
+    name_rule: object
+    arch_rule: object
+    version_problem: Callable[[str], str]
+    relation_problem: Callable[[str], str]
+    lower_devel: bool = False
+    meta_section: str = ""
+    plain_shared_objects: bool = False
+    case_provides: bool = False
+    needs_maintainer: bool = False
+    libc: str = ""
+    debug_suffix: str = "-debug"
+    debug_summary: Callable[[str], str] = lambda name: f"debug symbols for {name}"
+    debug_provides: Callable[[list[str]], list[str]] = lambda ids: []
+    library_metadata: Callable | None = None
+    finish_debug: Callable | None = None
+    sign_in_place: str = ""
+    package_root: str = ""
+    index_dirs: tuple[str, ...] = ()
+    writer_threads: int = 0
+    templates: tuple[str, ...] = field(default=())
+    default_build: bool = True
+    version: Callable[[str, str], tuple[str, str]] = lambda version, release: (version, release)
+
+    def load(self, reference: str):
+        """The object a "module:function" reference of this format names."""
+        module, _, attr = reference.partition(":")
+        return getattr(importlib.import_module(module), attr)
+
+    def write(self, spec: m.PackageSpec, out_dir: str, options: m.BuildOptions, observe=None) -> m.BuiltPackage:
+        """Write one package of this format (the format's writer)."""
+        return self.load(self.writer)(spec, out_dir, options, observe)
+
+    @property
+    def writer_module(self) -> str:
+        return self.writer.partition(":")[0]
+
+    @property
+    def writer_modules(self) -> list[str]:
+        """The modules whose code decides a package's bytes: the writer's, the in-place signer's."""
+        return [ref.partition(":")[0] for ref in (self.writer, self.sign_in_place) if ref]
