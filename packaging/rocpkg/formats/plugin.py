@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Protocol
 
 from rocpkg import model as m
 
@@ -65,6 +65,9 @@ class Format:
     writer_threads:  the most compressor threads one package of the format uses (0: any)
     templates:       the writer's templates (compiled once before the workers fork)
     default_build:   built when `--formats` is not given
+    repository:      "module:object" of the format's Repository (below): its indexes, their
+                     signatures, the client's source snippet, the setup package's files
+    reader:          "module:object" of the format's Reader (below): verify's read-back
     version:         (upstream version, release) -> the format's spelling of them (pacman's
                      pkgver has no `~`); a pin's evr is given unmapped, as the plan writes it
     """
@@ -103,6 +106,8 @@ class Format:
     templates: tuple[str, ...] = field(default=())
     default_build: bool = True
     version: Callable[[str, str], tuple[str, str]] = lambda version, release: (version, release)
+    repository: str = ""
+    reader: str = ""
 
     def load(self, reference: str):
         """The object a "module:function" reference of this format names."""
@@ -121,3 +126,17 @@ class Format:
     def writer_modules(self) -> list[str]:
         """The modules whose code decides a package's bytes: the writer's, the in-place signer's."""
         return [ref.partition(":")[0] for ref in (self.writer, self.sign_in_place) if ref]
+
+
+class Repository(Protocol):
+    """A format's repository: what `rocpkg repo`, prune, promote, export, publish and
+    verify's integrity checks ask of the format, over OUT/<name>/ (the format's tree).
+    Everything OUT-specific (the digest cache, the journal's change, hostile-safe opening
+    of OUT's files) is handed in by the caller, so that the format knows nothing of OUT's
+    records. Each format's implementation is formats/<name>/repository.py."""
+
+
+class Reader(Protocol):
+    """A format's read-back for verify: a package file's metadata as a PackageSpec
+    (name, version, relations, files) and one streamed pass over its payload. Each format's
+    implementation is formats/<name>/reader.py."""
