@@ -1,4 +1,4 @@
-"""Read kpack archives (format version 1, DESIGN §8; the format's facts are in kpack.format).
+"""Read kpack archives (format version 1, docs/kpack.md; the format's facts are in kpack.format).
 
 Layout: 16-byte header (`KPAK`, u32 version, u64 TOC offset), zeros to offset 64, the
 blob area, then a MessagePack TOC running to the end of the file. The `none` scheme

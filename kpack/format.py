@@ -1,4 +1,4 @@
-"""The kpack archive format's facts (version 1, DESIGN §8) and the bounded byte access the
+"""The kpack archive format's facts (version 1, docs/kpack.md) and the bounded byte access the
 reader, the writer and the checks share.
 
 Header 16 bytes (HEADER: `KPAK`, u32 version, u64 TOC offset), zeros to BLOB_AREA_START,

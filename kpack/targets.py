@@ -5,7 +5,7 @@ A target ID is `processor[-strict][:feature±]...`, e.g. `gfx942:sramecc+:xnack-
 `gfx1250-strict`, `gfx11-generic`; the full ISA name ROCr reports
 (`amdgcn-amd-amdhsa--gfx942:sramecc+:xnack-`) and any feature order are accepted.
 Features are kept in LLVM's canonical (alphabetical) order when printed. Family names
-(`gfx110X`) follow TheRock's target table (DESIGN §9).
+(`gfx110X`) follow TheRock's target table (THEROCK_FAMILIES below; FAMILIES adds the rest).
 """
 from __future__ import annotations
 
@@ -68,7 +68,7 @@ GENERIC_TARGETS: dict[str, list[str]] = {
     "gfx12-5-generic": ["gfx1250", "gfx1251"],
 }
 
-# TheRock's family table (DESIGN §9), then one single-target family for each HSA-capable
+# TheRock's family table (THEROCK_FAMILIES), then one single-target family for each HSA-capable
 # processor of LLVM's table that TheRock leaves out (gfx7, gfx8, gfx902, gfx940, ...: Debian's
 # ROCm builds gfx803, its runtime carries gfx700-gfx1035). gfx6 (no HSA runtime) and the
 # generic targets are in no family: "not a target of this release".

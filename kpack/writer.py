@@ -1,4 +1,4 @@
-"""Write kpack archives (format version 1, DESIGN §8) kernel by kernel, never holding more
+"""Write kpack archives (format version 1, docs/kpack.md) kernel by kernel, never holding more
 than one kernel in memory, and never leaving a partial archive under its final name."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""What `build` refuses (DESIGN §7a): the checks `verify` makes of a plan, and a structural
+"""What `build` refuses (README: What build refuses): the checks `verify` makes of a plan, and a structural
 check of every kpack archive the plan packs, run before a byte is written.
 
 verify only advises; a build that packed what verify rejects would publish a release that
@@ -137,7 +137,7 @@ def _check_one_archive(path: str, whole_kernels: bool) -> list[Refusal]:
 
 
 def _named_target(path: str) -> str | None:
-    """The target an archive's name says it holds (`<prefix>_<target>.kpack`, DESIGN §8);
+    """The target an archive's name says it holds (`<prefix>_<target>.kpack`, docs/kpack.md);
     None for a name that carries no target (a family archive, another naming)."""
     from kpack import targets as kt
 

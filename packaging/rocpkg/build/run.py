@@ -1,7 +1,7 @@
 """Build a release: write every package of a plan into OUT, in parallel, incrementally,
 optionally one shard of it, and record what was written in OUT/manifest.json.
 
-Layout written (DESIGN §3):
+Layout written (README: Layout):
     OUT/deb/pool/main/<name>_<ver>_<arch>.deb       OUT/control/<name>.control
     OUT/rpm/<arch>/<name>-<ver>-<rel>.<arch>.rpm    OUT/control/<name>.spec
     OUT/manifest.json                               (a shard: OUT/manifest.d/shard-I-of-N.json)

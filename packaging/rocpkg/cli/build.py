@@ -312,7 +312,7 @@ def _cmd_demo(args) -> int:
 
 def _install_names(family: str, settings: dict, abi: str) -> tuple[str, str]:
     """(DEB name, RPM name) of a family's alias package: DEB names are lower-case, RPM
-    provides the family's own spelling (DESIGN §3); a variant build's (rocm-asan-gfx110x)."""
+    provides the family's own spelling (README: What it does); a variant build's (rocm-asan-gfx110x)."""
     from rocpkg.plan.naming import alias_name, build_variant
 
     name = alias_name(settings["naming"]["alias"], family, abi, build_variant(settings))

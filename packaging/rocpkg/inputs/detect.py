@@ -87,7 +87,7 @@ def detect_gpus(sysfs_root: str = "/sys", families: dict[str, list[str]] | None 
 def packages_in_tree(out_dir: str) -> tuple[dict[str, set[str]], str]:
     """({format: lower-case package names}, release version) of a tree `rocpkg build` wrote,
     from its manifest.json: what a repository published from it can install (an RPM family
-    alias is named in lower case and provides the family's spelling, DESIGN §3)."""
+    alias is named in lower case and provides the family's spelling, README: What it does)."""
     from rocpkg.errors import RocpkgInputError
 
     path = os.path.join(out_dir, "manifest.json")

@@ -1,4 +1,4 @@
-"""The package set and its relations (DESIGN §3), per format, before a byte is written.
+"""The package set and its relations (README: What it does), per format, before a byte is written.
 
 Input: a validated Config and a Catalog. Output: a Plan holding, per format, every
 PackageSpec with its names, pins, relations in that format's syntax and its sorted file

@@ -1,4 +1,4 @@
-"""Package names per format from the settings' naming patterns (DESIGN §3): the ABI a
+"""Package names per format from the settings' naming patterns (README: What it does): the ABI a
 version names, Debian's `-dev` spelling, lower-case names in both formats, and where a
 build variant goes (TheRock's `--build-variant asan`): `-asan` before the ABI in every
 versioned name (`amdrocm-core-asan7.1`, `amdrocm-fft-host-asan7.1`,

@@ -1,4 +1,4 @@
-"""`rocpkg verify`: the checks no packager makes today (DESIGN §7), over a plan before a
+"""`rocpkg verify`: the checks no packager makes today (README: What build refuses, docs/repository.md: Integrity), over a plan before a
 byte is written or over a built OUT tree read back from its .deb and .rpm files.
 
 The costly packaging bugs are silent: kernels missing for one target, a meta-package that
