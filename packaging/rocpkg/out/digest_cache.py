@@ -5,19 +5,24 @@ the files that changed since the last one.
 A file's remembered digest is trusted only while its size, mtime, ctime and inode are
 all unchanged: any rewrite (a rebuild renamed into place, an in-place header
 signature) changes at least one of them. The cache is a plain JSON file under OUT's
-private `.rocpkg/` directory, written atomically; a missing or unreadable cache just
-means hashing everything.
+private `.rocpkg/` directory, written atomically and read as OUT's own files are
+(rocpkg.out.files: a symlink or a FIFO there is refused); a missing or damaged cache, or
+a damaged entry, just means hashing those files again.
 """
 from __future__ import annotations
 
 import json
 import os
+import re
 import time
 
+from rocpkg.errors import RocpkgInputError
 from rocpkg.formats.streams import AtomicOutput, hash_file
+from rocpkg.out.files import parse_json, read_file
 
 CACHE_DIR = ".rocpkg"
 RACY_NS = 1_000_000_000      # far above any filesystem's timestamp granularity
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 class DigestCache:
@@ -25,11 +30,7 @@ class DigestCache:
 
     def __init__(self, out_dir: str | os.PathLike, name: str):
         self.path = os.path.join(os.fspath(out_dir), CACHE_DIR, f"digests-{name}.json")
-        try:
-            with open(self.path, encoding="utf-8") as f:
-                self.entries: dict[str, list] = json.load(f)
-        except (OSError, ValueError):
-            self.entries = {}
+        self.entries: dict[str, list] = _entries(os.fspath(out_dir), f"{CACHE_DIR}/digests-{name}.json")
         self.seen: dict[str, list] = {}
 
     def sha256(self, path: str, key: str) -> tuple[str, int]:
@@ -61,6 +62,22 @@ class DigestCache:
         kept = self.seen if prune else {**self.entries, **self.seen}
         with AtomicOutput(self.path) as f:
             f.write(json.dumps(kept, sort_keys=True, indent=0).encode("utf-8"))
+
+
+def _entries(out_dir: str, rel: str) -> dict[str, list]:
+    """The cache's entries ({path: [size, mtime_ns, ctime_ns, inode, sha256]}), read as
+    OUT's own files are (a symlink or a FIFO is refused); {} when it is missing or is not
+    a cache rocpkg wrote (damaged JSON, another shape): that only means hashing again."""
+    data = read_file(out_dir, rel)
+    try:
+        doc = parse_json(data or b"{}", os.path.join(out_dir, rel), "digest cache")
+    except RocpkgInputError:
+        return {}
+    if not isinstance(doc, dict):
+        return {}
+    return {key: entry for key, entry in doc.items()
+            if isinstance(entry, list) and len(entry) == 5 and all(type(n) is int for n in entry[:4])
+            and isinstance(entry[4], str) and _SHA256.fullmatch(entry[4])}
 
 
 def _stamp(path: str) -> tuple[int, int, int, int]:

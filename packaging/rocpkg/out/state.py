@@ -21,6 +21,8 @@ import json
 import os
 import shutil
 
+from rocpkg import strict_json
+
 STATE_DIR = os.path.join(".rocpkg", "state")
 # a state's fields and their types: a record without them all is no record (built again)
 FIELDS = {"fingerprint": str, "file": str, "size": int, "sha256": str, "mtime_ns": int, "ino": int}
@@ -59,7 +61,7 @@ def read_states(out_dir: str, fmt: str) -> dict[str, dict]:
             continue
         for line in lines:
             try:
-                state = json.loads(line)
+                state = strict_json.loads(line)
             except ValueError:      # cut short by a crash: that package is built again
                 continue
             if isinstance(state, dict) and isinstance(state.get("name"), str):
@@ -90,8 +92,8 @@ def _whole(state) -> bool:
 
 def _parsed(path: str) -> dict | None:
     try:
-        with open(path, encoding="utf-8") as fh:
-            state = json.load(fh)
+        with open(path, "rb") as fh:
+            state = strict_json.loads(fh.read())
     except (OSError, ValueError):
         return None
     return state if isinstance(state, dict) else None
