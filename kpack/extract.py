@@ -86,8 +86,8 @@ class _Walk:
                 os.close(fd)
                 where = os.path.join(self.output, *self.parts[:depth])
                 if mode is not None and (stat.S_ISLNK(mode) or exc.errno in (errno.ELOOP, errno.ENOTDIR)):
-                    raise ExtractRefused(f"{where}: is {file_kind(mode)} where a directory belongs"
-                                         + (" (kpack never writes through one)" if stat.S_ISLNK(mode) else "")) from None
+                    never = " (kpack never writes through one)" if stat.S_ISLNK(mode) else ""
+                    raise ExtractRefused(f"{where}: is {file_kind(mode)} where a directory belongs{never}") from None
                 raise
             os.close(fd)
             fd = nxt
