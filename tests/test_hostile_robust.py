@@ -90,7 +90,8 @@ def _manifest_text(old: str, new: str):
 MANIFEST_CASES = [
     ("size-5000-digits", lambda doc: _manifest_text(f'"size": {doc["packages"][0]["size"]}', f'"size": {HUGE}')(doc),
      ["packages[0].size", "5000 digits"]),
-    ("date-1e999", lambda doc: _manifest_text('"date": 1700000000', '"date": 1e999')(doc), ["releases[0].date", "1e999"]),
+    ("date-1e999", lambda doc: _manifest_text('"date": 1700000000', '"date": 1e999')(doc),
+     ["releases[0].date", "1e999"]),
     ("date-nan", lambda doc: _manifest_text('"date": 1700000000', '"date": NaN')(doc), ["releases[0].date", "NaN"]),
     ("duplicate-key-in-a-package", lambda doc: _manifest_text('"name": ', '"name": "x", "name": ')(doc),
      ["packages[0]", "'name' appears twice"]),
@@ -203,3 +204,15 @@ def test_verify_names_a_control_member_that_is_no_tar(work):
     deb.write_bytes(data[:head] + bytes(header) + body + b"\n" * (len(body) % 2) + data[second:])
     work.refused("verify", "{out}", needles=[deb.name, "truncated header"])
 
+
+
+@pytest.mark.parametrize("line", ["[" * 100_000 + "]" * 100_000, '{"name": "ns", "name": "ns-base"}',
+                                  '{"name": "ns", "size": 1' + "0" * 5000 + "}"])
+def test_a_state_record_rocpkg_never_writes_is_no_record(work, line):
+    """The per-package state only spares rebuilding unchanged packages: a line json cannot
+    take (nested past its recursion, a repeated key, a 5000-digit integer) is no record,
+    that package is built again, never a traceback."""
+    with open(work.out / ".rocpkg/state/deb.jsonl", "a") as journal:
+        journal.write(line + "\n")
+    done = run(*build_args(work, "--release", "2"), env={"SOURCE_DATE_EPOCH": "1700000000"})
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr

@@ -82,7 +82,8 @@ def test_extract_refuses_a_kernel_that_is_another_kernels_directory(work):
     with KpackWriter(archive, "g", "gfx94X") as writer:
         writer.add("a#0", "gfx942", b"x")
         writer.add("a#0/gfx942.hsaco", "gfx90a", b"y")
-    refused(work, "extract", archive, "-o", work / "out", needles=["a#0/gfx942.hsaco", "is both a kernel and a directory"])
+    refused(work, "extract", archive, "-o", work / "out",
+            needles=["a#0/gfx942.hsaco", "is both a kernel and a directory"])
 
 
 def test_extract_replaces_a_symlink_where_a_kernel_belongs_never_writing_through_it(work):

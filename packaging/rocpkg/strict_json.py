@@ -5,9 +5,10 @@ where in the document it is.
 Refused: a key repeated in one object (json.loads would keep the later value), an integer
 of more than MAX_DIGITS digits (no count, size, date or inode rocpkg reads comes near;
 Python refuses to convert one of 4300), a number that is not finite (`1e999`), and the
-non-JSON constants NaN, Infinity and -Infinity. A refusal is a ValueError whose message
-starts with the JSON path (`settings.epoch`, `packages[3].size`, `(document)` for the
-top); bad syntax stays json's JSONDecodeError (a ValueError too), with its line and column.
+non-JSON constants NaN, Infinity and -Infinity, and nesting deeper than json's parser
+recurses (its RecursionError). A refusal is a ValueError whose message starts with the
+JSON path (`settings.epoch`, `packages[3].size`, `(document)` for the top); bad syntax
+stays json's JSONDecodeError (a ValueError too), with its line and column.
 """
 from __future__ import annotations
 
@@ -25,9 +26,9 @@ class _Refused:
         self.what = what
 
 
-def loads(text: str):
+def loads(text: str | bytes):
     """The document in text (module doc), or ValueError naming the path of the first
-    refused value."""
+    refused value (or saying it is nested deeper than json reads)."""
     refused = []
 
     def refuse(what: str) -> _Refused:
@@ -52,8 +53,11 @@ def loads(text: str):
         value = float(digits)
         return value if math.isfinite(value) else refuse(f"the number {digits[:40]} is out of range")
 
-    doc = json.loads(text, object_pairs_hook=pairs, parse_int=integer, parse_float=number,
-                     parse_constant=lambda name: refuse(f"{name} is not a JSON number"))
+    try:
+        doc = json.loads(text, object_pairs_hook=pairs, parse_int=integer, parse_float=number,
+                         parse_constant=lambda name: refuse(f"{name} is not a JSON number"))
+    except RecursionError:
+        raise ValueError("(document): nested too deeply") from None
     if refused:
         raise ValueError("%s: %s" % _first_refused(doc, refused[0]))
     return doc

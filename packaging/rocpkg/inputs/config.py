@@ -459,8 +459,6 @@ def load_config(path: str | os.PathLike | None = None, unknown_keys: str | None 
         raw = strict_json.loads(_config_bytes(path).decode("utf-8"))
     except FileNotFoundError:
         raise RocpkgInputError((path, "file not found")) from None
-    except RecursionError:
-        raise RocpkgInputError((path, "JSON nested too deeply")) from None
     except json.JSONDecodeError as exc:
         raise RocpkgInputError((f"{path}:{exc.lineno}:{exc.colno}", f"invalid JSON: {exc.msg}")) from None
     except ValueError as exc:           # strict_json's refusals: the JSON path, then what

@@ -165,8 +165,6 @@ def parse_json(data: bytes, where: str, what: str = "JSON"):
     no number out of range), UTF-8; bad input naming `where` and the JSON path otherwise."""
     try:
         return strict_json.loads(data.decode("utf-8"))
-    except RecursionError:
-        raise RocpkgInputError((where, f"not a readable {what}: nested too deeply")) from None
     except (UnicodeDecodeError, ValueError) as exc:  # JSONDecodeError and strict_json's refusals are ValueErrors
         raise RocpkgInputError((where, f"not a readable {what}: {exc}")) from None
 

@@ -62,7 +62,7 @@ def read_states(out_dir: str, fmt: str) -> dict[str, dict]:
         for line in lines:
             try:
                 state = strict_json.loads(line)
-            except ValueError:      # cut short by a crash: that package is built again
+            except ValueError:      # cut short by a crash, or not JSON rocpkg writes: built again
                 continue
             if isinstance(state, dict) and isinstance(state.get("name"), str):
                 name = state.pop("name")
