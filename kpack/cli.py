@@ -25,9 +25,7 @@ import argparse
 import os
 import posixpath
 import re
-import shutil
 import sys
-import tempfile
 
 import zstandard
 
@@ -36,6 +34,7 @@ from kpack.bundle import bundle_entries
 from kpack.check import check_archive
 from kpack.detect import KIND_BUNDLE, KIND_CODE_OBJECT, KIND_NONE, detect
 from kpack.errors import InvalidTargetError, KpackFormatError
+from kpack.extract import ExtractRefused, write_members
 from kpack.targets import family_of, parse_target
 
 CODE_OBJECT_SUFFIXES = (".hsaco", ".co", "")
@@ -125,9 +124,9 @@ def _safe_member(key: str, arch: str, archive: str) -> str:
 
 
 def _cmd_extract(args) -> int:
-    """Kernels are streamed (bounded memory) into a staging directory inside DIR and moved
-    into place only when every one decompressed to its declared size: a bad archive
-    leaves DIR as it was."""
+    """Kernels are streamed (bounded memory) into DIR by kpack.extract: never through a
+    symlink below DIR, and only when every one decompressed to its declared size (a bad
+    archive leaves DIR as it was)."""
     problems = check_archive(args.file, decode_objects=False)
     if problems:
         raise problems[0]
@@ -138,21 +137,7 @@ def _cmd_extract(args) -> int:
             raise UsageError(f"{args.file}: no kernel matches"
                              + (f" key {args.key!r}" if args.key else "") + (f" arch {args.arch!r}" if args.arch else ""))
         members = [_safe_member(entry.key, entry.arch, args.file) for entry in chosen]
-        os.makedirs(args.output, exist_ok=True)
-        staging = tempfile.mkdtemp(prefix=".kpack-extract-", dir=args.output)
-        try:
-            for entry, member in zip(chosen, members):
-                staged = os.path.join(staging, *member.split("/"))
-                os.makedirs(os.path.dirname(staged), exist_ok=True)
-                with open(staged, "wb") as out:
-                    for chunk in reader.stream_entry(entry):
-                        out.write(chunk)
-            for member in members:
-                target = os.path.join(args.output, *member.split("/"))
-                os.makedirs(os.path.dirname(target), exist_ok=True)
-                os.replace(os.path.join(staging, *member.split("/")), target)
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
+        write_members(args.output, members, (reader.stream_entry(entry) for entry in chosen))
     print(f"extracted {len(chosen)} kernels to {args.output}")
     return 0
 
@@ -291,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     except KpackFormatError as exc:
         message = str(exc)
-    except (UsageError, InvalidTargetError) as exc:
+    except (UsageError, InvalidTargetError, ExtractRefused) as exc:
         message = str(exc)
     except KeyError as exc:
         message = f"no such kernel {exc.args[0]!r}"

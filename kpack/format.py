@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import os
+import stat
 import struct
 from typing import Any, BinaryIO, NamedTuple
 
@@ -62,6 +63,16 @@ def type_name(value) -> str:
             int: "integer", float: "float", type(None): "nil"}.get(type(value), type(value).__name__)
 
 
+def file_kind(mode: int) -> str:
+    """What a file of this mode is, for an error."""
+    for test, name in ((stat.S_ISREG, "a regular file"), (stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
+                       (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISLNK, "a symlink")):
+        if test(mode):
+            return name
+    return "of an unknown type"
+
+
 class ByteSource:
     """Positioned reads from a path (os.pread, nothing buffered) or from a seekable binary
     file object (seek + read; lets a caller count what the reader reads)."""
@@ -71,8 +82,15 @@ class ByteSource:
         self._file = None
         if isinstance(source, (str, os.PathLike)):
             self.name = os.fspath(source)
-            self._fd = os.open(self.name, os.O_RDONLY | getattr(os, "O_BINARY", 0))
-            self.size = os.fstat(self._fd).st_size
+            # without blocking (opening a FIFO waits for a writer), and only a regular file
+            self._fd = os.open(self.name, os.O_RDONLY | getattr(os, "O_BINARY", 0) | getattr(os, "O_NONBLOCK", 0)
+                               | getattr(os, "O_CLOEXEC", 0))
+            info = os.fstat(self._fd)
+            if not stat.S_ISREG(info.st_mode):
+                os.close(self._fd)
+                self._fd = None
+                raise KpackFormatError(f"is {file_kind(info.st_mode)}, not a regular file", path=self.name)
+            self.size = info.st_size
             if hasattr(os, "posix_fadvise"):  # small scattered reads: no readahead
                 os.posix_fadvise(self._fd, 0, 0, os.POSIX_FADV_RANDOM)
         else:

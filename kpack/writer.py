@@ -20,7 +20,9 @@ class AtomicFile:
         self.path = path
         self.tmp = f"{path}.tmp-{os.getpid()}"
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-        self.file = open(self.tmp, "w+b")
+        # a symlink planted under the temporary name is refused (ELOOP), never written through
+        self.file = os.fdopen(os.open(self.tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
+                                      0o666), "w+b")
 
     def commit(self) -> None:
         try:

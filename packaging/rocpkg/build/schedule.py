@@ -18,7 +18,8 @@ PACKAGE_OVERHEAD = 256 << 10
 def parse_shard(text: str) -> tuple[int, int]:
     """"I/N" (1-based) -> (I, N)."""
     match = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text or "")
-    if not match or len(match.group(2)) > 6 or not 1 <= int(match.group(1)) <= int(match.group(2)) <= MAX_SHARDS:
+    if not match or max(map(len, match.groups())) > 6 \
+            or not 1 <= int(match.group(1)) <= int(match.group(2)) <= MAX_SHARDS:
         raise RocpkgInputError(("--shard", f"expected I/N with 1 <= I <= N <= {MAX_SHARDS}, got {text[:40]!r}"))
     return int(match.group(1)), int(match.group(2))
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import os
 import sys
 
 from rocpkg.errors import RocpkgInputError
@@ -59,9 +58,10 @@ def release_of_args(args, config) -> None:
 
 def _date_of_environment() -> str | None:
     from rocpkg.inputs.channels import date_of_epoch
+    from rocpkg.out.dates import environment_epoch
 
-    value = os.environ.get("SOURCE_DATE_EPOCH", "").strip()
-    return date_of_epoch(int(value)) if value.isdigit() else None
+    value = environment_epoch()
+    return None if value is None else date_of_epoch(value)
 
 
 def add_policy_option(p: argparse.ArgumentParser) -> None:

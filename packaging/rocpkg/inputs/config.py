@@ -15,13 +15,16 @@ import functools
 import json
 import os
 import re
+import stat
 from dataclasses import dataclass, field
 
 from kpack.loader import LOOKUP_MODES
 from rocpkg.formats import preflight as pf
 from rocpkg.inputs.config_strings import VERSION_RE, definition_string_problems, prefix_problem, settings_string_problems
 from rocpkg.formats.compression import KINDS as COMPRESSIONS, level_problem
+from rocpkg import strict_json
 from rocpkg.errors import RocpkgInputError
+from rocpkg.out.files import kind_of
 
 # Keys of a package definition and the type each must have. "bool" accepts TheRock's
 # string booleans ("True"/"False") as well as real ones.
@@ -142,6 +145,7 @@ UNKNOWN_KEY_MODES = ("error", "warn")
 ARTIFACT_KEYS = ("Artifact", "Artifact_Subdir", "Artifact_Gfxarch")
 SUBDIR_KEYS = ("Name", "Components")
 EPOCH_MAX = 2**31 - 1
+CONFIG_LIMIT = 256 << 20       # bytes of package.json read (TheRock's is under 1 MiB)
 _NAME_RE = pf.DEB_NAME
 
 
@@ -434,6 +438,21 @@ def _load_definition(entry, index: int, base: str, seen: dict[str, str], problem
     return d
 
 
+def _config_bytes(path: str) -> bytes:
+    """The bytes of package.json: opened without blocking (a FIFO never hangs the read), a
+    regular file of at most CONFIG_LIMIT bytes; OSError otherwise."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise OSError(f"it is {kind_of(mode)}, not a regular file")
+    with os.fdopen(fd, "rb") as fh:
+        data = fh.read(CONFIG_LIMIT + 1)
+    if len(data) > CONFIG_LIMIT:
+        raise OSError(f"more than the {CONFIG_LIMIT} bytes rocpkg reads of a package list")
+    return data
+
+
 def load_config(path: str | os.PathLike | None = None, unknown_keys: str | None = None) -> Config:
     """Read package.json (either shape) into a validated Config or raise RocpkgInputError.
 
@@ -442,14 +461,13 @@ def load_config(path: str | os.PathLike | None = None, unknown_keys: str | None 
     TheRock file may carry keys this rocpkg does not read yet)."""
     path = os.fspath(path) if path is not None else default_config_path()
     try:
-        with open(path, encoding="utf-8") as fh:
-            raw = json.load(fh)
+        raw = strict_json.loads(_config_bytes(path).decode("utf-8"))
     except FileNotFoundError:
         raise RocpkgInputError((path, "file not found")) from None
-    except RecursionError:
-        raise RocpkgInputError((path, "JSON nested too deeply")) from None
     except json.JSONDecodeError as exc:
         raise RocpkgInputError((f"{path}:{exc.lineno}:{exc.colno}", f"invalid JSON: {exc.msg}")) from None
+    except ValueError as exc:           # strict_json's refusals: the JSON path, then what
+        raise RocpkgInputError((path, pf.printable(str(exc)))) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise RocpkgInputError((path, f"cannot read: {exc}")) from None
 

@@ -8,13 +8,14 @@ KFD lists one node per CPU socket and per GPU under
 """
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 
 from kpack import targets as kt
 from rocpkg.errors import RocpkgInputError
 from rocpkg.formats.preflight import printable
+from rocpkg.out.files import read_json
+from rocpkg.out.manifest_schema import check_manifest
 
 TOPOLOGY = os.path.join("class", "kfd", "kfd", "topology", "nodes")
 
@@ -88,12 +89,12 @@ def packages_in_tree(out_dir: str) -> tuple[dict[str, set[str]], str]:
     """({format: lower-case package names}, release version) of a tree `rocpkg build` wrote,
     from its manifest.json: what a repository published from it can install (an RPM family
     alias is named in lower case and provides the family's spelling, README: What it does)."""
-    from rocpkg.errors import RocpkgInputError
-
     path = os.path.join(out_dir, "manifest.json")
     try:
-        with open(path, encoding="utf-8") as fh:
-            doc = json.load(fh)
+        doc = read_json(out_dir, "manifest.json", "manifest")
+        if doc is None:
+            raise FileNotFoundError(path)
+        check_manifest(doc, path)
         names: dict[str, set[str]] = {}
         for entry in doc["packages"]:
             names.setdefault(entry["format"], set()).add(entry["name"].lower())

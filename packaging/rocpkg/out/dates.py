@@ -48,15 +48,24 @@ def published_source_date_epoch(out_dir: str, environ=None) -> int | None:
     return None
 
 
+def environment_epoch(environ=None) -> int | None:
+    """SOURCE_DATE_EPOCH as the environment sets it (None when unset or empty): a number
+    of seconds from 0 to MAX_DATE, bad input naming it and that range otherwise."""
+    value = (os.environ if environ is None else environ).get("SOURCE_DATE_EPOCH", "").strip()
+    if not value:
+        return None
+    if not (value.isascii() and value.isdigit()) or len(value) > 10 or int(value) > MAX_DATE:
+        raise RocpkgInputError(("SOURCE_DATE_EPOCH", f"must be a number of seconds from 0 to {MAX_DATE} "
+                                                     f"(what rpm's 32-bit dates hold), got {value[:40]!r}"))
+    return int(value)
+
+
 def source_date_epoch(settings: dict, environ=None, default: int | None = None) -> int:
     """SOURCE_DATE_EPOCH from the environment, else `default` (the inputs' date,
     releases.inputs_date), else default_source_date_epoch()."""
-    value = (os.environ if environ is None else environ).get("SOURCE_DATE_EPOCH", "").strip()
-    if value:
-        if not value.isdigit() or len(value) > 10 or int(value) > MAX_DATE:
-            raise RocpkgInputError(("SOURCE_DATE_EPOCH", f"must be a number of seconds from 0 to {MAX_DATE} "
-                                                         f"(what rpm's 32-bit dates hold), got {value[:40]!r}"))
-        return int(value)
+    value = environment_epoch(environ)
+    if value is not None:
+        return value
     if default is not None and not 0 <= default <= MAX_DATE:
         raise RocpkgInputError(("SOURCE_DATE_EPOCH", f"unset, and the inputs' date ({default}, the newest time of "
                                 f"the package list and the artifact manifests) is outside 0 to {MAX_DATE}, what "

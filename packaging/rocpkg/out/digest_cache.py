@@ -26,6 +26,7 @@ from rocpkg.out.files import read_json
 
 CACHE_DIR = ".rocpkg"
 RACY_NS = 1_000_000_000      # far above any filesystem's timestamp granularity
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 class DigestCache:
@@ -70,9 +71,6 @@ class DigestCache:
         kept = self.seen if prune else {**self.entries, **self.seen}
         with AtomicOutput(self.path) as f:
             f.write(json.dumps(kept, sort_keys=True, indent=0).encode("utf-8"))
-
-
-_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 def _whole(entry) -> bool:

@@ -16,11 +16,11 @@ refuses a symlink or a special file anywhere in them, before anything is read.
 from __future__ import annotations
 
 import errno
-import json
 import os
 import re
 import stat
 
+from rocpkg import strict_json
 from rocpkg.errors import RocpkgInputError
 from rocpkg.formats.registry import NAMES as FORMAT_NAMES
 
@@ -161,23 +161,12 @@ def read_file(root: str, rel: str, limit: int = RECORD_LIMIT) -> bytes | None:
     return data
 
 
-def _no_duplicates(pairs):
-    doc = {}
-    for key, value in pairs:
-        if key in doc:
-            raise ValueError(f"the key {key!r} appears twice in one object")
-        doc[key] = value
-    return doc
-
-
 def parse_json(data: bytes, where: str, what: str = "JSON"):
-    """A JSON document, strictly: UTF-8, no repeated key in an object, no integer too long
-    to convert; bad input naming `where` otherwise."""
+    """A JSON document, strictly (rocpkg.strict_json: no repeated key, no integer too long,
+    no number out of range), UTF-8; bad input naming `where` and the JSON path otherwise."""
     try:
-        return json.loads(data.decode("utf-8"), object_pairs_hook=_no_duplicates)
-    except RecursionError:
-        raise RocpkgInputError((where, f"not a readable {what}: nested too deeply")) from None
-    except (UnicodeDecodeError, ValueError) as exc:  # JSONDecodeError and the int-string limit are ValueErrors
+        return strict_json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:  # JSONDecodeError and strict_json's refusals are ValueErrors
         raise RocpkgInputError((where, f"not a readable {what}: {exc}")) from None
 
 

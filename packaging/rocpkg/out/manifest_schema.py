@@ -12,6 +12,7 @@ import re
 
 from rocpkg.formats.registry import NAMES as FORMATS
 from rocpkg.errors import RocpkgInputError
+from rocpkg.formats.preflight import deb_version_problem, rpm_version_problem
 from rocpkg.out.outdir import MANIFEST_PARTS
 from rocpkg.out.files import parts_of, read_json
 
@@ -90,8 +91,12 @@ def _package(entry, field: str) -> None:
 def _release(record, field: str) -> None:
     if not isinstance(record, dict):
         raise _Problem(field, f"wants an object, got {_shown(record)}")
-    _text(record.get("version"), f"{field}.version", empty=False)
-    _text(record.get("release"), f"{field}.release", empty=False)
+    version = _text(record.get("version"), f"{field}.version", empty=False)
+    release = _text(record.get("release"), f"{field}.release", empty=False)
+    for key, value, full in (("version", version, f"{version}-1"), ("release", release, f"1-{release}")):
+        if ":" in full or deb_version_problem(full) or rpm_version_problem(full):
+            # every release rocpkg builds has a version and release both dpkg and rpm take
+            raise _Problem(f"{field}.{key}", f"wants a package {key} dpkg and rpm take, got {_shown(value)}")
     for key in ("id", "plan", "kpack_lookup", "channel", "variant"):
         if key in record:
             _text(record[key], f"{field}.{key}")

@@ -23,6 +23,7 @@ import shutil
 
 from rocpkg.formats.registry import NAMES as FORMATS
 from rocpkg.formats.streams import AtomicOutput, write_all
+from rocpkg import strict_json
 
 STATE_DIR = os.path.join(".rocpkg", "state")
 # a state's fields and their types: a record without them all is no record (built again)
@@ -62,8 +63,8 @@ def read_states(out_dir: str, fmt: str) -> dict[str, dict]:
             continue
         for line in lines:
             try:
-                state = json.loads(line)
-            except ValueError:      # cut short by a crash: that package is built again
+                state = strict_json.loads(line)
+            except ValueError:      # cut short by a crash, or not JSON rocpkg writes: built again
                 continue
             if isinstance(state, dict) and isinstance(state.get("name"), str):
                 name = state.pop("name")
@@ -93,8 +94,8 @@ def _whole(state) -> bool:
 
 def _parsed(path: str) -> dict | None:
     try:
-        with open(path, encoding="utf-8") as fh:
-            state = json.load(fh)
+        with open(path, "rb") as fh:
+            state = strict_json.loads(fh.read())
     except (OSError, ValueError):
         return None
     return state if isinstance(state, dict) else None

@@ -16,7 +16,6 @@ have something to install. Pure: prune (rocpkg.repo.lifecycle) does the removing
 """
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass, field
 from functools import cmp_to_key
@@ -24,11 +23,13 @@ from typing import Iterable
 
 from rocpkg.inputs.channels import CHANNELS, version_channel
 from rocpkg.errors import RocpkgInputError
+from rocpkg.out.dates import environment_epoch
 from rocpkg.out.releases import ReleaseRecord
 from rocpkg.formats.versions import DPKG, compare, evr
 
 DAY = 86400
 AGE_UNITS = {"d": 1, "w": 7, "m": 30, "y": 365}
+MAX_RULE = 100_000      # a count or an age (100000 years is past any date rpm holds)
 _RULE_RE = re.compile(r"(?P<channel>[a-z]+)=(?:(?P<all>all)|(?P<age>\d+)(?P<unit>[dwmy])|(?P<count>\d+))")
 _DPKG_ORDER = cmp_to_key(lambda a, b: compare(DPKG, a, b).sign)
 
@@ -55,6 +56,9 @@ def parse_policy(text: str, now: int | None = None) -> Policy:
         if channel in seen:
             raise RocpkgInputError(("--policy", f"{channel} is given twice"))
         seen.add(channel)
+        number = match["age"] or match["count"] or "0"
+        if len(number) > len(str(MAX_RULE)) or int(number) > MAX_RULE:
+            raise RocpkgInputError(("--policy", f"{rule[:60]!r}: a count or age is from 0 to {MAX_RULE}"))
         if match["age"] is not None:
             days[channel] = int(match["age"]) * AGE_UNITS[match["unit"]]
         elif match["count"] is not None:
@@ -65,9 +69,9 @@ def parse_policy(text: str, now: int | None = None) -> Policy:
 def policy_now(records: Iterable[ReleaseRecord], environ=None) -> tuple[int | None, str]:
     """(the time a policy's ages count back from, what it is): SOURCE_DATE_EPOCH when the
     environment sets it, else the newest date a release was built with (None if none is dated)."""
-    value = (os.environ if environ is None else environ).get("SOURCE_DATE_EPOCH", "").strip()
-    if value.isdigit():
-        return int(value), "SOURCE_DATE_EPOCH"
+    value = environment_epoch(environ)
+    if value is not None:
+        return value, "SOURCE_DATE_EPOCH"
     newest = max((r.date for r in records), default=0)
     return (newest or None), "the newest release's date"
 

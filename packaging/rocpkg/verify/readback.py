@@ -14,6 +14,7 @@ import io
 import os
 import re
 import struct
+import tarfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -106,7 +107,7 @@ def _read_deb_meta(path: str):
                           ("suggests", "Suggests"), ("provides", "Provides")):
             getattr(spec, attr).extend(parse_relations(control.get(key, "")))
         return path, spec, None
-    except (RocpkgInputError, KeyError, ValueError, OSError, EOFError) as exc:
+    except (RocpkgInputError, KeyError, ValueError, OSError, EOFError, tarfile.TarError) as exc:
         return path, None, _why(exc)
 
 

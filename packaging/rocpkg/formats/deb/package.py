@@ -396,17 +396,24 @@ def _checked_control(spec: PackageSpec, text: str) -> str:
 
 
 def iter_deb_members(path: str) -> Iterator[ArMember]:
-    """The ar members of a .deb, in order, without reading their contents."""
+    """The ar members of a .deb, in order, without reading their contents; a member whose
+    size or date is not decimal digits, or whose bytes end past the file's, is bad input
+    naming the file and the member."""
     with open(path, "rb") as f:
+        end = os.fstat(f.fileno()).st_size
         if f.read(len(AR_MAGIC)) != AR_MAGIC:
             raise RocpkgInputError((path, "not a .deb: no ar archive magic"))
         while header := f.read(AR_HEADER_SIZE):
             if len(header) != AR_HEADER_SIZE or header[58:60] != b"`\n":
                 raise RocpkgInputError((path, f"corrupt ar member header at offset {f.tell() - len(header)}"))
             name = header[:16].decode("ascii", "replace").rstrip().rstrip("/")
-            size = int(header[48:58].decode("ascii").strip())
-            mtime = int(header[16:28].decode("ascii").strip() or 0)
-            offset = f.tell()
+            size, mtime, offset = header[48:58].strip(), header[16:28].strip() or b"0", f.tell()
+            problem = next((f"its {what} {field.decode('ascii', 'replace')!r} is not decimal digits"
+                            for what, field in (("size", size), ("date", mtime)) if not field.isdigit()), "") \
+                or (offset + int(size) > end and f"its {int(size)} bytes end past the file's {end}")
+            if problem:
+                raise RocpkgInputError((path, f"ar member {name!r} at offset {offset - AR_HEADER_SIZE}: {problem}"))
+            size, mtime = int(size), int(mtime)
             yield ArMember(name, offset, size, mtime)
             f.seek(offset + size + size % 2)
 
