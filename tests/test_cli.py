@@ -241,7 +241,7 @@ def test_kpack_verify_on_a_directory_names_it(tmp_path):
         result = subprocess.run([sys.executable, "-m", "kpack.cli", command, str(tmp_path)],
                                 capture_output=True, text=True)
         assert result.returncode == 2
-        assert result.stderr.strip() == f"error: {tmp_path}: Is a directory"
+        assert result.stderr.strip() == f"error: {tmp_path}: is a directory, not a regular file"
 
 
 def bundled_config_with(tmp_path: Path, **definition_keys) -> Path:

@@ -25,6 +25,7 @@ from test_one_pass import _files, _options, _spec
 from kpack import memsearch
 from kpack.check import check_archive
 from rocpkg.formats import compression
+from rocpkg.formats.registry import get as get_format
 from rocpkg.formats.deb import package as deb
 from rocpkg.formats.deb import write_deb
 from rocpkg.formats.rpm import write_rpm
