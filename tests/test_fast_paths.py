@@ -265,7 +265,7 @@ def test_templates_loaded_from_the_cache_render_what_freshly_compiled_ones_do(fm
         monkeypatch.setattr(render, "_environment", lambda env=env: env)
         rendered[run] = render.render_deb(spec, _options()) if fmt == "deb" else render.render_spec(spec, _options())
         if run == "cold":   # every template this package renders is now in the cache
-            names = render.WRITER_TEMPLATES[fmt]
+            names = get_format(fmt).templates
             assert len(list((tmp_path / "cache" / "rocpkg" / "templates").glob("__jinja2_*.cache"))) == len(names)
     assert rendered["cold"] == rendered["warm"] == rendered["no cache"]
 
