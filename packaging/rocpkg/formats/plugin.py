@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass, field
-from typing import Callable, Protocol
+from typing import BinaryIO, Callable, Protocol
 
 from rocpkg import model as m
 
@@ -136,7 +136,55 @@ class Repository(Protocol):
     records. Each format's implementation is formats/<name>/repository.py."""
 
 
+class PayloadVisitor(Protocol):
+    """What a Reader hands a package's payload to, entry by entry, as it streams by
+    (verify's inspector: markers, kpack archives, linkage). The reader knows nothing of
+    what it looks for; the visitor knows nothing of the format."""
+
+    def wants(self, path: str) -> bool:
+        """Whether visit() takes the bytes of the regular file at this install path. A
+        reader may skip a payload none of whose listed regular files is wanted."""
+
+    def visit(self, entry: m.FileEntry, stream: BinaryIO | None) -> None:
+        """One payload entry, in payload order: entry.path the absolute install path (no
+        trailing slash, never "/"), entry.type FILE, DIR, SYMLINK or "other", entry.mode
+        the permission bits, entry.size a regular file's size, entry.link_target a
+        symlink's target. stream: a regular file's bytes when wants(entry.path), else None;
+        the visitor reads what it needs and the reader skips the rest. A ValueError the
+        visitor raises (too many entries, too long) stops the read: the reader raises
+        RocpkgInputError saying so."""
+
+
 class Reader(Protocol):
-    """A format's read-back for verify: a package file's metadata as a PackageSpec
-    (name, version, relations, files) and one streamed pass over its payload. Each format's
-    implementation is formats/<name>/reader.py."""
+    """A format's read-back for verify: the package files of the format's tree, a package
+    file's metadata as a PackageSpec, one streamed pass over its payload, and the exact
+    version a relation pins. Reading never loads a whole package into memory and writes
+    nothing. Bad input (a damaged or hostile package) raises RocpkgInputError, whose
+    `what`s say why the package is unreadable. Each format's implementation is
+    formats/<name>/reader.py (Format.reader)."""
+
+    files_in_metadata: bool
+    """True: read_meta's spec lists the package's files (rpm's header); False: the
+    payload's entries, as read_payload hands them to the visitor, are its listing."""
+
+    def package_files(self, tree: str) -> list[str]:
+        """The package files of the format's tree OUT/<name>/ (already checked to hold no
+        symlink and no special file), in a stable order; [] when the tree is absent."""
+
+    def read_meta(self, path: str) -> m.PackageSpec:
+        """A package's metadata: a PackageSpec of this format with its name, version,
+        release, epoch and arch, and its relations (depends, pre_depends, recommends,
+        suggests, provides, conflicts, replaces, breaks, obsoletes, where the format has
+        them) in the format's syntax, without the package manager's own features
+        (rpmlib()); files when files_in_metadata, else []. kind, target and definition
+        are left for the caller."""
+
+    def read_payload(self, path: str, spec: m.PackageSpec, visitor: PayloadVisitor) -> None:
+        """One streamed pass over the payload of the package read_meta read as `spec`:
+        each entry to visitor.visit(), in payload order. Where the format's metadata
+        records the payload's contents (pacman's .MTREE), the payload is checked against
+        it after the pass."""
+
+    def pinned(self, relation: str) -> tuple[str, str] | None:
+        """(name, evr) when a relation in the format's syntax pins a package at exactly
+        one [epoch:]version-release (the inverse of Format.pin), else None."""

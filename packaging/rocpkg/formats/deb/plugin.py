@@ -49,7 +49,8 @@ def _finish_debug(debug, spec, ids: list[str]) -> None:
 FORMAT = Format(
     name="deb", title="Debian", suffix=".deb", client="apt", dialect="deb", metadata_suffix="control",
     pin=_pin, external=_external, arch=_arch, file_name=file_name, pool=_pool,
-    writer="rocpkg.formats.deb.package:write_deb", package_root=POOL_ROOT, index_dirs=("dists",),
+    writer="rocpkg.formats.deb.package:write_deb", reader="rocpkg.formats.deb.reader:READER",
+    package_root=POOL_ROOT, index_dirs=("dists",),
     name_rule=preflight.DEB_NAME, arch_rule=preflight.DEB_ARCH,
     version_problem=preflight.deb_version_problem, relation_problem=preflight.deb_relation_problem,
     lower_devel=True, meta_section="metapackages", plain_shared_objects=True, needs_maintainer=True,

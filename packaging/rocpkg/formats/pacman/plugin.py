@@ -58,7 +58,8 @@ def write_package(spec, out_dir, options, observe=None):
 FORMAT = Format(
     name="pacman", title="Arch Linux", suffix=SUFFIX, client="pacman", dialect="deb", metadata_suffix="PKGINFO",
     pin=_pin, external=_external, arch=_arch, file_name=file_name, pool=_pool, version=_version,
-    writer="rocpkg.formats.pacman.plugin:write_package", name_rule=re.compile(r"[a-z0-9@_+][a-z0-9@._+-]*"),
+    writer="rocpkg.formats.pacman.plugin:write_package", reader="rocpkg.formats.pacman.reader:READER",
+    name_rule=re.compile(r"[a-z0-9@_+][a-z0-9@._+-]*"),
     arch_rule=re.compile(r"[a-z0-9_]+"),
     version_problem=lambda evr: _problem(rules.split_full_version, evr),
     relation_problem=lambda relation: _problem(rules.relation, relation),
