@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import BinaryIO, Callable, Protocol
 
 from rocpkg import model as m
+from rocpkg.formats.versions import Order, evr
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,11 @@ class Format:
     reader:          "module:object" of the format's Reader (below): verify's read-back
     version:         (upstream version, release) -> the format's spelling of them (pacman's
                      pkgver has no `~`); a pin's evr is given unmapped, as the plan writes it
+    order_tool:      whose version order the format's clients follow ("dpkg"), as messages name it
+    compare:         (a, b) -> rocpkg.formats.versions.Order of two full versions
+                     `[epoch:]version-release` in the format's spelling (full_version)
+    install_command: the client's command line that installs one package, `{}` its name
+                     ("apt install {}")
     """
 
     name: str
@@ -108,6 +114,9 @@ class Format:
     version: Callable[[str, str], tuple[str, str]] = lambda version, release: (version, release)
     repository: str = ""
     reader: str = ""
+    order_tool: str = ""
+    compare: Callable[[str, str], Order] | None = None
+    install_command: str = ""
 
     def load(self, reference: str):
         """The object a "module:function" reference of this format names."""
@@ -117,6 +126,17 @@ class Format:
     def write(self, spec: m.PackageSpec, out_dir: str, options: m.BuildOptions, observe=None) -> m.BuiltPackage:
         """Write one package of this format (the format's writer)."""
         return self.load(self.writer)(spec, out_dir, options, observe)
+
+    def full_version(self, version: str, release: str, epoch: int = 0) -> str:
+        """A release's `[epoch:]version-release` in the format's spelling (what `compare`
+        orders); RocpkgInputError when the format cannot spell it."""
+        return evr(*self.version(version, release), epoch)
+
+    def install_name(self, name: str) -> str:
+        """The name a user installs a plan's package by: lower case (what the format's
+        name rules make of a plan name) unless the format also provides the plan's
+        spelling (case_provides)."""
+        return name if self.case_provides else name.lower()
 
     @property
     def writer_module(self) -> str:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 
-from rocpkg.formats import preflight
+from rocpkg.formats import preflight, versions
 from rocpkg.formats.compression import DEB_THREADS
 from rocpkg.formats.plugin import Format
 from rocpkg.model import SYMLINK, FileEntry
@@ -57,4 +57,5 @@ FORMAT = Format(
     libc="libc6", debug_suffix="-dbgsym", debug_summary=lambda name: f"debug symbols for {name}",
     library_metadata=_library_metadata, finish_debug=_finish_debug, writer_threads=DEB_THREADS,
     templates=("deb/changelog.j2", "deb/copyright.j2", "deb/control.j2", "deb/maintscript.j2"),
+    order_tool="dpkg", compare=versions.dpkg_compare, install_command="apt install {}",
 )

@@ -9,6 +9,7 @@ import re
 
 from rocpkg.errors import RocpkgInputError
 from rocpkg.formats.plugin import Format
+from rocpkg.formats.versions import Order
 from rocpkg.formats.pacman import rules
 
 SUFFIX = ".pkg.tar.zst"
@@ -64,4 +65,5 @@ FORMAT = Format(
     version_problem=lambda evr: _problem(rules.split_full_version, evr),
     relation_problem=lambda relation: _problem(rules.relation, relation),
     templates=("pacman/PKGINFO.j2", "pacman/BUILDINFO.j2", "pacman/INSTALL.j2"), default_build=False,
+    order_tool="vercmp", compare=lambda a, b: Order(rules.vercmp(a, b)), install_command="pacman -S {}",
 )

@@ -1,7 +1,7 @@
 """The RPM format as the rest of rocpkg sees it (rocpkg.formats.plugin.Format)."""
 from __future__ import annotations
 
-from rocpkg.formats import preflight
+from rocpkg.formats import preflight, versions
 from rocpkg.formats.plugin import Format
 
 
@@ -47,4 +47,5 @@ FORMAT = Format(
     debug_summary=lambda name: f"Debug information for package {name}",
     debug_provides=lambda ids: [f"debuginfo(build-id) = {i}" for i in ids],
     library_metadata=_library_metadata, templates=("rpm/spec.j2",),
+    order_tool="rpm", compare=versions.rpm_compare, install_command="dnf install {}",
 )
