@@ -17,7 +17,7 @@ KIND_HOST = "host"        # N-host{abi}: generic artifacts of a per-target libra
 KIND_DEVICE = "device"    # N{abi}-{t}: kpack archives and per-arch databases for one target
 KIND_META = "meta"        # no files: N{abi}, N, N{abi}-{t}, N{abi}-{family}
 KIND_ALIAS = "alias"      # rocm-{family}
-KIND_DEBUG = "debug"      # N-dbgsym / N-debuginfo: the detached debug files of N's ELF files
+KIND_DEBUG = "debug"      # N + Format.debug_suffix: the detached debug files of N's ELF files
 
 
 @dataclass(frozen=True)
@@ -47,18 +47,18 @@ class FileEntry:
 @dataclass
 class PackageSpec:
     """One output package of one format, fully resolved: names and relations are already
-    in the format's own syntax (DEB: `a (= 7.1.0-1) | b`; RPM: `a = 7.1.0-1`, `(a or b)`).
+    in the format's own syntax (rocpkg.formats.<format>: its pin, relation and name rules).
 
     files are sorted by path; directories listed are the ones the package owns
-    (the install prefix and below, never /opt or /usr); a DEB writer adds the missing
-    ancestors itself.
+    (the install prefix and below, never /opt or /usr); a writer adds the missing
+    ancestors its format needs itself.
     """
 
     format: str                 # a registered format's name (rocpkg.formats.registry)
     name: str
     version: str                # upstream version, e.g. "7.1.0"
     release: str                # e.g. "1"
-    arch: str                   # deb: "amd64" | "all"; rpm: "x86_64" | "noarch"
+    arch: str                   # in the format's spelling (Format.arch): "amd64", "noarch", "any"...
     kind: str                   # KIND_*
     definition: str = ""        # the package.json `Package` this came from
     target: str = ""            # bare lower-case target for device / per-target metas ("gfx942")
@@ -84,7 +84,7 @@ class PackageSpec:
     obsoletes: list[str] = field(default_factory=list)
     # Maintainer scripts: Debian script name ("postinst", "prerm", "postrm", "preinst") ->
     # template name under templates/scripts/ (e.g. "ldconfig.j2"); render.py turns them
-    # into text, rpm maps postinst->%post, prerm->%preun, postrm->%postun, preinst->%pre.
+    # into text, and each format's writer maps the names to its own script slots.
     scripts: dict[str, str] = field(default_factory=dict)
     files: list[FileEntry] = field(default_factory=list)
     # Install prefix of the release (/opt/rocm/core-7.1), for maintainer scripts; a package
@@ -93,16 +93,18 @@ class PackageSpec:
     # The release's build variant ("asan"), "" for the normal build: a variant's scripts
     # manage only its own links (rocpkg.formats.layout.alternatives)
     variant: str = ""
-    # DEB only: the lines of the package's `shlibs` control file (`libfoo 1 pkg (>= 7.1.0)`),
-    # one per shared library with a SONAME it ships; [] writes no such file.
+    # The lines of a `shlibs` control file (`libfoo 1 pkg (>= 7.1.0)`), one per shared library
+    # with a SONAME it ships, for a format that has one (Format.library_metadata fills them);
+    # [] writes no such file.
     shlibs: list[str] = field(default_factory=list)
-    # Further DEB control fields, (name, value) in order, after Description (a dbgsym's
-    # Auto-Built-Package and Build-Ids); rpm ignores them.
+    # Further control fields, (name, value) in order, after Description, for a format whose
+    # metadata takes them (a dbgsym's Auto-Built-Package and Build-Ids, Format.finish_debug);
+    # the others ignore them.
     deb_fields: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def evr(self) -> str:
-        """DEB Version field / RPM EVR string: [epoch:]version-release."""
+        """[epoch:]version-release: what the format's version field and pins write."""
         base = f"{self.version}-{self.release}"
         return f"{self.epoch}:{base}" if self.epoch else base
 
@@ -113,7 +115,7 @@ class PackageSpec:
 
 @dataclass
 class BuildOptions:
-    """How writers encode (not what): shared by deb.py and rpm.py."""
+    """How writers encode (not what): shared by every format's writer."""
 
     source_date_epoch: int = 0          # mtimes are clamped to this; changelog dated from it
     compression: str = "zstd"           # "zstd" | "xz" | "gzip"
@@ -130,5 +132,5 @@ class BuiltPackage:
     size: int
     sha256: str
     installed_size: int = 0     # bytes of payload
-    metadata: str = ""          # the rendered control stanza (deb) or spec (rpm), for OUT/control
+    metadata: str = ""          # the rendered metadata (Format.metadata_suffix), for OUT/control
     observed: tuple = ()        # (source, what its StreamObserver saw) of each source file watched while read

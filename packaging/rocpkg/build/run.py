@@ -254,7 +254,7 @@ def build_release(plan, out_dir: str | os.PathLike, *, formats: Iterable[str] | 
 
                 def check() -> None:
                     result.allowed = gate.enforce(gate.refusals(plan, formats, config=config, archives=archives)
-                                                  + out_version_order_refusals(out_dir, plan.settings), allow)
+                                                  + out_version_order_refusals(out_dir, plan.settings, formats), allow)
 
                 check()     # the host ELFs the writers search count as clean until they report
                 if conflicts:

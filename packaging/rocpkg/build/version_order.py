@@ -1,10 +1,13 @@
 """The version-order check (VERSION_ORDER, a name `build --allow` takes): within one series
 (MAJOR.MINOR, rocpkg.out.releases.release_series) a new release must sort above every release
-of that series already recorded in OUT, by dpkg's rules and by rpm's (rocpkg.formats.versions),
-or apt or dnf would never upgrade to it, and the two formats must agree. A release of
-another series (a maintenance release of an older one) and a rebuild of the same
-version-release are not ordered. Build refuses before a byte is written; `rocpkg verify
-OUT` checks the releases OUT records, in the order they were built.
+of that series already recorded in OUT, by the version order of each format either release
+is built in (Format.compare over Format.full_version: dpkg's for .deb, rpm's for .rpm,
+pacman's vercmp for pacman), or that format's client would never upgrade to it, and the
+formats must agree. A release that records no formats is taken as built in the default
+ones (rocpkg.formats.registry.DEFAULT). A release of another series (a maintenance
+release of an older one) and a rebuild of the same version-release are not ordered.
+Build refuses before a byte is written; `rocpkg verify OUT` checks the releases OUT
+records, in the order they were built.
 
 The releases OUT records are every release whose packages it records (recorded_releases):
 manifest.json's releases list, the shard parts not yet joined, and the versions of package
@@ -16,25 +19,25 @@ from functools import cmp_to_key
 from typing import Iterable
 
 from rocpkg.build.gate import VERSION_ORDER, Refusal
+from rocpkg.errors import RocpkgInputError
+from rocpkg.formats import registry
+from rocpkg.formats.plugin import Format
 from rocpkg.out.manifest_schema import read_parts
 from rocpkg.out.releases import SETUP_KIND, ReleaseRecord, manifest_releases, owned_packages, read_manifest
 from rocpkg.plan.naming import build_variant
 from rocpkg.verify.view import Problem
-from rocpkg.formats.versions import DPKG, RPM, compare, evr
-
-# what each tool's refusal means for a user
-_CLIENT = {DPKG: "apt", RPM: "dnf"}
-_DPKG_ORDER = cmp_to_key(lambda a, b: compare(DPKG, a, b).sign)
+from rocpkg.formats.versions import evr
 
 
 def version_order_refusals(records: Iterable[ReleaseRecord], version: str, release: str,
-                           epoch: int = 0, variant: str = "") -> list[Refusal]:
-    """The version-order refusal of a new release `version`-`release` (epoch) against the
-    releases OUT records (rocpkg.out.releases.manifest_releases): one Refusal naming the
-    newest release of its series it does not sort above, by the tools that say so, and
-    the rule; [] when it sorts above all of them or OUT already records it (a rebuild).
-    A variant build (ASAN) is ordered against the releases of its own variant only."""
-    new = ReleaseRecord(version, release, epoch=epoch, variant=variant)
+                           epoch: int = 0, variant: str = "", formats: Iterable[str] = ()) -> list[Refusal]:
+    """The version-order refusal of a new release `version`-`release` (epoch), to be built
+    in `formats` (none: the default ones), against the releases OUT records
+    (rocpkg.out.releases.manifest_releases): one Refusal naming the newest release of its
+    series it does not sort above, by the tools that say so, and the rule; [] when it
+    sorts above all of them or OUT already records it (a rebuild). A variant build (ASAN)
+    is ordered against the releases of its own variant only."""
+    new = ReleaseRecord(version, release, epoch=epoch, variant=variant, formats=tuple(formats))
     records = list(records)
     if any(r.id == new.id for r in records):
         return []           # a rebuild of a recorded release: where it sorts was settled when it was first built
@@ -43,7 +46,8 @@ def version_order_refusals(records: Iterable[ReleaseRecord], version: str, relea
     below = [(r, orders) for r, orders in below if any(o.sign <= 0 for o in orders.values())]
     if not below:
         return []
-    record, orders = max(below, key=lambda item: _newest_key(item[0]))
+    newest = _newest_key(_formats(new, new)[0])
+    record, orders = max(below, key=lambda item: newest(item[0]))
     more = f" (and {len(below) - 1} more releases of series {new.series})" if len(below) > 1 else ""
     return [Refusal(VERSION_ORDER, f"release {_full(new)}", _sentence(new, record, orders) + more)]
 
@@ -69,12 +73,13 @@ def recorded_releases(out_dir, variant: str = "") -> list[ReleaseRecord]:
     return list(records.values())
 
 
-def out_version_order_refusals(out_dir, settings: dict) -> list[Refusal]:
+def out_version_order_refusals(out_dir, settings: dict, formats: Iterable[str] = ()) -> list[Refusal]:
     """version_order_refusals of the release a plan's settings describe (version, release,
-    epoch) against every release OUT records (recorded_releases). Reads OUT, writes nothing."""
+    epoch), built in `formats`, against every release OUT records (recorded_releases).
+    Reads OUT, writes nothing."""
     variant = build_variant(settings)
     return version_order_refusals(recorded_releases(out_dir, variant), settings["version"], settings["release"],
-                                  settings.get("epoch", 0), variant)
+                                  settings.get("epoch", 0), variant, formats)
 
 
 def out_order_problems(out_dir) -> list[Problem]:
@@ -84,8 +89,8 @@ def out_order_problems(out_dir) -> list[Problem]:
 
 def order_problems(records: Iterable[ReleaseRecord]) -> list[Problem]:
     """A version-order problem for each release that sorts below (or equal to) a release of
-    its series recorded before it (by build date, ReleaseRecord.date), by dpkg's or rpm's
-    rules, or that the two tools order differently against one of its series."""
+    its series recorded before it (by build date, ReleaseRecord.date), by the version order
+    of a format either is built in, or that those orders differ against one of its series."""
     records = sorted(records, key=lambda r: (r.date, r.id))
     problems = []
     for i, later in enumerate(records):
@@ -93,7 +98,7 @@ def order_problems(records: Iterable[ReleaseRecord]) -> list[Problem]:
             if earlier.series != later.series:
                 continue
             orders = _orders(later, earlier)
-            signs = {o.sign for o in orders.values()}
+            signs = {o.sign for o in orders.values()} or {1}
             recorded_after = earlier.date and later.date > earlier.date
             if (recorded_after and min(signs) <= 0) or len(signs) > 1:
                 allowed = " (built with --allow version-order)" if _allowed_order(later) else ""
@@ -103,16 +108,43 @@ def order_problems(records: Iterable[ReleaseRecord]) -> list[Problem]:
     return problems
 
 
-def _orders(new: ReleaseRecord, old: ReleaseRecord) -> dict:
-    return {tool: compare(tool, _full(new), _full(old)) for tool in (DPKG, RPM)}
+def _formats(new: ReleaseRecord, old: ReleaseRecord) -> list[Format]:
+    """The formats either release is built in (a record of none: the default ones), in
+    the registry's order."""
+    names = set(new.formats or registry.DEFAULT) | set(old.formats or registry.DEFAULT)
+    return [form for name, form in registry.REGISTERED.items() if name in names and form.compare]
+
+
+def _orders(new: ReleaseRecord, old: ReleaseRecord) -> dict[Format, object]:
+    """Format -> the Order of new against old in its version order; a format that cannot
+    spell one of the two versions is left out (its build refuses that version)."""
+    orders = {}
+    for form in _formats(new, old):
+        try:
+            orders[form] = form.compare(form.full_version(new.version, new.release, new.epoch),
+                                        form.full_version(old.version, old.release, old.epoch))
+        except RocpkgInputError:
+            continue
+    return orders
 
 
 def _full(record: ReleaseRecord) -> str:
     return evr(record.version, record.release, record.epoch)
 
 
-def _newest_key(record: ReleaseRecord):
-    return _DPKG_ORDER(_full(record))
+def _newest_key(form: Format):
+    """Records -> a key that sorts them in the format's version order (one it cannot
+    spell sorts lowest)."""
+    def spelled(record: ReleaseRecord) -> str | None:
+        try:
+            return form.full_version(record.version, record.release, record.epoch)
+        except RocpkgInputError:
+            return None
+
+    def order(a: ReleaseRecord, b: ReleaseRecord) -> int:
+        x, y = spelled(a), spelled(b)
+        return (x is not None) - (y is not None) if x is None or y is None else form.compare(x, y).sign
+    return cmp_to_key(order)
 
 
 def _allowed_order(record: ReleaseRecord) -> bool:
@@ -123,15 +155,17 @@ def _sentence(new: ReleaseRecord, old: ReleaseRecord, orders: dict) -> str:
     """"A sorts below B in OUT for dpkg (rule) - apt would never upgrade to it", or the
     two tools' disagreement."""
     a, b = _full(new), _full(old)
-    wrong = [tool for tool, o in orders.items() if o.sign <= 0]
+    wrong = [form for form, o in orders.items() if o.sign <= 0]
     parts = []
-    for tool in wrong:
-        o = orders[tool]
+    for form in wrong:
+        o = orders[form]
         where = "equal to" if o.sign == 0 else "below"
         rule = f" ({o.rule})" if o.rule else ""
-        parts.append(f"{a} sorts {where} {b} in OUT for {tool}{rule}: {_CLIENT[tool]} would never upgrade to it")
-    right = [tool for tool in orders if tool not in wrong]
+        parts.append(f"{a} sorts {where} {b} in OUT for {form.order_tool}{rule}: "
+                     f"{form.client} would never upgrade to it")
+    right = [form for form in orders if form not in wrong]
     if right and wrong:
-        parts.append(f"for {', '.join(right)} it sorts above ({orders[right[0]].rule}): "
+        rule = f" ({orders[right[0]].rule})" if orders[right[0]].rule else ""
+        parts.append(f"for {', '.join(form.order_tool for form in right)} it sorts above{rule}: "
                      f"the formats disagree about which release is newest")
     return "; ".join(parts) if wrong else f"{a} was built after {b} and sorts above it"

@@ -11,7 +11,7 @@ import time
 
 from kpack import targets as kt
 
-from rocpkg.formats import compression
+from rocpkg.formats import compression, registry
 from rocpkg.cli.common import (add_plan_options, add_subset_options, formats,
                                human_bytes, interactive, load_config_of,
                                load_plan, print_snippets,
@@ -167,7 +167,7 @@ def _build(args, shard, workers) -> int:
     from rocpkg.out.releases import inputs_date
 
     config = load_config_of(args)
-    release_of_args(args, config)   # version-order refused before the artifacts are read
+    release_of_args(args, config, formats(args))   # version-order refused before the artifacts are read
     plan = load_plan(args, config, embedded_objects=False, starmap_async=workers.starmap_async, writers=True)
     only, settings = selected_packages(args, plan), plan.settings
     _print_plan_notes(args, plan)
@@ -232,8 +232,9 @@ def _compression(args, settings) -> dict:
 def _install_instructions(result) -> list[str]:
     out = result.out_dir
     families = result.plan.families
-    names = {fam: _install_names(fam, result.plan.settings, result.plan.abi) for fam in families}
-    width = max((len(n[0]) for n in names.values()), default=0)
+    aliases = {fam: _alias_name(fam, result.plan.settings, result.plan.abi) for fam in families}
+    deb, rpm = registry.get("deb"), registry.get("rpm")     # the two the demo publishes
+    width = max((len(deb.install_name(n)) for n in aliases.values()), default=0)
     lines = ["", f"Repositories are in {out}. To install from them on this machine:", "",
              "  Debian/Ubuntu (apt):"]
     if result.keyring:
@@ -244,7 +245,8 @@ def _install_instructions(result) -> list[str]:
                      "sudo tee /etc/apt/sources.list.d/rocm.list")
     lines.append("    sudo apt update")
     for fam in families:
-        lines.append(f"    sudo apt install {names[fam][0]:<{width}}  # {', '.join(families[fam])}")
+        lines.append(f"    sudo {deb.install_command.format(f'{deb.install_name(aliases[fam]):<{width}}')}  "
+                     f"# {', '.join(families[fam])}")
     lines += ["", "  Fedora/RHEL (dnf):"]
     if result.keyring:
         lines.append(f"    sudo cp {result.dnf_repo} /etc/yum.repos.d/rocm.repo")
@@ -252,7 +254,8 @@ def _install_instructions(result) -> list[str]:
         lines.append(f"    printf '[rocm]\\nname=rocm\\nbaseurl=file://{out}/rpm\\ngpgcheck=0\\n' | "
                      "sudo tee /etc/yum.repos.d/rocm.repo")
     for fam in families:
-        lines.append(f"    sudo dnf install {names[fam][1]:<{width}}  # {', '.join(families[fam])}")
+        lines.append(f"    sudo {rpm.install_command.format(f'{rpm.install_name(aliases[fam]):<{width}}')}  "
+                     f"# {', '.join(families[fam])}")
     lines += ["", "  Which one is yours: rocpkg detect"]
     return lines
 
@@ -310,13 +313,12 @@ def _cmd_demo(args) -> int:
     return 0 if result.verify is None or getattr(result.verify, "ok", True) else 1
 
 
-def _install_names(family: str, settings: dict, abi: str) -> tuple[str, str]:
-    """(DEB name, RPM name) of a family's alias package: DEB names are lower-case, RPM
-    provides the family's own spelling (README: What it does); a variant build's (rocm-asan-gfx110x)."""
+def _alias_name(family: str, settings: dict, abi: str) -> str:
+    """The plan's name of a family's alias package (rocm-gfx110X; a variant build's
+    rocm-asan-gfx110X): each format installs it by its Format.install_name."""
     from rocpkg.plan.naming import alias_name, build_variant
 
-    name = alias_name(settings["naming"]["alias"], family, abi, build_variant(settings))
-    return name.lower(), name
+    return alias_name(settings["naming"]["alias"], family, abi, build_variant(settings))
 
 
 def _cmd_detect(args) -> int:
@@ -336,21 +338,23 @@ def _cmd_detect(args) -> int:
     elif args.artifacts:
         plan = load_plan(args, config)
         available, abi, source = detect.packages_in_plan(plan), plan.abi, f"the plan of {args.artifacts}"
+    # the formats a user can install from: the tree's or the plan's, else the default ones
+    shown = [(fmt, form) for fmt, form in registry.REGISTERED.items()
+             if (fmt in available if available is not None else form.default_build)]
     for gpu in gpus:
         name = f" ({gpu.name})" if gpu.name and gpu.name != gpu.target else ""
         if gpu.family is None:
             print(f"node {gpu.node}: {gpu.target}{name}: in no family of this release's table, no package for it")
             continue
-        deb, rpm = _install_names(gpu.family, settings, abi)
+        alias = _alias_name(gpu.family, settings, abi)
         print(f"node {gpu.node}: {gpu.target}{name}, family {gpu.family}")
-        lines = [(tool, pkg) for tool, fmt, pkg in (("apt", "deb", deb), ("dnf", "rpm", rpm))
-                 if available is None or pkg.lower() in available.get(fmt, ())]
-        for tool, pkg in lines:
-            print(f"  {tool} install {pkg}")
+        lines = [form.install_command.format(form.install_name(alias)) for fmt, form in shown
+                 if available is None or alias.lower() in available.get(fmt, ())]
+        for line in lines:
+            print(f"  {line}")
         if not lines:
             served = sorted(f for f in settings["families"] or kt.FAMILIES
-                            if any(n.lower() in available.get(fmt, ()) for fmt, n in
-                                   zip(("deb", "rpm"), _install_names(f, settings, abi))))
+                            if any(_alias_name(f, settings, abi).lower() in names for names in available.values()))
             print(f"  {source} has no package for {gpu.family} (it serves: {', '.join(served) or 'no family'})")
     if available is None and verbosity(args) >= 0:
         print("note: names not checked against a repository: give --repo OUT or -a ARTIFACTS", file=sys.stderr)

@@ -42,18 +42,20 @@ def apply_channel(args, config) -> None:
         args.pkg_version = version
 
 
-def release_of_args(args, config) -> None:
+def release_of_args(args, config, formats=()) -> None:
     """Before the artifacts are read (the channel's version already applied by
     apply_channel): refuse a release that would not sort above OUT's releases of its
-    series (version-order, unless allowed): the build checks it again before publishing
-    and records it when allowed."""
+    series in the version order of each of `formats` it is built in (version-order,
+    unless allowed): the build checks it again before publishing and records it when
+    allowed."""
     from rocpkg.build import gate
     from rocpkg.build.version_order import out_version_order_refusals
     from rocpkg.plan.make import release_settings
 
     settings = release_settings(config, args.pkg_version, args.release)
     if not getattr(args, "shard", None):
-        gate.enforce(out_version_order_refusals(args.output, settings), gate.check_allow(args.allow or ()))
+        gate.enforce(out_version_order_refusals(args.output, settings, formats),
+                     gate.check_allow(args.allow or ()))
 
 
 def _date_of_environment() -> str | None:

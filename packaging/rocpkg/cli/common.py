@@ -7,7 +7,7 @@ import argparse
 import os
 import sys
 
-from rocpkg.formats.registry import NAMES as FORMAT_NAMES
+from rocpkg.formats.registry import DEFAULT as DEFAULT_FORMATS, NAMES as FORMAT_NAMES
 from rocpkg.errors import RocpkgInputError
 from rocpkg.formats.preflight import printable
 
@@ -41,7 +41,9 @@ def add_plan_options(p: argparse.ArgumentParser, artifacts_required: bool = True
     p.add_argument("--version", dest="pkg_version", help="release version (overrides settings.version)")
     p.add_argument("--release", help="package release (overrides settings.release)")
     p.add_argument("--targets", help="comma-separated targets to package (default: all found)")
-    p.add_argument("--formats", default="deb,rpm", help="comma-separated formats: deb,rpm")
+    p.add_argument("--formats", default=None,
+                   help=f"comma-separated formats: {','.join(FORMAT_NAMES)} (default: {','.join(DEFAULT_FORMATS)}; "
+                        f"verify OUT: every format OUT holds)")
     p.add_argument("--install-prefix", default=None, metavar="DIR",
                    help="install prefix, {abi} and {version} expanded (overrides settings.prefix; TheRock's "
                         "list-form package.json has no settings: default /opt/rocm/core-{abi})")
@@ -88,6 +90,10 @@ def split_list(text: str | None) -> list[str] | None:
 
 
 def formats(args) -> list[str]:
+    """The formats --formats names, checked; not given: the registry's default ones, and
+    for a built tree to verify (OUT) every registered format (verify reads those it holds)."""
+    if args.formats is None:
+        return list(FORMAT_NAMES if getattr(args, "out", None) else DEFAULT_FORMATS)
     chosen = split_list(args.formats) or []
     bad = [f for f in chosen if f not in FORMAT_NAMES]
     if bad or not chosen:

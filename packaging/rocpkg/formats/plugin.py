@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass, field
-from typing import Callable, Protocol
+from typing import BinaryIO, Callable, Protocol
 
 from rocpkg import model as m
+from rocpkg.formats.versions import Order, evr
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,11 @@ class Format:
     reader:          "module:object" of the format's Reader (below): verify's read-back
     version:         (upstream version, release) -> the format's spelling of them (pacman's
                      pkgver has no `~`); a pin's evr is given unmapped, as the plan writes it
+    order_tool:      whose version order the format's clients follow ("dpkg"), as messages name it
+    compare:         (a, b) -> rocpkg.formats.versions.Order of two full versions
+                     `[epoch:]version-release` in the format's spelling (full_version)
+    install_command: the client's command line that installs one package, `{}` its name
+                     ("apt install {}")
     """
 
     name: str
@@ -108,6 +114,9 @@ class Format:
     version: Callable[[str, str], tuple[str, str]] = lambda version, release: (version, release)
     repository: str = ""
     reader: str = ""
+    order_tool: str = ""
+    compare: Callable[[str, str], Order] | None = None
+    install_command: str = ""
 
     def load(self, reference: str):
         """The object a "module:function" reference of this format names."""
@@ -117,6 +126,17 @@ class Format:
     def write(self, spec: m.PackageSpec, out_dir: str, options: m.BuildOptions, observe=None) -> m.BuiltPackage:
         """Write one package of this format (the format's writer)."""
         return self.load(self.writer)(spec, out_dir, options, observe)
+
+    def full_version(self, version: str, release: str, epoch: int = 0) -> str:
+        """A release's `[epoch:]version-release` in the format's spelling (what `compare`
+        orders); RocpkgInputError when the format cannot spell it."""
+        return evr(*self.version(version, release), epoch)
+
+    def install_name(self, name: str) -> str:
+        """The name a user installs a plan's package by: lower case (what the format's
+        name rules make of a plan name) unless the format also provides the plan's
+        spelling (case_provides)."""
+        return name if self.case_provides else name.lower()
 
     @property
     def writer_module(self) -> str:
@@ -136,7 +156,55 @@ class Repository(Protocol):
     records. Each format's implementation is formats/<name>/repository.py."""
 
 
+class PayloadVisitor(Protocol):
+    """What a Reader hands a package's payload to, entry by entry, as it streams by
+    (verify's inspector: markers, kpack archives, linkage). The reader knows nothing of
+    what it looks for; the visitor knows nothing of the format."""
+
+    def wants(self, path: str) -> bool:
+        """Whether visit() takes the bytes of the regular file at this install path. A
+        reader may skip a payload none of whose listed regular files is wanted."""
+
+    def visit(self, entry: m.FileEntry, stream: BinaryIO | None) -> None:
+        """One payload entry, in payload order: entry.path the absolute install path (no
+        trailing slash, never "/"), entry.type FILE, DIR, SYMLINK or "other", entry.mode
+        the permission bits, entry.size a regular file's size, entry.link_target a
+        symlink's target. stream: a regular file's bytes when wants(entry.path), else None;
+        the visitor reads what it needs and the reader skips the rest. A ValueError the
+        visitor raises (too many entries, too long) stops the read: the reader raises
+        RocpkgInputError saying so."""
+
+
 class Reader(Protocol):
-    """A format's read-back for verify: a package file's metadata as a PackageSpec
-    (name, version, relations, files) and one streamed pass over its payload. Each format's
-    implementation is formats/<name>/reader.py."""
+    """A format's read-back for verify: the package files of the format's tree, a package
+    file's metadata as a PackageSpec, one streamed pass over its payload, and the exact
+    version a relation pins. Reading never loads a whole package into memory and writes
+    nothing. Bad input (a damaged or hostile package) raises RocpkgInputError, whose
+    `what`s say why the package is unreadable. Each format's implementation is
+    formats/<name>/reader.py (Format.reader)."""
+
+    files_in_metadata: bool
+    """True: read_meta's spec lists the package's files (rpm's header); False: the
+    payload's entries, as read_payload hands them to the visitor, are its listing."""
+
+    def package_files(self, tree: str) -> list[str]:
+        """The package files of the format's tree OUT/<name>/ (already checked to hold no
+        symlink and no special file), in a stable order; [] when the tree is absent."""
+
+    def read_meta(self, path: str) -> m.PackageSpec:
+        """A package's metadata: a PackageSpec of this format with its name, version,
+        release, epoch and arch, and its relations (depends, pre_depends, recommends,
+        suggests, provides, conflicts, replaces, breaks, obsoletes, where the format has
+        them) in the format's syntax, without the package manager's own features
+        (rpmlib()); files when files_in_metadata, else []. kind, target and definition
+        are left for the caller."""
+
+    def read_payload(self, path: str, spec: m.PackageSpec, visitor: PayloadVisitor) -> None:
+        """One streamed pass over the payload of the package read_meta read as `spec`:
+        each entry to visitor.visit(), in payload order. Where the format's metadata
+        records the payload's contents (pacman's .MTREE), the payload is checked against
+        it after the pass."""
+
+    def pinned(self, relation: str) -> tuple[str, str] | None:
+        """(name, evr) when a relation in the format's syntax pins a package at exactly
+        one [epoch:]version-release (the inverse of Format.pin), else None."""

@@ -57,7 +57,10 @@ DEFINITION_KEYS: dict[str, str] = {
     "Artifact": "str",
     "Components": "strlist",
 }
-# Relation keys per format: package.json key -> PackageSpec field
+# package.json's two relation dialects, each format's packages taking one (Format.dialect):
+# Debian's syntax (DEBDepends and kin) and rpm's (RPMRequires and kin). Per dialect:
+# package.json key -> PackageSpec field
+DEB_DIALECT, RPM_DIALECT = "deb", "rpm"
 DEB_RELATION_KEYS = {
     "DEBDepends": "depends",
     "DEBPreDepends": "pre_depends",
@@ -180,9 +183,10 @@ class Definition:
         return f"[{self.index}]"
 
     def relations(self, dialect: str) -> dict[str, list[str]]:
-        """The relations package.json gives in one dialect: "deb" (DEBDepends and kin) or
-        "rpm" (RPMRequires and kin); a format takes the dialect its syntax reads."""
-        return self.deb_relations if dialect == "deb" else self.rpm_relations
+        """The relations package.json gives in one dialect: DEB_DIALECT (DEBDepends and
+        kin) or RPM_DIALECT (RPMRequires and kin); a format takes the dialect its syntax
+        reads (Format.dialect)."""
+        return self.deb_relations if dialect == DEB_DIALECT else self.rpm_relations
 
 
 @dataclass
@@ -360,10 +364,10 @@ def validate_settings(settings: dict, where_prefix: str = "settings") -> list[tu
     return problems
 
 
-def relation_problem(fmt: str, relation: str) -> str:
-    """A package.json relation in one format's syntax ("" if valid). RPM relations may
-    use DEB-style `a | b` alternatives: the plan writes them as `(a or b)`."""
-    if fmt == "deb":
+def relation_problem(dialect: str, relation: str) -> str:
+    """A package.json relation in one dialect's syntax ("" if valid). RPMRequires and kin
+    may use Debian's `a | b` alternatives: the plan writes them as `(a or b)`."""
+    if dialect == DEB_DIALECT:
         return pf.deb_relation_problem(relation)
     if not relation.strip().startswith("(") and "|" in relation:
         return next((p for p in map(pf.rpm_relation_problem, relation.split("|")) if p), "")
@@ -371,7 +375,8 @@ def relation_problem(fmt: str, relation: str) -> str:
 
 
 def relation_names(relation: str) -> list[str]:
-    """Package names in one DEB or RPM relation (`a (>= 1) | b`, `(a or b)`, `a >= 1`)."""
+    """Package names in one relation of either dialect or a format's syntax (`a (>= 1) | b`,
+    `(a or b)`, `a >= 1`, `a>=1`)."""
     return list(_relation_names(relation))
 
 
@@ -426,14 +431,14 @@ def _load_definition(entry, index: int, base: str, seen: dict[str, str], problem
     if d.metapackage and d.artifacts and not d.disabled:
         problems.append((f"{where}.Artifactory", "a meta-package ships no files"))
     problems += [(f"{where}.{key}", what) for key, what in definition_string_problems(entry)]
-    for fmt, keys, relations in (("deb", DEB_RELATION_KEYS, d.deb_relations),
-                                 ("rpm", RPM_RELATION_KEYS, d.rpm_relations)):
+    for dialect, keys, relations in ((DEB_DIALECT, DEB_RELATION_KEYS, d.deb_relations),
+                                     (RPM_DIALECT, RPM_RELATION_KEYS, d.rpm_relations)):
         for key, attr in keys.items():
             if not isinstance(entry.get(key), list) or not all(isinstance(r, str) for r in entry[key]):
                 continue
             relations[attr] = [r.strip() for r in entry[key] if r.strip()]
-            problems += [(f"{where}.{key}[{ri}]", relation_problem(fmt, r)) for ri, r in enumerate(entry[key])
-                         if r.strip() and relation_problem(fmt, r)]
+            problems += [(f"{where}.{key}[{ri}]", relation_problem(dialect, r)) for ri, r in enumerate(entry[key])
+                         if r.strip() and relation_problem(dialect, r)]
     # TheRock leaves RPMRequires out where it matches DEBDepends minus system names
     return d
 
@@ -543,7 +548,7 @@ def _check_relations(config: Config, base: str) -> list[tuple[str, str]]:
     defined = {d.name: d for d in config.definitions}
     external = external_rule(namespace(config), config.settings["external"])
     for d in config.enabled:
-        for fmt, relations, keys in (("deb", d.deb_relations, DEB_RELATION_KEYS), ("rpm", d.rpm_relations, RPM_RELATION_KEYS)):
+        for relations, keys in ((d.deb_relations, DEB_RELATION_KEYS), (d.rpm_relations, RPM_RELATION_KEYS)):
             for key, attr in keys.items():
                 for ri, relation in enumerate(relations.get(attr, [])):
                     for name in relation_names(relation):

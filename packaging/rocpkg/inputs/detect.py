@@ -1,5 +1,5 @@
 """Which GPU targets this machine has, from the amdgpu driver's KFD topology in sysfs, and
-which family package serves each (so an end user knows what to `apt install`).
+which family package serves each (so an end user knows which package to install).
 
 KFD lists one node per CPU socket and per GPU under
 `<sysfs>/class/kfd/kfd/topology/nodes/<N>/properties`, `key value` lines. A GPU node's
@@ -87,8 +87,9 @@ def detect_gpus(sysfs_root: str = "/sys", families: dict[str, list[str]] | None 
 
 def packages_in_tree(out_dir: str) -> tuple[dict[str, set[str]], str]:
     """({format: lower-case package names}, release version) of a tree `rocpkg build` wrote,
-    from its manifest.json: what a repository published from it can install (an RPM family
-    alias is named in lower case and provides the family's spelling, README: What it does)."""
+    from its manifest.json: what a repository published from it can install (a format that
+    also provides a family's own spelling, Format.case_provides, still names the package in
+    lower case)."""
     path = os.path.join(out_dir, "manifest.json")
     try:
         doc = read_json(out_dir, "manifest.json", "manifest")

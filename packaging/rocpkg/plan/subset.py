@@ -25,7 +25,7 @@ def select(plan, names: list[str], closure: bool = False) -> set[tuple[str, str]
                 for name in names if name.lower() not in folded]
     if problems:
         raise RocpkgInputError(*problems)
-    wanted = {n.lower() for n in names}  # DEB names are the lower-case spelling of RPM's
+    wanted = {n.lower() for n in names}  # a format's names may be the lower-case spelling of the plan's
     chosen: set[tuple[str, str]] = set()
     for fmt, specs in plan.packages.items():
         by_name = {s.name: s for s in specs}

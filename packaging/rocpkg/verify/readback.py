@@ -1,10 +1,10 @@
 """A built OUT tree read back into the per-format view (rocpkg.verify.view): names, relations
 and files from each package's metadata, markers and archives from one streamed pass over
-its payload. Reading never loads a package and writes nothing: each .deb's data.tar and
-each .rpm's cpio payload is streamed once; of a host ELF only its first HEAD_WINDOW and
-last TAIL_WINDOW bytes are kept in memory to read its marker section from (a marker
-elsewhere in a larger file is reported unreadable, never spilled to disk); of a kpack
-archive only its header and TOC are kept.
+its payload, each read by its format's Reader (rocpkg.formats.plugin.Reader). Reading
+never loads a package and writes nothing: the payload streams by the inspector once; of a
+host ELF only its first HEAD_WINDOW and last TAIL_WINDOW bytes are kept in memory to read
+its marker section from (a marker elsewhere in a larger file is reported unreadable, never
+spilled to disk); of a kpack archive only its header and TOC are kept.
 
 A package is as hostile as any input: one with more than MAX_ENTRIES payload entries, or
 whose payload takes longer than MAX_SECONDS to read, is reported unreadable."""
@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import io
 import os
-import re
 import struct
-import tarfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -27,9 +25,11 @@ from rocpkg import model as m
 from rocpkg.inputs.facts import ArchiveToc
 from rocpkg.inputs.config import common_namespace, external_rule
 from rocpkg.errors import RocpkgInputError
+from rocpkg.formats import registry
+from rocpkg.formats.reading import why
 from rocpkg.out.outdir import STAGING_DIR
 from rocpkg.out.files import check_tree
-from rocpkg.formats.streams import CHUNK, read_exact, read_upto, skip_exact
+from rocpkg.formats.streams import read_exact, read_upto, skip_exact
 from rocpkg.verify.view import Problem, ReleaseView, looks_host_elf, payload
 
 KPACK_HEAD = 68                 # header, zeros to 64, and the zstd frame count at 64
@@ -38,17 +38,22 @@ HEAD_WINDOW = 4 << 20           # of a host ELF: its start (headers, program hea
 TAIL_WINDOW = 32 << 20          # ... and its end (section table, names, the marker a tool appends)
 MAX_ENTRIES = 250_000           # payload entries of one package (TheRock's largest: tens of thousands)
 MAX_SECONDS = 600               # to stream one package's payload
-_PIN = re.compile(r"^(?P<name>[^\s(|]+)\s*(?:\(\s*=\s*(?P<deb>[^\s)]+)\s*\)|=\s*(?P<rpm>\S+))\Z")
+
+
+def reader_of(fmt: str):
+    """The registered format's Reader (rocpkg.formats.plugin.Reader)."""
+    form = registry.get(fmt)
+    return form.load(form.reader)
 
 
 def read_tree_release(fmt: str, paths: list[str], pool: ThreadPoolExecutor) -> ReleaseView:
     """One format's packages: metadata first (cheap, decides host and device packages),
     then one streamed pass over each payload; nothing is written to disk."""
-    read_meta = _read_deb_meta if fmt == "deb" else _read_rpm_meta
+    reader = reader_of(fmt)
     specs: dict[str, m.PackageSpec] = {}
     files_of: dict[str, str] = {}
     release = ReleaseView(fmt, specs, lambda name: False, {f: list(t) for f, t in kt.FAMILIES.items()})
-    for path, spec, error in pool.map(read_meta, paths):
+    for path, spec, error in pool.map(lambda path: _read_meta(reader, path), paths):
         if error is not None:
             release.problem("unreadable", os.path.basename(path), path, "", error)
         elif spec.name in specs:
@@ -59,91 +64,45 @@ def read_tree_release(fmt: str, paths: list[str], pool: ThreadPoolExecutor) -> R
             specs[spec.name] = spec
             files_of[spec.name] = path
     release.is_external = external_rule(common_namespace(specs))
-    _classify_tree(release)
-    read_payload = _read_deb_payload if fmt == "deb" else _read_rpm_payload
+    _classify_tree(release, reader)
     names = list(specs)
-    results = pool.map(read_payload, [specs[n] for n in names], [files_of[n] for n in names])
-    for name, (files, inspector) in zip(names, results):
-        if files is not None:
-            specs[name].files = files
+    inspectors = pool.map(lambda name: _read_payload(reader, specs[name], files_of[name]), names)
+    for name, inspector in zip(names, inspectors):
+        if inspector.listing is not None:
+            specs[name].files = inspector.listing
         release.markers.update(inspector.markers)
         release.archives.update(inspector.archives)
         release.linkage.update(inspector.linkage)
         release.problems.extend(inspector.problems)
-    _kinds_after_payload(release)
+    _kinds_after_payload(release, reader)
     return release
 
 
 def package_files(out_dir: str) -> dict[str, list[str]]:
-    """The .deb and .rpm files of OUT, after OUT's trees are checked to hold no symlink
-    and no special file (outfiles.check_tree): what is listed is read safely."""
+    """Each registered format's package files under OUT/<format>/ (its Reader's listing),
+    after OUT's trees are checked to hold no symlink and no special file
+    (outfiles.check_tree): what is listed is read safely."""
     check_tree(out_dir, discarded=(STAGING_DIR,))
-    found: dict[str, list[str]] = {"deb": [], "rpm": []}
-    pool = os.path.join(out_dir, "deb", "pool", "main")
-    if os.path.isdir(pool):
-        for root, dirs, files in os.walk(pool):
-            dirs.sort()
-            found["deb"] += [os.path.join(root, f) for f in sorted(files) if f.endswith(".deb")]
-    rpm_root = os.path.join(out_dir, "rpm")
-    if os.path.isdir(rpm_root):
-        for arch in sorted(os.listdir(rpm_root)):
-            arch_dir = os.path.join(rpm_root, arch)
-            if arch != "repodata" and os.path.isdir(arch_dir):
-                found["rpm"] += [os.path.join(arch_dir, f) for f in sorted(os.listdir(arch_dir)) if f.endswith(".rpm")]
-    return found
+    return {fmt: reader_of(fmt).package_files(os.path.join(out_dir, fmt)) for fmt in registry.NAMES}
 
 
-def _read_deb_meta(path: str):
-    from debian.debian_support import Version
-
-    from rocpkg.formats.deb import parse_relations, read_deb_control
-
+def _read_meta(reader, path: str):
+    """(path, spec, None), or (path, None, why it is unreadable)."""
     try:
-        control = read_deb_control(path)
-        version = Version(control["Version"])
-        spec = m.PackageSpec("deb", control["Package"], version.upstream_version, version.debian_revision or "",
-                             control.get("Architecture", ""), "", epoch=int(version.epoch or 0))
-        for attr, key in (("depends", "Depends"), ("pre_depends", "Pre-Depends"), ("recommends", "Recommends"),
-                          ("suggests", "Suggests"), ("provides", "Provides")):
-            getattr(spec, attr).extend(parse_relations(control.get(key, "")))
-        return path, spec, None
-    except (RocpkgInputError, KeyError, ValueError, OSError, EOFError, tarfile.TarError) as exc:
-        return path, None, _why(exc)
+        return path, reader.read_meta(path), None
+    except RocpkgInputError as exc:
+        return path, None, why(exc)
 
 
-def _why(exc: Exception) -> str:
-    if isinstance(exc, RocpkgInputError):
-        return "; ".join(what for _, what in exc.problems)
-    return str(exc) or type(exc).__name__
-
-
-def _rpm_relations(record, kind: str) -> list[str]:
-    """The record's relations of one kind as text, without rpmlib() features or repeats."""
-    from rocpkg.formats.rpm.relations import format_relation, is_rpmlib
-
-    out = []
-    for name, flags, version in record.dependencies[kind]:
-        text = format_relation(name, flags, version)
-        if not is_rpmlib(name, flags) and text not in out:
-            out.append(text)
-    return out
-
-
-def _read_rpm_meta(path: str):
-    from rocpkg.formats.rpm import package_from_header, read_rpm
-
+def _read_payload(reader, spec: m.PackageSpec, package_file: str) -> "_Inspector":
+    """One pass over the payload: the inspector's look at each entry, and the listing
+    when the payload is it (Reader.files_in_metadata false)."""
+    inspector = _Inspector(spec, listing=not reader.files_in_metadata)
     try:
-        record = package_from_header(read_rpm(path))
-        spec = m.PackageSpec("rpm", record.name, record.version, record.release, record.arch, "",
-                             epoch=record.epoch)
-        spec.depends = _rpm_relations(record, "requires")
-        spec.recommends = _rpm_relations(record, "recommends")
-        spec.suggests = _rpm_relations(record, "suggests")
-        spec.provides = _rpm_relations(record, "provides")
-        spec.files = record.file_entries()
-        return path, spec, None
-    except (RocpkgInputError, KeyError, ValueError, OSError, EOFError) as exc:
-        return path, None, _why(exc)
+        reader.read_payload(package_file, spec, inspector)
+    except RocpkgInputError as exc:
+        inspector.problems.append(Problem("unreadable", spec.name, package_file, "-", why(exc), spec.format))
+    return inspector
 
 
 def _target_suffix(name: str) -> str:
@@ -161,20 +120,20 @@ def _family_suffix(name: str, families: dict[str, list[str]]) -> str:
     return next((f for f in families if f.lower() == tail and not _target_suffix(name)), "")
 
 
-def _pins(spec: m.PackageSpec) -> set[str]:
-    """Packages this one depends on at exactly its own version."""
+def _pins(spec: m.PackageSpec, reader) -> set[str]:
+    """Packages this one depends on at exactly its own version (the format's Reader.pinned)."""
     pinned = set()
     for rel in spec.depends + spec.pre_depends:
-        match = _PIN.match(rel.strip())
-        if match and (match.group("deb") or match.group("rpm")) == spec.evr:
-            pinned.add(match.group("name"))
+        pin = reader.pinned(rel)
+        if pin is not None and pin[1] == spec.evr:
+            pinned.add(pin[0])
     return pinned
 
 
-def _classify_tree(release: ReleaseView) -> None:
+def _classify_tree(release: ReleaseView, reader) -> None:
     """Host and device packages from the relations alone (see verify_tree)."""
     specs = release.specs
-    pins = {name: _pins(spec) for name, spec in specs.items()}
+    pins = {name: _pins(spec, reader) for name, spec in specs.items()}
     pinned_by: dict[str, set[str]] = {}
     for name, pinned in pins.items():
         for dep in pinned:
@@ -192,7 +151,7 @@ def _classify_tree(release: ReleaseView) -> None:
                 break
 
 
-def _kinds_after_payload(release: ReleaseView) -> None:
+def _kinds_after_payload(release: ReleaseView, reader) -> None:
     """Files, meta, family and alias packages once the payload listing is known; a package
     named for a target that ships files but belongs to no host is reported. A "host" that
     ships no file (a release's links package, pinned by every per-target meta-package
@@ -216,33 +175,8 @@ def _kinds_after_payload(release: ReleaseView) -> None:
     for spec in release.specs.values():
         # an alias pins the family meta of its family (rocm-gfx110x -> rocm7.1-gfx110x)
         if spec.kind == m.KIND_META and spec.family and any(
-                release.specs[dep].family == spec.family for dep in _pins(spec) if dep in release.specs):
+                release.specs[dep].family == spec.family for dep in _pins(spec, reader) if dep in release.specs):
             spec.kind = m.KIND_ALIAS
-
-
-class _Bounded(io.RawIOBase):
-    """Exactly `size` bytes of a stream; what is not read is skipped by skip()."""
-
-    def __init__(self, stream, size: int):
-        self.stream = stream
-        self.left = size
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer) -> int:
-        if self.left <= 0:
-            return 0
-        data = self.stream.read(min(len(buffer), self.left))
-        if not data:
-            raise EOFError(f"payload ended with {self.left} bytes of a member unread")
-        buffer[: len(data)] = data
-        self.left -= len(data)
-        return len(data)
-
-    def skip(self) -> None:
-        while self.left > 0:
-            self.read(min(CHUNK, self.left))
 
 
 class _SparseImage(io.RawIOBase):
@@ -286,13 +220,16 @@ class _SparseImage(io.RawIOBase):
 
 
 class _Inspector:
-    """Looks at each payload member once, as it streams by: kpack archives keep their
-    header and TOC, host ELF files their head and tail windows, to read their marker."""
+    """The payload visitor (rocpkg.formats.plugin.PayloadVisitor): looks at each payload
+    member once, as it streams by: kpack archives keep their header and TOC, host ELF
+    files their head and tail windows, to read their marker. With `listing`, it keeps
+    every entry visited: the package's files, as far as its payload could be read."""
 
-    def __init__(self, spec: m.PackageSpec):
+    def __init__(self, spec: m.PackageSpec, listing: bool = False):
         self.spec = spec
         self.deadline = time.monotonic() + MAX_SECONDS
         self.entries = 0
+        self.listing: list[m.FileEntry] | None = [] if listing else None
         self.markers: dict[tuple[str, str], Marker] = {}
         self.archives: dict[tuple[str, str], ArchiveToc] = {}
         self.linkage: dict[tuple[str, str], tuple[str, tuple[str, ...]]] = {}   # (SONAME, DT_NEEDED)
@@ -309,6 +246,13 @@ class _Inspector:
             raise ValueError(f"more than {MAX_ENTRIES} entries, more than verify reads of one package")
         if time.monotonic() > self.deadline:
             raise ValueError(f"reading its payload took more than {MAX_SECONDS} s")
+
+    def visit(self, entry: m.FileEntry, stream) -> None:
+        self.count()
+        if self.listing is not None:
+            self.listing.append(entry)
+        if stream is not None:
+            self.member(entry.path, entry.size, stream)
 
     def member(self, path: str, size: int, stream) -> None:
         try:
@@ -367,67 +311,3 @@ def _linkage(image, found: list, size: int) -> tuple[str, tuple[str, ...]] | Non
         return None
     soname = next((name for tag, name in names if tag == elfread.DT_SONAME), "")
     return soname, tuple(name for tag, name in names if tag == elfread.DT_NEEDED)
-
-
-def _read_deb_payload(spec: m.PackageSpec, package_file: str):
-    """One pass over data.tar: the file listing, and the inspector's look at each member."""
-    from rocpkg.formats.deb import open_deb_tar
-
-    inspector = _Inspector(spec)
-    files: list[m.FileEntry] = []
-    try:
-        with open_deb_tar(package_file, "data.tar") as tar:
-            for info in tar:
-                inspector.count()
-                path = "/" + info.name.removeprefix(".").strip("/")
-                if path == "/":
-                    continue
-                if info.isreg():
-                    files.append(m.FileEntry(path, m.FILE, info.mode & 0o7777, "", info.size))
-                    if inspector.wants(path):
-                        inspector.member(path, info.size, tar.extractfile(info))
-                elif info.isdir():
-                    files.append(m.FileEntry(path, m.DIR, info.mode & 0o7777))
-                elif info.issym():
-                    files.append(m.FileEntry(path, m.SYMLINK, 0o777, "", 0, info.linkname))
-                else:
-                    files.append(m.FileEntry(path, "other", info.mode & 0o7777))
-    except (RocpkgInputError, OSError, EOFError, ValueError) as exc:
-        inspector.problems.append(Problem("unreadable", spec.name, package_file, "-", f"data.tar: {_why(exc)}", "deb"))
-    except Exception as exc:  # tarfile / zstd / lzma errors of a corrupt member
-        inspector.problems.append(Problem("unreadable", spec.name, package_file, "-", f"data.tar: {exc}", "deb"))
-    return files, inspector
-
-
-def _read_rpm_payload(spec: m.PackageSpec, package_file: str):
-    """One pass over the cpio payload, only when the header lists something to inspect."""
-    from rocpkg.formats.rpm import (
-        iter_cpio,
-        open_payload_stream,
-        package_from_header,
-        read_rpm,
-        skip_cpio_pad,
-    )
-
-    inspector = _Inspector(spec)
-    by_index = {i: fe for i, fe in enumerate(spec.files)}
-    if not any(fe.type == m.FILE and inspector.wants(fe.path) for fe in spec.files):
-        return None, inspector
-    try:
-        record = package_from_header(read_rpm(package_file))
-        with open(package_file, "rb") as fh:
-            fh.seek(record.payload_offset)
-            stream = io.BufferedReader(open_payload_stream(fh, record.payload_compressor), CHUNK)
-            for index, path, size in iter_cpio(stream, by_index):
-                inspector.count()
-                body = _Bounded(stream, size)
-                fe = by_index.get(index) if index is not None else None
-                if fe is not None and fe.type == m.FILE and inspector.wants(path):
-                    inspector.member(path, size, body)
-                body.skip()
-                skip_cpio_pad(stream, size)
-    except (RocpkgInputError, OSError, EOFError, ValueError) as exc:
-        inspector.problems.append(Problem("unreadable", spec.name, package_file, "-", f"payload: {_why(exc)}", "rpm"))
-    except Exception as exc:  # zstd / lzma errors of a corrupt payload
-        inspector.problems.append(Problem("unreadable", spec.name, package_file, "-", f"payload: {exc}", "rpm"))
-    return None, inspector

@@ -1,5 +1,5 @@
 """`rocpkg verify`: the checks no packager makes today (README: What build refuses, docs/repository.md: Integrity), over a plan before a
-byte is written or over a built OUT tree read back from its .deb and .rpm files.
+byte is written or over a built OUT tree read back from its package files.
 
 The costly packaging bugs are silent: kernels missing for one target, a meta-package that
 lost a dependency, a device package that ships nothing. Users meet them as
@@ -80,6 +80,7 @@ from rocpkg.inputs.facts import FileFacts
 from rocpkg.verify.checks import check_release
 from rocpkg.inputs.config import common_namespace, external_rule, namespace
 from rocpkg.errors import RocpkgInputError
+from rocpkg.formats import registry
 from rocpkg.verify.readback import package_files, read_tree_release
 from rocpkg.verify.view import Problem, ReleaseView, VerifyReport, finish, payload
 
@@ -132,7 +133,7 @@ def verify_plan(plan, config=None) -> VerifyReport:
 def debug_problems(plan) -> list[Problem]:
     """The plan's debug findings (rocpkg.plan.debug), one problem each under the check
     `--allow` takes, named in its message as build's refusal names it: of the plan, no
-    format (the debug packages of both formats hold the same files)."""
+    format (the debug packages of every format hold the same files)."""
     from rocpkg.plan.debug import DEBUGLINK_MISSING
 
     problems = []
@@ -171,10 +172,11 @@ def _check_placement(release: ReleaseView, report: VerifyReport, spec: m.Package
 
 # -- a built tree ---------------------------------------------------------------------------
 
-def verify_tree(out_dir: str | os.PathLike, *, formats: Iterable[str] = ("deb", "rpm"), jobs: int = 0,
+def verify_tree(out_dir: str | os.PathLike, *, formats: Iterable[str] = registry.NAMES, jobs: int = 0,
                 release: str | None = None, lookup: str | None = None) -> VerifyReport:
-    """Check the packages under OUT/deb/pool/main and OUT/rpm/<arch>/ as built: names,
-    relations and files from their metadata, markers and archives from their payloads.
+    """Check the packages of `formats` under OUT/<format>/ as built (each format's Reader
+    finds and reads them, rocpkg.formats.plugin.Reader): names, relations and files from
+    their metadata, markers and archives from their payloads.
     Which package is whose device package is read from the relations themselves: a device
     package is named for a target, pins a host package at its own version, and some
     meta-package pins both.
@@ -183,10 +185,12 @@ def verify_tree(out_dir: str | os.PathLike, *, formats: Iterable[str] = ("deb", 
     release (or only `release`, `V-R`), then as a union: two releases must not ship one
     path under two package names unless their relations say one replaces the other."""
     out_dir = os.path.abspath(os.fspath(out_dir))
+    formats = list(formats)
     found = package_files(out_dir)
     if not any(found[f] for f in formats):
-        raise RocpkgInputError((out_dir, "no .deb under deb/pool/main and no .rpm under rpm/<arch>/: nothing to verify"))
-    report = VerifyReport(source=out_dir, formats=[f for f in ("deb", "rpm") if found[f] and f in formats])
+        wanted = ", ".join(f"no {registry.get(f).suffix} under {f}/" for f in formats)
+        raise RocpkgInputError((out_dir, f"{wanted}: nothing to verify"))
+    report = VerifyReport(source=out_dir, formats=[f for f in registry.NAMES if found[f] and f in formats])
     from rocpkg.out.releases import read_manifest
 
     doc = read_manifest(out_dir)

@@ -100,7 +100,8 @@ class ReleaseView:
 
 
 def payload(spec: m.PackageSpec) -> list[m.FileEntry]:
-    """Files and symlinks a package ships, leaving out the doc files a .deb writer adds."""
+    """Files and symlinks a package ships, leaving out the doc files a writer adds
+    (/usr/share/doc/<name>/)."""
     doc = f"/usr/share/doc/{spec.name}/"
     return [f for f in spec.files if f.type != m.DIR and not f.path.startswith(doc)]
 

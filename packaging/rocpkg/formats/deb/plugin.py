@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 
-from rocpkg.formats import preflight
+from rocpkg.formats import preflight, versions
 from rocpkg.formats.compression import DEB_THREADS
 from rocpkg.formats.plugin import Format
 from rocpkg.model import SYMLINK, FileEntry
@@ -49,11 +49,13 @@ def _finish_debug(debug, spec, ids: list[str]) -> None:
 FORMAT = Format(
     name="deb", title="Debian", suffix=".deb", client="apt", dialect="deb", metadata_suffix="control",
     pin=_pin, external=_external, arch=_arch, file_name=file_name, pool=_pool,
-    writer="rocpkg.formats.deb.package:write_deb", package_root=POOL_ROOT, index_dirs=("dists",),
+    writer="rocpkg.formats.deb.package:write_deb", reader="rocpkg.formats.deb.reader:READER",
+    package_root=POOL_ROOT, index_dirs=("dists",),
     name_rule=preflight.DEB_NAME, arch_rule=preflight.DEB_ARCH,
     version_problem=preflight.deb_version_problem, relation_problem=preflight.deb_relation_problem,
     lower_devel=True, meta_section="metapackages", plain_shared_objects=True, needs_maintainer=True,
     libc="libc6", debug_suffix="-dbgsym", debug_summary=lambda name: f"debug symbols for {name}",
     library_metadata=_library_metadata, finish_debug=_finish_debug, writer_threads=DEB_THREADS,
     templates=("deb/changelog.j2", "deb/copyright.j2", "deb/control.j2", "deb/maintscript.j2"),
+    order_tool="dpkg", compare=versions.dpkg_compare, install_command="apt install {}",
 )

@@ -9,6 +9,7 @@ import re
 
 from rocpkg.errors import RocpkgInputError
 from rocpkg.formats.plugin import Format
+from rocpkg.formats.versions import Order
 from rocpkg.formats.pacman import rules
 
 SUFFIX = ".pkg.tar.zst"
@@ -58,9 +59,11 @@ def write_package(spec, out_dir, options, observe=None):
 FORMAT = Format(
     name="pacman", title="Arch Linux", suffix=SUFFIX, client="pacman", dialect="deb", metadata_suffix="PKGINFO",
     pin=_pin, external=_external, arch=_arch, file_name=file_name, pool=_pool, version=_version,
-    writer="rocpkg.formats.pacman.plugin:write_package", name_rule=re.compile(r"[a-z0-9@_+][a-z0-9@._+-]*"),
+    writer="rocpkg.formats.pacman.plugin:write_package", reader="rocpkg.formats.pacman.reader:READER",
+    name_rule=re.compile(r"[a-z0-9@_+][a-z0-9@._+-]*"),
     arch_rule=re.compile(r"[a-z0-9_]+"),
     version_problem=lambda evr: _problem(rules.split_full_version, evr),
     relation_problem=lambda relation: _problem(rules.relation, relation),
     templates=("pacman/PKGINFO.j2", "pacman/BUILDINFO.j2", "pacman/INSTALL.j2"), default_build=False,
+    order_tool="vercmp", compare=lambda a, b: Order(rules.vercmp(a, b)), install_command="pacman -S {}",
 )

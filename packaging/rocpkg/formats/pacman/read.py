@@ -106,7 +106,7 @@ def _decompressed(handle: BinaryIO, path: str):
     return io.BufferedReader(open_decompressor(kind, handle, path), CHUNK)
 
 
-def _read(path: str, whole: bool, visit) -> PacmanPackage:
+def _read(path: str, whole: bool, visit, listed=None) -> PacmanPackage:
     path = os.fspath(path)
     texts: dict[str, str] = {}
     mtree_data = None
@@ -136,6 +136,8 @@ def _read(path: str, whole: bool, visit) -> PacmanPackage:
                 raise RocpkgInputError((path, "the package root is listed as a member"))
             found = PacmanFile("/" + name, _KINDS[member.kind], member.mode, member.size, member.linkname, member.mtime)
             files.append(found)
+            if listed is not None:
+                listed(found)
             if member.kind == tar.REG:
                 digests[found.path] = _visit(found, body, visit)
     if ".PKGINFO" not in texts:
@@ -231,9 +233,9 @@ def _check_mtree(path: str, listed: list[mtree.MtreeEntry], files: list[PacmanFi
         raise RocpkgInputError(*problems)
 
 
-def _guarded(path, whole: bool, visit) -> PacmanPackage:
+def _guarded(path, whole: bool, visit, listed=None) -> PacmanPackage:
     try:
-        return _read(path, whole, visit)
+        return _read(path, whole, visit, listed)
     except RocpkgInputError:
         raise
     except (OSError, EOFError, zstandard.ZstdError, lzma.LZMAError, zlib.error) as exc:
@@ -247,9 +249,11 @@ def read_pacman_info(path: str | os.PathLike) -> PacmanPackage:
 
 
 def read_pacman(path: str | os.PathLike,
-                visit: Callable[[PacmanFile, BinaryIO], None] | None = None) -> PacmanPackage:
-    """The whole package, streamed: visit(file, reader) is called for each regular file
-    (read what it needs; the rest is skipped), and the payload is checked against the
-    .MTREE. Bad input (a damaged or hostile package, digests that differ) raises
-    RocpkgInputError naming the package and each problem."""
-    return _guarded(path, True, visit)
+                visit: Callable[[PacmanFile, BinaryIO], None] | None = None,
+                listed: Callable[[PacmanFile], None] | None = None) -> PacmanPackage:
+    """The whole package, streamed: listed(file) is called for each payload member as it
+    comes (before visit), visit(file, reader) for each regular file (read what it needs;
+    the rest is skipped), and the payload is checked against the .MTREE. Bad input (a
+    damaged or hostile package, digests that differ) raises RocpkgInputError naming the
+    package and each problem; what listed or visit raise passes through."""
+    return _guarded(path, True, visit, listed)

@@ -1,7 +1,7 @@
 """The RPM format as the rest of rocpkg sees it (rocpkg.formats.plugin.Format)."""
 from __future__ import annotations
 
-from rocpkg.formats import preflight
+from rocpkg.formats import preflight, versions
 from rocpkg.formats.plugin import Format
 
 
@@ -39,11 +39,13 @@ def _library_metadata(spec, elf_facts: list, excludes) -> None:
 FORMAT = Format(
     name="rpm", title="RPM", suffix=".rpm", client="dnf", dialect="rpm", metadata_suffix="spec",
     pin=_pin, external=_external, arch=_arch, file_name=file_name, pool=_pool,
-    writer="rocpkg.formats.rpm.write:write_rpm", index_dirs=("repodata",), sign_in_place="rocpkg.formats.sign:sign_rpm_header",
+    writer="rocpkg.formats.rpm.write:write_rpm", reader="rocpkg.formats.rpm.reader:READER",
+    index_dirs=("repodata",), sign_in_place="rocpkg.formats.sign:sign_rpm_header",
     name_rule=preflight.RPM_NAME, arch_rule=preflight.RPM_ARCH,
     version_problem=preflight.rpm_version_problem, relation_problem=preflight.rpm_relation_problem,
     case_provides=True, debug_suffix="-debuginfo",
     debug_summary=lambda name: f"Debug information for package {name}",
     debug_provides=lambda ids: [f"debuginfo(build-id) = {i}" for i in ids],
     library_metadata=_library_metadata, templates=("rpm/spec.j2",),
+    order_tool="rpm", compare=versions.rpm_compare, install_command="dnf install {}",
 )
