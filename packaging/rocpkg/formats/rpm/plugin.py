@@ -4,6 +4,8 @@ from __future__ import annotations
 from rocpkg.formats import preflight
 from rocpkg.formats.plugin import Format
 
+SNIPPET = "rocm.repo"           # the repo file for /etc/yum.repos.d and /etc/zypp/repos.d, at OUT's top
+
 
 def _pin(name: str, evr: str) -> str:
     return f"{name} = {evr}"
@@ -46,4 +48,5 @@ FORMAT = Format(
     debug_summary=lambda name: f"Debug information for package {name}",
     debug_provides=lambda ids: [f"debuginfo(build-id) = {i}" for i in ids],
     library_metadata=_library_metadata, templates=("rpm/spec.j2",),
+    repository="rocpkg.formats.rpm.repository:REPOSITORY", snippet=SNIPPET,
 )
