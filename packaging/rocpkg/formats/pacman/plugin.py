@@ -12,6 +12,7 @@ from rocpkg.formats.plugin import Format
 from rocpkg.formats.pacman import rules
 
 SUFFIX = ".pkg.tar.zst"
+SNIPPET = "rocm.pacman.conf"    # the pacman.conf section of the repository, at OUT's top
 
 
 def _version(version: str, release: str) -> tuple[str, str]:
@@ -63,4 +64,5 @@ FORMAT = Format(
     version_problem=lambda evr: _problem(rules.split_full_version, evr),
     relation_problem=lambda relation: _problem(rules.relation, relation),
     templates=("pacman/PKGINFO.j2", "pacman/BUILDINFO.j2", "pacman/INSTALL.j2"), default_build=False,
+    repository="rocpkg.formats.pacman.repository:REPOSITORY", snippet=SNIPPET,
 )
