@@ -263,7 +263,7 @@ class ZypperClient:
 def stand_in_repository(root: Path, packages: list[tuple[str, str, list[str]]], repo_id: str = "base") -> Path:
     """An unsigned repository of empty stand-ins for OS packages, (name, version, provides)
     each, under root/rpm, and its .repo file root/<repo_id>.repo."""
-    from rocpkg.repo import dnf as repo_dnf
+    from rocpkg.formats.rpm import repodata as repo_dnf
 
     (root / "rpm/x86_64").mkdir(parents=True, exist_ok=True)
     for name, version, provides in packages:

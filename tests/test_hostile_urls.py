@@ -2,7 +2,7 @@
 an error line is one thing, read the same way by apt, dnf and zypper.
 
 - Every source line's URL (--base-url of repo/build/prune/promote, the default file://OUT,
-  export's DEST) goes through rocpkg.repo.urls: an OUT or DEST whose path holds a space, a
+  export's DEST) goes through rocpkg.formats.urls: an OUT or DEST whose path holds a space, a
   comma, '#', '"', '$', ';', '%' or non-ASCII is percent-encoded, and real apt, dnf and
   zypper clients fetch from it; a bare absolute path is a file:// URL; an upper-case scheme
   is lowered; what no client reads (a line break, `file:relative`, a fragment, a scheme
@@ -30,7 +30,7 @@ from test_shlibs import CONFIG as SHLIBS_CONFIG
 from rocpkg.errors import RocpkgInputError
 from rocpkg.formats import preflight
 from rocpkg.inputs import config_strings
-from rocpkg.repo.urls import keyring_path, source_url
+from rocpkg.formats.urls import keyring_path, source_url
 
 # a directory name with every character a source line could misread
 HOSTILE_DIR = "a b,c#d\"e$f;g%h\u00e9"

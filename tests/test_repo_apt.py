@@ -17,7 +17,8 @@ from debian import deb822
 
 from repo_helpers import (CHAIN, META, META_CLOSURE, AptClient, apt_source_line,
                           planned_installs, write_chain, write_package)
-from rocpkg.repo import apt as repo_apt
+from rocpkg.formats.deb import archive as repo_apt
+from rocpkg.out.digest_cache import DigestCache
 from rocpkg.cli.main import main
 from rocpkg.errors import RocpkgInputError
 from rocpkg.formats.sign import Signer
@@ -288,7 +289,7 @@ def test_republishing_trusts_remembered_digests_only_for_untouched_files(tmp_pat
     out = tmp_path / "out"
     write_chain(out, "deb")
     time.sleep(1.1)                        # remembered only once settled (racy-clean rule)
-    repo_apt.publish_apt(out, signer=signer, source_date_epoch=SDE)
+    repo_apt.publish_apt(out, signer=signer, source_date_epoch=SDE, digests=DigestCache(out, "deb"))
     remembered = json.loads((out / ".rocpkg/digests-deb.json").read_text())
     assert {k: v[4] for k, v in remembered.items()} == \
         {s["Filename"]: s["SHA256"] for s in packages_index(out)}
@@ -300,4 +301,4 @@ def test_republishing_trusts_remembered_digests_only_for_untouched_files(tmp_pat
         f.write(data)
     os.utime(host, ns=(st.st_atime_ns, st.st_mtime_ns))
     with pytest.raises(RocpkgInputError, match="refusing to replace a published package"):
-        repo_apt.publish_apt(out, signer=signer, source_date_epoch=SDE)
+        repo_apt.publish_apt(out, signer=signer, source_date_epoch=SDE, digests=DigestCache(out, "deb"))

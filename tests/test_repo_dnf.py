@@ -13,7 +13,7 @@ import pytest
 
 from repo_helpers import (CHAIN, META, META_CLOSURE, DnfClient,
                           rpmbuild_package, write_chain, write_package)
-from rocpkg.repo import dnf as repo_dnf
+from rocpkg.formats.rpm import repodata as repo_dnf
 from rocpkg.cli.main import main
 from rocpkg.errors import RocpkgInputError
 from rocpkg.formats.sign import Signer

@@ -11,7 +11,7 @@ import pytest
 
 from repo_helpers import META_CLOSURE, ZypperClient, write_chain
 from rocpkg.cli.main import main
-from rocpkg.repo import dnf as repo_dnf
+from rocpkg.formats.rpm import repodata as repo_dnf
 
 SDE = 1700000000
 

@@ -166,7 +166,7 @@ def test_a_downstream_rpm_installs_with_dnf_from_our_repository(built, compiled,
     from repo_helpers import DnfClient
     from rocpkg.formats.rpm.write import write_rpm
     from rocpkg.model import BuildOptions, PackageSpec
-    from rocpkg.repo import dnf as repo_dnf
+    from rocpkg.formats.rpm import repodata as repo_dnf
 
     app = rpmbuild(tmp_path, "app", {"/usr/bin/app": compiled[1]})
     assert "libfoo.so.1()(64bit)" in rpm_query(app, "requires")

@@ -16,6 +16,7 @@ from rocpkg.build import run as b
 from rocpkg.out.dates import source_date_epoch
 from rocpkg.repo.index import publish_repositories
 from rocpkg.errors import RocpkgInputError
+from rocpkg.formats.registry import REGISTERED
 from rocpkg.model import BuildOptions
 
 DEMO_TARGETS = ("gfx942", "gfx1100", "gfx1101", "gfx1201")
@@ -36,12 +37,25 @@ class DemoResult:
     suite: str
     gnupg_home: str = ""                # "" when unsigned (no gpg)
     key_fingerprint: str = ""
-    apt_list: str = ""                  # OUT/rocm.list
-    dnf_repo: str = ""                  # OUT/rocm.repo
+    snippets: dict[str, str] = field(default_factory=dict)    # format -> its client snippet (OUT/rocm.list...)
     keyring: str = ""                   # OUT/rocm.gpg (binary, for apt signed-by)
     armored_key: str = ""               # OUT/rocm.asc (for rpm --import / gpgkey=)
     verify: object = None               # rocpkg.verify.run's report, when that module exists
     steps: list[tuple[str, float]] = field(default_factory=list)
+
+    def snippet_of(self, client: str) -> str:
+        """The snippet of the format `client` installs from ("" when the demo built none)."""
+        return next((path for fmt, path in self.snippets.items() if REGISTERED[fmt].client == client), "")
+
+    @property
+    def apt_list(self) -> str:
+        """OUT/rocm.list: what the CLI's install instructions for apt name."""
+        return self.snippet_of("apt")
+
+    @property
+    def dnf_repo(self) -> str:
+        """OUT/rocm.repo: what the CLI's install instructions for dnf name."""
+        return self.snippet_of("dnf")
 
 
 def _demo_key(out_dir: str) -> str | None:
@@ -139,11 +153,10 @@ def run_demo(out_dir: str | os.PathLike, *, targets=DEMO_TARGETS, jobs: int | No
         step("build")
         suite = plan.settings["suite"]
         snippets, _ = publish_repositories(out_dir, suite=suite, signer=signer, source_date_epoch=sde)
-        apt_list, dnf_repo = snippets["deb"], snippets["rpm"]
         step("repositories")
         result = DemoResult(out_dir, artifacts, plan, built, suite, gnupg_home=home or "",
-                            key_fingerprint=signer.fingerprint if signer else "", apt_list=apt_list,
-                            dnf_repo=dnf_repo, steps=steps)
+                            key_fingerprint=signer.fingerprint if signer else "",
+                            snippets={f: p for f, p in snippets.items() if f in REGISTERED}, steps=steps)
         if signer:
             from rocpkg.formats.sign import ARMORED_KEY_NAME, KEYRING_NAME
 

@@ -89,10 +89,11 @@ def _cmd_sample_artifacts(args) -> int:
 
 
 def _cmd_repo(args) -> int:
-    """Index (and with a key, sign) OUT/deb and OUT/rpm, and write the client snippets."""
+    """Index (and with a key, sign) each format's tree in OUT, and write the client snippets."""
+    from rocpkg.formats.registry import REGISTERED
+    from rocpkg.formats.sign import Signer
     from rocpkg.out.dates import published_source_date_epoch
     from rocpkg.repo.index import publish_repositories
-    from rocpkg.formats.sign import Signer
 
     out = args.out
     if args.gpg_home and not args.sign_key:
@@ -105,13 +106,12 @@ def _cmd_repo(args) -> int:
     snippets, manifest = publish_repositories(out, suite=args.suite, signer=signer, source_date_epoch=sde,
                                               base_url=args.base_url)
     signed = f", signed by {signer.fingerprint}" if signer else ", unsigned"
-    if "deb" in snippets:
-        print(f"apt: {os.path.join(out, 'deb', 'dists', args.suite)} (source line in rocm.list){signed}")
-    if "rpm" in snippets:
-        print(f"dnf: {os.path.join(out, 'rpm', 'repodata')} (repo file rocm.repo){signed}")
-    for fmt in ("deb", "rpm"):
-        if f"{fmt}-setup" in snippets:
-            print(f"setup package ({fmt}): {snippets[f'{fmt}-setup']}")
+    for name, form in REGISTERED.items():
+        if name in snippets:
+            print(f"{form.repo.summary(out, args.suite)}{signed}")
+    for name in REGISTERED:
+        if f"{name}-setup" in snippets:
+            print(f"setup package ({name}): {snippets[f'{name}-setup']}")
     if args.base_url and signer is None:
         print("setup packages: none (an unsigned repository gets none; give --sign-key)")
     if manifest:
@@ -200,12 +200,12 @@ def _register_commands(sub) -> None:
     p.add_argument("--clean", action="store_true", help="replace DIR if it is not empty")
     p.set_defaults(func=_cmd_sample_artifacts)
 
-    p = sub.add_parser("repo", help="index and sign the APT and DNF repositories under OUT")
+    p = sub.add_parser("repo", help="index and sign the repositories under OUT (APT, DNF, pacman)")
     p.add_argument("out", metavar="OUT", help="a tree written by `rocpkg build`")
     p.add_argument("--gpg-home", default=None, help="GnuPG home holding the signing key (default $GNUPGHOME)")
     p.add_argument("--sign-key", default=None, help="key id, fingerprint or user id to sign with")
-    p.add_argument("--suite", default="stable", help="APT suite (default stable)")
-    p.add_argument("--base-url", default=None, help="URL OUT is served at, for rocm.list/rocm.repo "
+    p.add_argument("--suite", default="stable", help="APT suite, pacman database name (default stable)")
+    p.add_argument("--base-url", default=None, help="URL OUT is served at, for the client snippets "
                                                     "(default file://OUT)")
     p.set_defaults(func=_cmd_repo)
 

@@ -18,6 +18,7 @@ from typing import BinaryIO, Callable, Protocol
 
 from rocpkg import model as m
 from rocpkg.formats.versions import Order, evr
+from rocpkg.formats.indexes import IndexEntry, IndexFile, PackageRef, Signature
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,7 @@ class Format:
     default_build:   built when `--formats` is not given
     repository:      "module:object" of the format's Repository (below): its indexes, their
                      signatures, the client's source snippet, the setup package's files
+    snippet:         the client's source snippet's file name at OUT's top ("rocm.list")
     reader:          "module:object" of the format's Reader (below): verify's read-back
     version:         (upstream version, release) -> the format's spelling of them (pacman's
                      pkgver has no `~`); a pin's evr is given unmapped, as the plan writes it
@@ -113,6 +115,7 @@ class Format:
     default_build: bool = True
     version: Callable[[str, str], tuple[str, str]] = lambda version, release: (version, release)
     repository: str = ""
+    snippet: str = ""
     reader: str = ""
     order_tool: str = ""
     compare: Callable[[str, str], Order] | None = None
@@ -139,6 +142,11 @@ class Format:
         return name if self.case_provides else name.lower()
 
     @property
+    def repo(self) -> "Repository":
+        """The format's Repository (imported on first use)."""
+        return self.load(self.repository)
+
+    @property
     def writer_module(self) -> str:
         return self.writer.partition(":")[0]
 
@@ -153,7 +161,73 @@ class Repository(Protocol):
     verify's integrity checks ask of the format, over OUT/<name>/ (the format's tree).
     Everything OUT-specific (the digest cache, the journal's change, hostile-safe opening
     of OUT's files) is handed in by the caller, so that the format knows nothing of OUT's
-    records. Each format's implementation is formats/<name>/repository.py."""
+    records. Each format's implementation is formats/<name>/repository.py.
+
+    Paths called `rel` are relative to OUT and "/"-separated; `opener` opens one of OUT's
+    files for reading as OUT's own (rocpkg.formats.indexes.Opener: no symlink followed, a
+    regular file, bounded); what an index read through it says that cannot be parsed is
+    bad input naming it (rocpkg.formats.indexes.damaged_index)."""
+
+    clients: str    # who the snippet and the setup package configure, as a sentence names them ("APT")
+
+    def index(self, out_dir: str, *, suite: str, signer, source_date_epoch: int | None, digests,
+              change) -> list[str]:
+        """Index every package under OUT/<name>/ and, with a signer (rocpkg.formats.sign.Signer),
+        sign the indexes and export the public keys to OUT's top (rocm.gpg, rocm.asc); without
+        one, remove signatures an earlier run left. suite names the index (an APT suite, a
+        pacman database). A package that cannot be read, or that replaces one published with
+        other bytes, is bad input (every problem at once) and nothing is renamed into place.
+        New files are written beside the old ones, each whole, by rename, the roots that
+        name the others last. digests: the packages' SHA-256 cache (sha256(path, key) ->
+        (hex, size); save() when done); change: the journaled change the re-index runs in
+        (keep(path) before a package is replaced in place). Returns the paths written."""
+
+    def write_snippet(self, out_dir: str, *, suite: str, url: str, key_url: str | None = None,
+                      keyring: str | None = None) -> str:
+        """Write the client's source snippet (Format.snippet) at OUT's top: url is the format's
+        tree as clients reach it (rocpkg.formats.urls.source_url's rule, or refused), key_url
+        the armored key's URL (default OUT's own rocm.asc), keyring the binary keyring's path
+        on a client (default /usr/share/keyrings/rocm.gpg). Signature checks are on only when
+        true on disk: the indexes signed and the key at OUT's top. Returns its path."""
+
+    def summary(self, out_dir: str, suite: str) -> str:
+        """The `repo` command's line for the format: the client, where its indexes are, the snippet."""
+
+    def indexed(self, out_dir: str) -> bool:
+        """Whether the tree has an index at all (a package no index lists is then stale)."""
+
+    def entries(self, out_dir: str, opener) -> list[IndexEntry]:
+        """Every package the tree's indexes publish, with the size and SHA-256 they list."""
+
+    def index_files(self, out_dir: str, opener) -> list[IndexFile]:
+        """Every file of the tree its indexes consist of: the roots, their signatures and
+        keys (no owner), and the files a root lists, with what it lists of each."""
+
+    def signatures(self, out_dir: str) -> list[Signature]:
+        """The signatures a signed repository has over its indexes, present or not (a missing
+        one is a problem under verify --keyring); [] when the tree has no index."""
+
+    def named_by_digest(self, rel: str) -> tuple[str, str] | None:
+        """(hash algorithm, hex digest) when rel is an older generation of an index that is
+        named by the digest of its bytes (APT's by-hash, DNF's <sha256>-primary.xml.gz); else None."""
+
+    def publish_stage(self, rel: str) -> tuple[int, int]:
+        """Where a file of the tree goes in publish's upload order: (0) named by its content
+        (packages, by-hash copies), (1) other indexes, (2) the roots, last; and its rank
+        among the roots (a detached signature before what it signs, what a client reads first last)."""
+
+    def stale(self, unlisted: list[PackageRef], listed: list[IndexEntry]) -> list[PackageRef]:
+        """Of the packages in the tree no index lists, those the indexes should list (an
+        index that holds one version per name leaves the older ones out)."""
+
+    def setup_files(self, top: str, *, url: str, suite: str, signer) -> dict[str, bytes]:
+        """Install path -> bytes of the files the setup package `<top>-repo` ships: the
+        client's source naming url (the format's tree) and the signing key; {} when the
+        format has no setup package."""
+
+    def setup_package(self, path: str) -> tuple[str, str, str]:
+        """(name, upstream version, description) of a package file of this format: the setup
+        package's own fields, read back to tell whether it needs writing anew."""
 
 
 class PayloadVisitor(Protocol):

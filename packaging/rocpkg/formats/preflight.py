@@ -92,7 +92,7 @@ def control_problem(text: str, multi_line: bool = False) -> str:
 def url_problem(text: str, schemes: tuple[str, ...] = ("http", "https")) -> str:
     """What is wrong with a URL that names a server ("" if nothing): one token (no space, no
     control character), one of the schemes and a host. (A source line's URL is
-    rocpkg.repo.urls'.)"""
+    rocpkg.formats.urls'.)"""
     import urllib.parse
 
     if not text or any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in text):

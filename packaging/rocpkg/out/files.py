@@ -22,16 +22,17 @@ import stat
 
 from rocpkg import strict_json
 from rocpkg.errors import RocpkgInputError
-from rocpkg.formats.registry import NAMES as FORMAT_NAMES
+from rocpkg.formats.registry import NAMES as FORMAT_NAMES, REGISTERED
 
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 # what rocpkg writes at OUT's top: directories, then files
 OWN_DIRS = (".rocpkg", *FORMAT_NAMES, "control", "manifest.d")
-OWN_FILES = ("manifest.json", "rocm.gpg", "rocm.asc", "rocm.list", "rocm.repo")
-# and the setup packages' stable-name copies, <top>-repo.deb and <top>-repo.rpm
-# (rocpkg.repo.setup), whose <top>, the release's top meta-package, is a lower-case package name
-SETUP_COPY_RE = re.compile(r"[a-z0-9][a-z0-9+.-]*-repo\.(?:deb|rpm)")
+# (the keys: rocpkg.formats.sign's KEYRING_NAME, ARMORED_KEY_NAME; each format's client snippet)
+OWN_FILES = ("manifest.json", "rocm.gpg", "rocm.asc", *(f.snippet for f in REGISTERED.values() if f.snippet))
+# and the setup packages' stable-name copies, <top>-repo.<format> (rocpkg.repo.setup), whose
+# <top>, the release's top meta-package, is a lower-case package name
+SETUP_COPY_RE = re.compile(r"[a-z0-9][a-z0-9+.-]*-repo\.(?:%s)" % "|".join(map(re.escape, FORMAT_NAMES)))
 RECORD_LIMIT = 256 << 20        # manifest.json, shard parts, journals, caches, publish records
 INDEX_LIMIT = 1 << 30           # an index file read back (Release, Packages, repomd.xml)
 

@@ -20,7 +20,7 @@ rename, fsync of the directory): a kill before that leaves a journal.d without a
 journal.json, which is swept. The command then changes OUT in the order that keeps it a
 valid repository at every instant where that is possible (new package files and by-hash
 copies first, the indexes next, the signatures and the top files, Release, InRelease,
-repomd.xml and its signature, last, removals after: rocpkg.repo.apt, rocpkg.repo.dnf).
+repomd.xml and its signature, last, removals after: each format's Repository.index).
 Once the whole change is in place, journal.json goes first, then journal.d.
 
 Recovery, by rule rather than per command: an unfinished journal is always rolled back —

@@ -25,7 +25,8 @@ from typing import Iterable
 
 from kpack.loader import FALLTHROUGH
 from rocpkg.errors import RocpkgInputError
-from rocpkg.out.indexes import PackageRef, published_entries
+from rocpkg.formats.indexes import PackageRef
+from rocpkg.out.indexes import published_entries
 from rocpkg.out.manifest_schema import check_manifest
 from rocpkg.out.files import read_json
 from rocpkg.formats.streams import AtomicOutput

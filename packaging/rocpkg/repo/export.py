@@ -1,10 +1,10 @@
-"""`rocpkg export OUT DEST NAME...`: an offline bundle. DEST becomes a self-contained APT
-and DNF repository holding only the dependency closure of the named packages (names as
-users type them, `rocm-gfx110x`, `rocm-gfx110X`, or a package.json definition name,
-`rocm-core-devel`, for its unversioned package in each format), each found in the newest
-of OUT's releases that holds it (a normal release and its ASAN build are two releases),
-indexed and, with a key, signed, with its client snippets (rocm.list, rocm.repo and the
-keys) pointing at DEST itself; then DEST.tar (reproducible: sorted, dated
+"""`rocpkg export OUT DEST NAME...`: an offline bundle. DEST becomes a self-contained
+repository of each format OUT holds (APT, DNF, pacman) holding only the dependency closure
+of the named packages (names as users type them, `rocm-gfx110x`, `rocm-gfx110X`, or a
+package.json definition name, `rocm-core-devel`, for its unversioned package in each
+format), each found in the newest of OUT's releases that holds it (a normal release and its
+ASAN build are two releases), indexed through the format's Repository and, with a key,
+signed, with its client snippets (rocm.list, rocm.repo... and the keys) pointing at DEST itself; then DEST.tar (reproducible: sorted, dated
 SOURCE_DATE_EPOCH, owner root) and DEST.tar.sha256 beside it. Dependencies no package of
 the release provides (libc6, libc.so.6()(64bit)) are the installing system's.
 
@@ -31,16 +31,18 @@ from dataclasses import dataclass, field
 
 from rocpkg.errors import RocpkgInputError
 from rocpkg.formats.preflight import suite_problem
+from rocpkg.formats.registry import REGISTERED
 from rocpkg.formats.sign import ARMORED_KEY_NAME, KEYRING_NAME
 from rocpkg.formats.streams import HashingWriter, copy_stream
+from rocpkg.formats.urls import keyring_path, source_url
 from rocpkg.inputs.config import relation_names
 from rocpkg.out import releases
 from rocpkg.out.dates import published_source_date_epoch
+from rocpkg.out.digest_cache import DigestCache
 from rocpkg.out.files import open_file
 from rocpkg.out.indexes import published_entries
 from rocpkg.out.journal import recover
 from rocpkg.out.outdir import OutLock
-from rocpkg.repo.urls import keyring_path, source_url
 
 
 @dataclass
@@ -101,9 +103,10 @@ def _release_entries(doc: dict) -> list[list[dict]]:
             for record in reversed(releases.manifest_releases(doc))]
 
 
-# A name as the other format spells it: Debian's `-dev` for rpm's `-devel` (plan.naming's
-# lower_devel), before the end, a `-` or the ABI of a versioned name (rocm-core-devel7.1).
-_SPELLING = {"deb": (re.compile(r"-devel(?=$|-|\d)"), "-dev"), "rpm": (re.compile(r"-dev(?=$|-|\d)"), "-devel")}
+# A name as the other spelling writes it: `-dev` in a format that lowers `-devel` to Debian's
+# `-dev` (Format.lower_devel), `-devel` in the others; before the end, a `-` or the ABI of a
+# versioned name (rocm-core-devel7.1).
+_SPELLING = {True: (re.compile(r"-devel(?=$|-|\d)"), "-dev"), False: (re.compile(r"-dev(?=$|-|\d)"), "-devel")}
 
 
 def _spelled(name: str, fmt: str, table: dict[str, dict]) -> str | None:
@@ -114,7 +117,7 @@ def _spelled(name: str, fmt: str, table: dict[str, dict]) -> str | None:
     name = name.lower()
     if name in table:
         return name
-    pattern, spelling = _SPELLING[fmt]
+    pattern, spelling = _SPELLING[REGISTERED[fmt].lower_devel]
     other = pattern.sub(spelling, name)
     return other if other in table else None
 
@@ -207,9 +210,10 @@ def _write_bundle(out_dir: str, dest: str, urls: dict[str, str], closure: dict[s
 
 
 def _snippet_urls(dest: str, signed: bool) -> dict[str, str]:
-    """What DEST's rocm.list and rocm.repo name (rocpkg.repo.urls), refused naming DEST
-    before anything is written when apt, dnf or zypper could not read it."""
-    return {"deb": source_url(os.path.join(dest, "deb"), dest), "rpm": source_url(os.path.join(dest, "rpm"), dest),
+    """What DEST's client snippets name (rocpkg.formats.urls): each format's tree, by its
+    name, "key" and "keyring"; refused naming DEST before anything is written when a client
+    could not read it."""
+    return {**{fmt: source_url(os.path.join(dest, fmt), dest) for fmt in REGISTERED},
             "key": source_url(os.path.join(dest, ARMORED_KEY_NAME), dest),
             "keyring": keyring_path(os.path.join(dest, KEYRING_NAME), dest) if signed else ""}
 
@@ -219,21 +223,18 @@ def _fill(out_dir: str, staging: str, urls: dict[str, str], closure: dict[str, l
     """staging as DEST's tree: the closure's package files (checked as _copy_recorded
     checks them, every problem at once, before anything is indexed or signed), the
     indexes and the client snippets that name DEST."""
-    from rocpkg.repo import apt as repo_apt
-    from rocpkg.repo import dnf as repo_dnf
-
     problems = []
     for entries in closure.values():
         for e in entries:
             problems += _copy_recorded(out_dir, staging, e)
     if problems:
         raise RocpkgInputError(*problems)
-    if "deb" in closure:
-        repo_apt.publish_apt(staging, suite=suite, signer=signer, source_date_epoch=sde)
-        repo_apt.write_client_snippet(staging, suite=suite, base_url=urls["deb"], keyring=urls["keyring"])
-    if "rpm" in closure:
-        repo_dnf.publish_dnf(staging, signer=signer, source_date_epoch=sde, sign_packages=signer is not None)
-        repo_dnf.write_client_snippet(staging, base_url=urls["rpm"], gpgkey_url=urls["key"])
+    for fmt, form in REGISTERED.items():
+        if fmt in closure:
+            form.repo.index(staging, suite=suite, signer=signer, source_date_epoch=sde,
+                            digests=DigestCache(staging, fmt), change=None)
+            form.repo.write_snippet(staging, suite=suite, url=urls[fmt], key_url=urls["key"],
+                                    keyring=urls["keyring"] or None)
 
 
 def _copy_recorded(out_dir: str, staging: str, entry: dict) -> list[tuple[str, str]]:

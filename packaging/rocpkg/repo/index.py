@@ -1,8 +1,9 @@
-"""Index what OUT holds: OUT/deb/pool as an APT repository and OUT/rpm as a DNF one (signed
-with a key when given), the client snippets, and manifest.json kept in line with the files
-(shard parts joined, packages whose bytes changed in place rehashed), all as one journaled
-change of OUT (rocpkg.out.journal). The repository commands run through here, never through
-the builder."""
+"""Index what OUT holds: each format's tree (OUT/deb/pool, OUT/rpm, OUT/pacman) as its
+client's repository, through the format's Repository (rocpkg.formats.plugin), signed with a
+key when given; the client snippets; and manifest.json kept in line with the files (shard
+parts joined, packages whose bytes changed in place rehashed), all as one journaled change
+of OUT (rocpkg.out.journal). The repository commands run through here, never through the
+builder."""
 from __future__ import annotations
 
 import dataclasses
@@ -12,6 +13,8 @@ import re
 import stat
 
 from rocpkg.errors import RocpkgInputError
+from rocpkg.formats.registry import NAMES, REGISTERED
+from rocpkg.formats.sign import ARMORED_KEY_NAME
 from rocpkg.formats.streams import write_atomic
 from rocpkg.out import releases
 from rocpkg.out.files import kind_of, read_json
@@ -21,7 +24,8 @@ from rocpkg.out.outdir import MANIFEST_PARTS
 from rocpkg.out.state import recorded_states, rewrite_states
 from rocpkg.repo.urls import repository_url
 
-# An APT suite is a directory name under dists/ and a Release field: no separators, no dots first
+# A suite names an index (an APT suite is a directory under dists/ and a Release field; a
+# pacman database is <suite>.db): no separators, no dots first
 _SUITE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 
@@ -62,14 +66,14 @@ def assemble_manifest(out_dir: str | os.PathLike) -> str | None:
 
 def publish_repositories(out_dir: str, *, suite: str, signer=None, source_date_epoch: int | None = None,
                          base_url: str | None = None) -> tuple[dict[str, str], str | None]:
-    """Index (and with a signer, sign) what OUT holds: OUT/deb/pool as an APT repository,
-    OUT/rpm as a DNF one; write the client snippets; bring manifest.json in line (RPM
-    headers signed in place changed their bytes). Signed and with a base_url, also the
-    setup packages (rocpkg.repo.setup), indexed with the rest and copied to their stable
-    names. Holds the OUT lock. Returns ({"deb": rocm.list, "rpm": rocm.repo} for the
-    formats present, and "deb-setup"/"rpm-setup": the stable-name copies; the manifest's path)."""
-    from rocpkg.repo import apt as repo_apt
-    from rocpkg.repo import dnf as repo_dnf
+    """Index (and with a signer, sign) what OUT holds: every registered format whose tree
+    is in OUT (OUT/<format>/<its package root>), through its Repository; write each one's
+    client snippet; bring manifest.json in line (RPM headers signed in place changed their
+    bytes). Signed and with a base_url, also the setup packages (rocpkg.repo.setup), indexed
+    with the rest and copied to their stable names. Holds the OUT lock. Returns ({format:
+    its snippet's path} for the formats present, and "<format>-setup": the stable-name
+    copies; the manifest's path)."""
+    from rocpkg.out.digest_cache import DigestCache
     from rocpkg.repo import setup as repo_setup
 
     if not os.path.isdir(out_dir):  # checked before the lock: nothing is created for a missing OUT
@@ -87,22 +91,20 @@ def publish_repositories(out_dir: str, *, suite: str, signer=None, source_date_e
     base = root if base_url is not None else None
     snippets: dict[str, str] = {}
     # one journaled change (rocpkg.out.journal): indexes, signatures and snippets all new, or all as they were
-    with Change(out_dir, "repo", {"suite": suite, "signed": signer is not None}):
-        present = [fmt for fmt, root in (("deb", os.path.join("deb", "pool")), ("rpm", "rpm"))
-                   if os.path.isdir(os.path.join(out_dir, root))]
-        setup = repo_setup.write_setup_packages(out_dir, formats=present, base_url=base, suite=suite, signer=signer,
-                                                source_date_epoch=source_date_epoch) \
+    with Change(out_dir, "repo", {"suite": suite, "signed": signer is not None}) as change:
+        present = [form for form in REGISTERED.values()
+                   if os.path.isdir(os.path.join(out_dir, form.name, form.package_root))]
+        setup = repo_setup.write_setup_packages(out_dir, formats=[form.name for form in present], base_url=base,
+                                                suite=suite, signer=signer, source_date_epoch=source_date_epoch) \
             if base and signer is not None and present else []
-        if os.path.isdir(os.path.join(out_dir, "deb", "pool")):
-            repo_apt.publish_apt(out_dir, suite=suite, signer=signer, source_date_epoch=source_date_epoch)
-            snippets["deb"] = repo_apt.write_client_snippet(out_dir, suite=suite, base_url=f"{root}/deb")
-        if os.path.isdir(os.path.join(out_dir, "rpm")):
-            repo_dnf.publish_dnf(out_dir, signer=signer, source_date_epoch=source_date_epoch,
-                                 sign_packages=signer is not None)
-            snippets["rpm"] = repo_dnf.write_client_snippet(out_dir, base_url=f"{root}/rpm",
-                                                            gpgkey_url=base and f"{base}/rocm.asc")
+        for form in present:
+            form.repo.index(out_dir, suite=suite, signer=signer, source_date_epoch=source_date_epoch,
+                            digests=DigestCache(out_dir, form.name), change=change)
+            snippets[form.name] = form.repo.write_snippet(out_dir, suite=suite, url=f"{root}/{form.name}",
+                                                          key_url=base and f"{base}/{ARMORED_KEY_NAME}")
         if not snippets:
-            raise RocpkgInputError((out_dir, "no deb/pool or rpm directory to index"))
+            trees = [os.path.join(form.name, form.package_root).rstrip(os.sep) for form in REGISTERED.values()]
+            raise RocpkgInputError((out_dir, f"no {', '.join(trees[:-1])} or {trees[-1]} directory to index"))
         manifest = sync_manifest(out_dir)  # joins shards' manifest parts; rehashes RPMs signed just now
         repo_setup.record_setup_packages(out_dir, setup)
         for package, copy in zip(setup, repo_setup.copy_stable_names(out_dir, setup)):
@@ -131,7 +133,7 @@ def sync_manifest(out_dir: str | os.PathLike) -> str | None:
 
     _check_listed_files(out_dir, doc)
     changed, caches = False, {}
-    states = recorded_states(out_dir, ("deb", "rpm"))
+    states = recorded_states(out_dir, NAMES)
     restated: set[str] = set()
     for entry in doc["packages"]:
         file_path = os.path.join(out_dir, entry["file"])

@@ -34,6 +34,8 @@ from rocpkg.out.journal import Change
 from rocpkg.out.state import forget as forget_states
 from rocpkg.formats.streams import AtomicOutput, HashingWriter, copy_stream
 from rocpkg.out.files import open_file
+from rocpkg.out.indexes import formats_present
+from rocpkg.formats.registry import NAMES
 
 
 @dataclass
@@ -67,12 +69,8 @@ def _require_signer_if_signed(out_dir: str, signer) -> None:
     """Re-indexing a signed repository without its key would publish it unsigned."""
     if signer is not None:
         return
-    signed = [p for p in (os.path.join(out_dir, "rpm", "repodata", "repomd.xml.asc"),)
-              if os.path.exists(p)]
-    dists = os.path.join(out_dir, "deb", "dists")
-    if os.path.isdir(dists):
-        signed += [os.path.join(dists, s, "InRelease") for s in os.listdir(dists)
-                   if os.path.exists(os.path.join(dists, s, "InRelease"))]
+    signed = [os.path.join(out_dir, s.signature) for form in formats_present(out_dir)
+              for s in form.repo.signatures(out_dir) if os.path.exists(os.path.join(out_dir, s.signature))]
     if signed:
         raise RocpkgInputError(("--sign-key", f"{out_dir}'s indexes are signed ({signed[0]}): give the key "
                                              f"(--sign-key, --gpg-home) to re-sign them"))
@@ -146,9 +144,9 @@ def promote(src: str | os.PathLike, dst: str | os.PathLike, release_id: str, *, 
     problems, todo = [], []
     for entry in entries:
         rel = os.path.normpath(entry["file"])
-        if os.path.isabs(rel) or rel.startswith("..") or rel.split(os.sep)[0] not in ("deb", "rpm"):
+        if os.path.isabs(rel) or rel.startswith("..") or rel.split(os.sep)[0] not in NAMES:
             problems.append((os.path.join(src, releases.MANIFEST), f"package file {entry['file']!r} is not "
-                                                                    f"under deb/ or rpm/"))
+                                                                    f"under {' or '.join(n + '/' for n in NAMES)}"))
             continue
         source, target = os.path.join(src, entry["file"]), os.path.join(dst, entry["file"])
         try:

@@ -6,8 +6,10 @@ keeps every reader consistent while the copy runs:
      the public keys — nothing names them yet — and the setup packages' stable-name
      copies (OUT/<top>-repo.deb, .rpm: no index names them);
   2. the other index files (Packages, Packages.gz/.xz: apt fetches them by hash);
-  3. the roots that name everything else, last: Release, Release.gpg, InRelease,
-     repomd.xml.asc, repomd.xml; then the client snippets and manifest.json;
+  3. the roots that name everything else, last, format by format, each in its
+     Repository's order (Release, Release.gpg, InRelease; repomd.xml.asc, repomd.xml;
+     a pacman database's signatures and files, <suite>.db last); then the client
+     snippets and manifest.json;
   4. the publish record (rocpkg.repo.publish_record), then removals of what an earlier
      publish put there and OUT no longer has (pruned packages), so no index a client can
      still fetch names a file that is gone... unless it is older than this publish
@@ -31,16 +33,16 @@ from typing import Callable
 
 from rocpkg.errors import RocpkgInputError
 from rocpkg.formats.preflight import url_problem
+from rocpkg.formats.registry import NAMES, REGISTERED
+from rocpkg.formats.sign import ARMORED_KEY_NAME, KEYRING_NAME
 from rocpkg.out.files import SETUP_COPY_RE, open_dir, open_file, parts_of, read_file, wrong_type
 from rocpkg.out.outdir import TMP_RE
 from rocpkg.repo.publish_record import RECORD, RECORD_LIMIT, parse_record, record_bytes, refuse_overlap
 from rocpkg.formats.streams import HashingWriter, copy_stream
 
-PUBLISHED_ROOTS = ("deb", "rpm")
-PUBLISHED_FILES = ("rocm.gpg", "rocm.asc", "rocm.list", "rocm.repo", "manifest.json")
-ROOT_INDEXES = ("Release", "Release.gpg", "InRelease", "repomd.xml.asc", "repomd.xml")
-LAST = ("rocm.list", "rocm.repo", "manifest.json")
-_CONTENT_ADDRESSED = re.compile(r"(^deb/pool/|/by-hash/|^rpm/repodata/[0-9a-f]{64}-[^/]+\Z|\.rpm\Z|^rocm\.(gpg|asc)\Z)")
+PUBLISHED_ROOTS = NAMES
+LAST = (*(f.snippet for f in REGISTERED.values() if f.snippet), "manifest.json")
+PUBLISHED_FILES = (KEYRING_NAME, ARMORED_KEY_NAME, *LAST)
 MULTIPART_THRESHOLD = 64 << 20
 WORKERS = 8
 
@@ -52,6 +54,7 @@ class LocalFile:
     sha256: str
     md5: str
     stage: int
+    rank: int = 0       # its place among its format's roots (Repository.publish_stage)
 
 
 @dataclass
@@ -63,24 +66,20 @@ class PublishResult:
     bytes_sent: int = 0
 
 
-def stage_of(rel: str) -> int:
+def stage_of(rel: str) -> tuple[int, int]:
     """Upload order (module doc): 0 content-addressed, 1 other indexes, 2 root indexes,
-    3 snippets and manifest."""
-    name = rel.rsplit("/", 1)[-1]
+    3 snippets and manifest; and a root's rank among its format's roots."""
     if rel in LAST:
-        return 3
-    if name in ROOT_INDEXES:
-        return 2
-    if _CONTENT_ADDRESSED.search(rel) or SETUP_COPY_RE.fullmatch(rel):
-        return 0
-    return 1
+        return 3, 0
+    if rel in (KEYRING_NAME, ARMORED_KEY_NAME) or SETUP_COPY_RE.fullmatch(rel):
+        return 0, 0
+    return REGISTERED[rel.split("/", 1)[0]].repo.publish_stage(rel)
 
 
 def _order(f: LocalFile) -> tuple:
-    """Within the roots: the detached signatures before what they sign, InRelease (what
-    apt reads first) and repomd.xml (what dnf reads first) at the very end."""
-    name = f.rel.rsplit("/", 1)[-1]
-    return (f.stage, ROOT_INDEXES.index(name) if f.stage == 2 else 0, f.rel)
+    """Stage by stage; the roots format by format, each in its Repository's order (the
+    detached signatures before what they sign, what a client reads first at the very end)."""
+    return (f.stage, f.rel.split("/", 1)[0] if f.stage == 2 else "", f.rank, f.rel)
 
 
 def local_files(out_dir: str) -> list[LocalFile]:
@@ -101,7 +100,7 @@ def local_files(out_dir: str) -> list[LocalFile]:
         digest = HashingWriter(None, ("sha256", "md5"))
         with open_file(out_dir, rel) as fh:
             copy_stream(fh, digest)
-        return LocalFile(rel, digest.count, digest.hexdigest(), digest.hexdigest("md5"), stage_of(rel))
+        return LocalFile(rel, digest.count, digest.hexdigest(), digest.hexdigest("md5"), *stage_of(rel))
 
     with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as pool:
         found = list(pool.map(describe, sorted(candidates)))
@@ -350,7 +349,8 @@ def publish(out_dir: str | os.PathLike, dest, *, keep_removed: bool = False, che
     if not os.path.isdir(out_dir):
         raise RocpkgInputError((out_dir, "no such directory"))
     if not any(os.path.isdir(os.path.join(out_dir, r)) for r in PUBLISHED_ROOTS):
-        raise RocpkgInputError((out_dir, "no deb/ or rpm/ repository to publish (run rocpkg repo OUT)"))
+        raise RocpkgInputError((out_dir, f"no {' or '.join(r + '/' for r in PUBLISHED_ROOTS)} repository to publish "
+                                         f"(run rocpkg repo OUT)"))
     if isinstance(dest, (str, os.PathLike)):
         dest = destination(os.fspath(dest))
     dest.check(out_dir)

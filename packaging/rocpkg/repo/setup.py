@@ -1,6 +1,7 @@
 """The setup package of a signed repository, `<top>-repo` (top: the release's top
-meta-package, `amdrocm` for TheRock's config), one .deb and one .rpm: installing it is
-the whole of a client's setup, signature checks on.
+meta-package, `amdrocm` for TheRock's config), one of each format that has one (its
+Repository's setup_files: none for pacman): installing it is the whole of a client's
+setup, signature checks on.
 
   deb: /etc/apt/sources.list.d/<top>.sources (deb822, Signed-By the keyring it ships)
        /usr/share/keyrings/<top>-archive-keyring.gpg (binary; a name apart from the
@@ -9,12 +10,12 @@ the whole of a client's setup, signature checks on.
        pkg_gpgcheck), /etc/pki/rpm-gpg/RPM-GPG-KEY-<top> (armored)
 
 Files under /etc are conffiles / %config(noreplace): a user's edits survive an upgrade.
-The packages sit in the pool like any other (deb/pool/main/, rpm/noarch/), so a new key
-reaches clients by `apt upgrade` / `dnf upgrade`; manifest.json records them with kind
-"setup", in no release. Their version is a counter: a setup package whose files would
+The packages sit in the pool like any other architecture-independent package of their
+format (deb/pool/main/, rpm/noarch/), so a new key reaches clients by `apt upgrade` /
+`dnf upgrade`; manifest.json records them with kind "setup", in no release. Their version is a counter: a setup package whose files would
 be the same is left as it is (its description carries a digest of its files), one whose
 files change (a new key, URL or suite) is written as the next version and replaces the
-old one. Copies under stable names, OUT/<top>-repo.deb and OUT/<top>-repo.rpm, are the
+old one. Copies under stable names, OUT/<top>-repo.<format> (OUT/rocm-repo.deb), are the
 first download. An unsigned repository gets none: a setup package never turns checks off.
 """
 from __future__ import annotations
@@ -27,22 +28,17 @@ import tempfile
 from dataclasses import dataclass
 
 from rocpkg.errors import RocpkgInputError
-from rocpkg.formats.deb import read_deb_control, write_deb
-from rocpkg.formats.preflight import DEB_NAME
-from rocpkg.formats.rpm import package_from_header, read_rpm, write_rpm
+from rocpkg.formats.plugin import Format
+from rocpkg.formats.registry import REGISTERED
 from rocpkg.formats.sign import Signer
 from rocpkg.formats.streams import AtomicOutput, copy_stream, hash_file
+from rocpkg.formats.urls import source_url
 from rocpkg.inputs.config import relation_names
 from rocpkg.model import FILE, KIND_FILES, BuildOptions, FileEntry, PackageSpec
 from rocpkg.out import releases
 from rocpkg.out.journal import active_change
-from rocpkg.repo.urls import source_url
 
 DEFAULT_TOP = "rocm"        # an OUT whose manifest names no top meta-package
-COMPONENT = "main"
-# where each format's setup package goes in OUT, as the builder places packages
-POOL = {"deb": os.path.join("deb", "pool", "main"), "rpm": os.path.join("rpm", "noarch")}
-ARCH = {"deb": "all", "rpm": "noarch"}
 _DIGEST_RE = re.compile(r"Files digest: ([0-9a-f]{64})")
 
 
@@ -54,6 +50,7 @@ class SetupPackage:
     name: str
     version: str
     file: str
+    arch: str
 
     @property
     def stable_name(self) -> str:
@@ -64,38 +61,24 @@ def top_metapackage(out_dir: str) -> str:
     """The release's top meta-package as the planner chose it: of the meta-packages with
     no target or family that no other package depends on, the shortest name (then the
     first); DEFAULT_TOP when the manifest records none. It names files, a .repo section and
-    a package of both formats: one that is no Debian package name is refused."""
+    a package of every format: one that is not a package name in each is refused."""
     entries = (releases.read_manifest(out_dir) or {}).get("packages", [])
     depended = {name for e in entries for r in e.get("depends", []) for name in relation_names(r)}
     roots = [e["name"] for e in entries if e.get("kind") == "meta" and not e.get("target")
              and not e.get("family") and e["name"] not in depended]
     top = min(roots, key=lambda n: (len(n), n)) if roots else DEFAULT_TOP
-    if not DEB_NAME.fullmatch(top):
+    if not all(form.name_rule.fullmatch(top) for form in REGISTERED.values()):
         raise RocpkgInputError((os.path.join(out_dir, releases.MANIFEST),
                                 f"top meta-package {top!r} is not a package name (lower-case letters, digits, + - .)"))
     return top
 
 
 def setup_files(fmt: str, top: str, *, base_url: str, suite: str, signer: Signer) -> dict[str, bytes]:
-    """Install path -> bytes of the files `<top>-repo` ships in one format. base_url is
-    the repository's root (deb/ and rpm/ below it), written as rocpkg.repo.urls.source_url
-    makes it (or refused)."""
-    from rocpkg.repo.dnf import repo_file_text
-
+    """Install path -> bytes of the files `<top>-repo` ships in one format ({}: the format
+    has no setup package). base_url is the repository's root (each format's tree below it),
+    written as rocpkg.formats.urls.source_url makes it (or refused)."""
     base_url = source_url(base_url, "--base-url")
-    if fmt == "deb":
-        keyring = f"/usr/share/keyrings/{top}-archive-keyring.gpg"
-        sources = (f"Types: deb\nURIs: {base_url}/deb\nSuites: {suite}\nComponents: {COMPONENT}\n"
-                   f"Signed-By: {keyring}\n")
-        return {f"/etc/apt/sources.list.d/{top}.sources": sources.encode(),
-                keyring: signer.public_key(armored=False)}
-    key_path = f"/etc/pki/rpm-gpg/RPM-GPG-KEY-{top}"
-    name = f"{top} packages"
-    return {f"/etc/yum.repos.d/{top}.repo":
-            repo_file_text(top, name, f"{base_url}/rpm", f"file://{key_path}", zypper=False).encode(),
-            f"/etc/zypp/repos.d/{top}.repo":
-            repo_file_text(top, name, f"{base_url}/rpm", f"file://{key_path}", zypper=True).encode(),
-            key_path: signer.public_key(armored=True)}
+    return REGISTERED[fmt].repo.setup_files(top, url=f"{base_url}/{fmt}", suite=suite, signer=signer)
 
 
 def files_digest(files: dict[str, bytes]) -> str:
@@ -117,8 +100,9 @@ def write_setup_packages(out_dir: str, *, formats: list[str], base_url: str, sui
         raise RocpkgInputError(("--sign-key", "a setup package is written only for a signed repository: "
                                               "give --sign-key, or leave out --base-url"))
     top = top_metapackage(out_dir)
-    packages = [_write_one(out_dir, fmt, top, setup_files(fmt, top, base_url=base_url, suite=suite, signer=signer),
-                           source_date_epoch) for fmt in formats]
+    files = {fmt: setup_files(fmt, top, base_url=base_url, suite=suite, signer=signer) for fmt in formats}
+    packages = [_write_one(out_dir, REGISTERED[fmt], top, files[fmt], source_date_epoch)
+                for fmt in formats if files[fmt]]
     _set_entries(out_dir, packages, [])      # the versions replaced are gone before anything reads the manifest
     return packages
 
@@ -134,17 +118,18 @@ def copy_stable_names(out_dir: str, packages: list[SetupPackage]) -> list[str]:
     return paths
 
 
-def _write_one(out_dir: str, fmt: str, top: str, files: dict[str, bytes],
+def _write_one(out_dir: str, form: Format, top: str, files: dict[str, bytes],
                source_date_epoch: int | None) -> SetupPackage:
     name, digest = f"{top}-repo", files_digest(files)
-    pool = os.path.join(out_dir, POOL[fmt])
-    existing = _existing(pool, fmt, name)
+    probe = _spec(form, name, "0", files, digest, "")
+    pool = os.path.join(out_dir, form.name, form.pool(probe))
+    existing = _existing(pool, form, name)
     current = next((p for p in existing if p[2] == digest), None)
     if current is not None:
         path, version = current[0], current[1]
     else:
         version = max((int(v) for _, v, _ in existing if v.isdigit()), default=0) + 1
-        path = _build(pool, fmt, name, str(version), files, digest, source_date_epoch)
+        path = _build(pool, form, name, str(version), files, digest, source_date_epoch)
     change = active_change(out_dir)
     for old, _, _ in existing:
         if old != path:
@@ -152,57 +137,53 @@ def _write_one(out_dir: str, fmt: str, top: str, files: dict[str, bytes],
                 change.set_aside(old)
             else:
                 os.unlink(old)
-    return SetupPackage(fmt, name, str(version), os.path.relpath(path, out_dir).replace(os.sep, "/"))
+    return SetupPackage(form.name, name, str(version), os.path.relpath(path, out_dir).replace(os.sep, "/"),
+                        probe.arch)
 
 
-def _existing(pool: str, fmt: str, name: str) -> list[tuple[str, str, str]]:
+def _existing(pool: str, form: Format, name: str) -> list[tuple[str, str, str]]:
     """(path, version, files digest) of each package named `name` in the pool."""
     if not os.path.isdir(pool):
         return []
-    prefix = f"{name}_" if fmt == "deb" else f"{name}-"
     found = []
     for entry in sorted(os.listdir(pool)):
-        if not (entry.startswith(prefix) and entry.endswith(f".{fmt}")):
+        if not (entry.startswith(name) and entry.endswith(form.suffix)):
             continue
         path = os.path.join(pool, entry)
-        if fmt == "deb":
-            control = read_deb_control(path)
-            if control.get("Package") != name:
-                continue
-            version, description = control.get("Version", "").split("-")[0], control.get("Description", "")
-        else:
-            record = package_from_header(read_rpm(path))
-            if record.name != name:
-                continue
-            version, description = record.version, record.description
+        named, version, description = form.repo.setup_package(path)
+        if named != name:
+            continue
         match = _DIGEST_RE.search(description)
         found.append((path, version, match.group(1) if match else ""))
     return found
 
 
-def _build(pool: str, fmt: str, name: str, version: str, files: dict[str, bytes], digest: str,
+def _spec(form: Format, name: str, version: str, files: dict[str, bytes], digest: str, staging: str) -> PackageSpec:
+    """The setup package as the format's writer takes it: architecture-independent, owning
+    its files only (staged as staging/<n>), none of the system directories they are in."""
+    entries = [FileEntry(path, FILE, 0o644, os.path.join(staging, str(index)), len(data))
+               for index, (path, data) in enumerate(sorted(files.items()))]
+    return PackageSpec(
+        format=form.name, name=name, version=version, release="1", arch=form.arch(True, {}, {}), kind=KIND_FILES,
+        summary=f"{name.removesuffix('-repo')} package repository configuration and signing key",
+        description=(f"Configures {form.repo.clients} to install packages from "
+                     f"this repository, with its signing key, every signature check on.\n\n"
+                     f"Files digest: {digest}"),
+        maintainer="rocpkg <rocpkg@localhost>", vendor="rocpkg", license="MIT", section="admin",
+        files=entries)
+
+
+def _build(pool: str, form: Format, name: str, version: str, files: dict[str, bytes], digest: str,
            source_date_epoch: int | None) -> str:
-    """Write the package with the format's writer, its files staged in a temporary
-    directory; it owns its files only, none of the system directories they are in."""
+    """Write the package with the format's writer, its files staged in a temporary directory."""
     os.makedirs(pool, exist_ok=True)
     staging = tempfile.mkdtemp(prefix="rocpkg-setup-")
     try:
-        entries: dict[str, FileEntry] = {}
-        for index, (path, data) in enumerate(sorted(files.items())):
-            source = os.path.join(staging, str(index))
-            with open(source, "wb") as fh:
+        for index, (_path, data) in enumerate(sorted(files.items())):
+            with open(os.path.join(staging, str(index)), "wb") as fh:
                 fh.write(data)
-            entries[path] = FileEntry(path, FILE, 0o644, source, len(data))
-        spec = PackageSpec(
-            format=fmt, name=name, version=version, release="1", arch=ARCH[fmt], kind=KIND_FILES,
-            summary=f"{name.removesuffix('-repo')} package repository configuration and signing key",
-            description=(f"Configures {'APT' if fmt == 'deb' else 'DNF and zypper'} to install packages from "
-                         f"this repository, with its signing key, every signature check on.\n\n"
-                         f"Files digest: {digest}"),
-            maintainer="rocpkg <rocpkg@localhost>", vendor="rocpkg", license="MIT", section="admin",
-            files=[entries[p] for p in sorted(entries)])
-        writer = write_deb if fmt == "deb" else write_rpm
-        return writer(spec, pool, BuildOptions(source_date_epoch=source_date_epoch or 0)).path
+        spec = _spec(form, name, version, files, digest, staging)
+        return form.write(spec, pool, BuildOptions(source_date_epoch=source_date_epoch or 0)).path
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 
@@ -212,7 +193,7 @@ def record_setup_packages(out_dir: str, packages: list[SetupPackage]) -> None:
     place of earlier ones, with the bytes they have once indexed (an RPM is header-signed
     in place). An OUT without a manifest, a bare pool, has nothing to record them in."""
     _set_entries(out_dir, packages, [
-               {"name": p.name, "format": p.format, "version": p.version, "release": "1", "arch": ARCH[p.format],
+               {"name": p.name, "format": p.format, "version": p.version, "release": "1", "arch": p.arch,
                 "kind": releases.SETUP_KIND, "target": "", "family": "", "file": p.file,
                 "size": os.path.getsize(os.path.join(out_dir, p.file)),
                 "sha256": hash_file(os.path.join(out_dir, p.file)).hexdigest(), "depends": []}

@@ -1,27 +1,32 @@
 """Integrity end to end: every package file in OUT against manifest.json and against the
-APT (Release -> Packages) and DNF (repomd.xml -> primary) indexes that publish it, by size
-and SHA-256, and the index signatures against a key.
+indexes each format's repository publishes it in (APT's Release -> Packages, DNF's
+repomd.xml -> primary, a pacman database: rocpkg.formats.plugin.Repository), by size and
+SHA-256, and the index signatures against a key.
 
 The checks, each its own name in verify's report:
   tampered          a package's bytes differ from what manifest.json recorded (a setup
                     package's stable-name copy, from the package)
   missing-package   the manifest or an index names a package file that is not there
   index-mismatch    an index disagrees with what it describes: Release with a Packages
-                    file, repomd.xml with primary.xml.gz, Packages/primary with a package
-                    whose bytes the manifest vouches for (or that the manifest lacks)
-  stale-index       a package in OUT that no index lists (built after the last `repo`)
+                    file, repomd.xml with primary.xml.gz, Packages/primary/a database with a
+                    package whose bytes the manifest vouches for (or that the manifest lacks)
+  stale-index       a package in OUT that no index lists (built after the last `repo`; a
+                    format whose index holds one version per name leaves older ones out)
   unrecorded-package  a package file no manifest records (dropped into the pool, not built),
                     or a `<name>-repo.deb`/`.rpm` at OUT's top that is the stable-name copy of
                     no setup package the manifest records
-  unrecorded-file   any other file under deb/ or rpm/ that OUT does not record: not a
-                    package, not Release/InRelease/Release.gpg or an index Release lists, not
-                    repomd.xml (.asc, .key: its signature, zypper's key) or metadata it lists,
-                    not a by-hash or DNF metadata file whose name is the digest of its bytes
-                    (an older generation of an index)
+  unrecorded-file   any other file under a format's tree that OUT does not record: not a
+                    package, not an index file its repository names (Release/InRelease/
+                    Release.gpg and what Release lists, repomd.xml, its signature, zypper's key
+                    and the metadata it lists, a database and the signatures), not a by-hash or
+                    DNF metadata file whose name is the digest of its bytes (an older
+                    generation of an index)
   name-clash        two releases hold one package file, or one package name in two build
                     variants (one overwrote the other's package: rocpkg.out.releases.clashes)
-  bad-signature     with a key: InRelease, Release.gpg or repomd.xml.asc missing, not made
-                    by that key, or (InRelease) signing another text than Release
+  bad-signature     with a key: a signature the repository has over its indexes (InRelease,
+                    Release.gpg, repomd.xml.asc, a database's and each package's .sig)
+                    missing, not made by that key, or (InRelease) signing another text than
+                    Release; a format's tree without any index to check
 
 Reading only, and trusting nothing OUT holds but what is checked: every package and index
 file is hashed in a stream (never a digest from a cache in OUT: a cache may make builds and
@@ -31,12 +36,13 @@ from __future__ import annotations
 
 import gzip
 import os
-import re
 import subprocess
 import tempfile
 from typing import Iterable
 
-from rocpkg.out.indexes import apt_suites, package_files, published_entries, release_files, repomd_records
+from rocpkg.formats.indexes import PackageRef
+from rocpkg.formats.registry import REGISTERED
+from rocpkg.out.indexes import formats_present, index_opener, package_files, published_entries
 from rocpkg.out.manifest_schema import read_parts
 from rocpkg.out.outdir import STAGING_DIR, TMP_RE
 from rocpkg.out.files import SETUP_COPY_RE, check_tree, open_file, own_top_files
@@ -50,9 +56,6 @@ UNRECORDED_COPY = ("no setup package manifest.json records has this name: it is 
                    "of a setup package rocpkg wrote (remove it)")
 UNRECORDED_FILE = ("OUT does not record it: not a package, nor an index file rocpkg wrote (remove it: "
                    "publish would copy it)")
-# content-addressed index files: by-hash/<field>/<digest> (APT), <sha256>-<name> (DNF metadata)
-_BY_HASH = {"SHA256": "sha256", "SHA512": "sha512"}
-_METADATA_RE = re.compile(r"([0-9a-f]{64})-[^/]+")
 
 # -- the check -----------------------------------------------------------------------------
 
@@ -100,7 +103,7 @@ def unrecorded_packages(out_dir: str | os.PathLike) -> list[tuple[str, str]]:
 
 
 def check_integrity(out_dir: str | os.PathLike, *, keyring: str | os.PathLike | None = None,
-                    formats: Iterable[str] = ("deb", "rpm")):
+                    formats: Iterable[str] = tuple(REGISTERED)):
     """Problems (verify's Problem) found comparing OUT's packages, manifest and
     indexes; with keyring (a binary or armored public key file), the index signatures too."""
     out_dir = os.path.abspath(os.fspath(out_dir))
@@ -128,25 +131,17 @@ def check_integrity(out_dir: str | os.PathLike, *, keyring: str | os.PathLike | 
                 add("tampered", entry["format"], entry["name"], copy, f"differs from {rel}, the setup package "
                                                                       f"it is the stable-name copy of")
 
-    listed: dict[str, set[str]] = {"deb": set(), "rpm": set()}
-    indexed = {"deb": False, "rpm": False}
-    if "deb" in formats:
-        for suite_dir in apt_suites(out_dir):
-            indexed["deb"] = True
-            _check_index_files(suite_dir, release_files(suite_dir), "deb", out_dir, digests, add)
-        if keyring is not None and os.path.isdir(os.path.join(out_dir, "deb", "pool")):
-            for suite_dir in apt_suites(out_dir) or [os.path.join(out_dir, "deb", "dists")]:
-                _check_apt_signatures(suite_dir, out_dir, keyring, add)
-    if "rpm" in formats:
-        records = repomd_records(out_dir)
-        if records:
-            indexed["rpm"] = True
-            files = {r["href"]: (r["size"], r["checksum"]) for r in records.values()}
-            _check_index_files(os.path.join(out_dir, "rpm"), files, "rpm", out_dir, digests, add)
-            _check_open_checksums(out_dir, records, add)
-        if keyring is not None and os.path.isdir(os.path.join(out_dir, "rpm")):
-            _check_signature(os.path.join(out_dir, "rpm", "repodata", "repomd.xml.asc"),
-                             os.path.join(out_dir, "rpm", "repodata", "repomd.xml"), "rpm", out_dir, keyring, add)
+    listed: dict[str, set[str]] = {fmt: set() for fmt in REGISTERED}
+    indexed = dict.fromkeys(REGISTERED, False)
+    opener = index_opener(out_dir)
+    for form in formats_present(out_dir):
+        if form.name not in formats:
+            continue
+        indexed[form.name] = form.repo.indexed(out_dir)
+        if indexed[form.name]:
+            _check_index_files(out_dir, form.name, form.repo.index_files(out_dir, opener), digests, add)
+        if keyring is not None and os.path.isdir(os.path.join(out_dir, form.name, form.package_root)):
+            _check_signatures(out_dir, form, keyring, add)
 
     entries = [e for e in published_entries(out_dir) if e.format in formats]
     for entry in entries:
@@ -163,13 +158,18 @@ def check_integrity(out_dir: str | os.PathLike, *, keyring: str | os.PathLike | 
                 f"bytes, sha256 {actual[1]}")
     recorded = recorded_files(out_dir)
     pool = package_files(out_dir)
+    unlisted: dict[str, list[PackageRef]] = {}
     for rel, fmt in sorted(pool.items()):
         if fmt in formats and recorded is not None and rel not in recorded:
             add("unrecorded-package", fmt, os.path.basename(rel), rel, UNRECORDED)
         elif fmt in formats and indexed[fmt] and rel not in listed[fmt]:
-            name = manifest[rel]["name"] if rel in manifest else os.path.basename(rel)
-            add("stale-index", fmt, name, rel, "no repository index lists it: the indexes are stale "
-                                               "(run `rocpkg repo OUT`)")
+            e = manifest.get(rel, {"name": os.path.basename(rel)})
+            unlisted.setdefault(fmt, []).append(PackageRef(fmt, e["name"], e.get("version", ""), e.get("release", ""),
+                                                           e.get("arch", ""), rel))
+    for fmt, refs in unlisted.items():
+        for ref in REGISTERED[fmt].repo.stale(refs, [e for e in entries if e.format == fmt]):
+            add("stale-index", fmt, ref.name, ref.file, "no repository index lists it: the indexes are stale "
+                                                        "(run `rocpkg repo OUT`)")
     _check_ownership(out_dir, doc, pool if recorded is not None else None, digests, formats, add)
     return problems
 
@@ -203,89 +203,75 @@ def foreign_setup_copies(out_dir: str, doc: dict | None) -> list[tuple[str, str]
 
 
 def unrecorded_files(out_dir: str, packages: dict[str, str], digests: _Digests) -> list[tuple[str, str]]:
-    """(path relative to OUT, format) of every file under deb/ and rpm/ that is neither a
+    """(path relative to OUT, format) of every file under a format's tree that is neither a
     package file (packages: rocpkg.out.indexes.package_files, judged against the manifest)
-    nor an index file the repository names (module doc, unrecorded-file); temporaries of an
+    nor an index file its repository names (module doc, unrecorded-file); temporaries of an
     unfinished write are not published and not listed."""
-    indexes = {"deb": set(), "rpm": {f"rpm/repodata/{name}" for name in ("repomd.xml", "repomd.xml.asc",
-                                                                        "repomd.xml.key")}}
-    for suite_dir in apt_suites(out_dir):
-        suite = os.path.relpath(suite_dir, out_dir).replace(os.sep, "/")
-        roots = ("Release", "Release.gpg", "InRelease", *release_files(suite_dir))
-        indexes["deb"] |= {f"{suite}/{name}" for name in roots}
-    indexes["rpm"] |= {f"rpm/{r['href']}" for r in repomd_records(out_dir).values()}
+    opener = index_opener(out_dir)
     found = []
-    for fmt in ("deb", "rpm"):
-        for dirpath, dirnames, filenames in os.walk(os.path.join(out_dir, fmt)):
+    for form in formats_present(out_dir):
+        indexes = {f.path for f in form.repo.index_files(out_dir, opener)}
+        for dirpath, dirnames, filenames in os.walk(os.path.join(out_dir, form.name)):
             dirnames.sort()
             for name in sorted(filenames):
                 rel = os.path.relpath(os.path.join(dirpath, name), out_dir).replace(os.sep, "/")
-                if rel in packages or rel in indexes[fmt] or TMP_RE.search(name) \
-                        or _named_by_digest(rel, fmt, digests):
+                if rel in packages or rel in indexes or TMP_RE.search(name) \
+                        or _named_by_digest(rel, form.repo.named_by_digest(rel), digests):
                     continue
-                found.append((rel, fmt))
+                found.append((rel, form.name))
     return found
 
 
-def _named_by_digest(rel: str, fmt: str, digests: _Digests) -> bool:
-    """Whether rel is a content-addressed index file whose name is the digest of its bytes:
-    deb/dists/**/by-hash/SHA256/<sha256> (or SHA512), rpm/repodata/<sha256>-<name>."""
-    parts = rel.split("/")
-    if fmt == "deb" and len(parts) > 4 and parts[1] == "dists" and parts[-3] == "by-hash" \
-            and parts[-2] in _BY_HASH:
-        digest = HashingWriter(None, (_BY_HASH[parts[-2]],))
-        with open_file(digests.out_dir, rel) as fh:
-            copy_stream(fh, digest)
-        return digest.hexdigest(_BY_HASH[parts[-2]]) == parts[-1]
-    match = _METADATA_RE.fullmatch(parts[-1])
-    if fmt == "rpm" and match and parts[:-1] == ["rpm", "repodata"]:
+def _named_by_digest(rel: str, named: tuple[str, str] | None, digests: _Digests) -> bool:
+    """Whether rel is a content-addressed index file (named: the (algorithm, digest) its
+    name says, from its Repository) whose name is the digest of its bytes."""
+    if named is None:
+        return False
+    algorithm, expected = named
+    if algorithm == "sha256":
         actual = digests.of(rel)
-        return actual is not None and actual[1] == match.group(1)
-    return False
+        return actual is not None and actual[1] == expected
+    digest = HashingWriter(None, (algorithm,))
+    with open_file(digests.out_dir, rel) as fh:
+        copy_stream(fh, digest)
+    return digest.hexdigest(algorithm) == expected
 
 
 def stale_index_problems(out_dir: str | os.PathLike) -> list:
     """The problems that mean OUT's indexes no longer describe its packages (a build after
     the last `repo`): none when OUT has no index yet."""
     out_dir = os.fspath(out_dir)
-    if not apt_suites(out_dir) and not repomd_records(out_dir):
+    if not any(form.repo.indexed(out_dir) for form in formats_present(out_dir)):
         return []
     return [p for p in check_integrity(out_dir) if p.check in ("stale-index", "index-mismatch")]
 
 
-def _check_index_files(root: str, files: dict[str, tuple[int, str]], fmt: str, out_dir: str,
-                       digests: _Digests, add) -> None:
-    """Each index file a Release or repomd.xml lists has the size and sha256 it lists."""
-    for name, (size, sha) in sorted(files.items()):
-        rel = os.path.relpath(os.path.join(root, name), out_dir).replace(os.sep, "/")
-        owner = "Release" if fmt == "deb" else "repomd.xml"
-        actual = digests.of(rel)
+def _check_index_files(out_dir: str, fmt: str, files: list, digests: _Digests, add) -> None:
+    """Each index file a root lists has the size and sha256 it lists (and the sha256 of
+    its gzip'd text, where the root lists that)."""
+    for f in files:
+        if not f.owner:
+            continue
+        actual = digests.of(f.path)
         if actual is None:
-            if fmt == "deb" and not name.endswith(("Packages", "Packages.gz", "Packages.xz")):
-                continue
-            add("index-mismatch", fmt, owner, rel, f"{owner} lists it but it is not there")
-        elif actual != (size, sha):
-            add("index-mismatch", fmt, owner, rel, f"{owner} lists {size} bytes, sha256 {sha}, but the file has "
-                                                   f"{actual[0]} bytes, sha256 {actual[1]}")
-
-
-def _check_open_checksums(out_dir: str, records: dict[str, dict], add) -> None:
-    """repomd.xml's open-checksum: the sha256 of each metadata file's decompressed text."""
-    for kind, record in sorted(records.items()):
-        path = os.path.join(out_dir, "rpm", record["href"])
-        if not record["open-checksum"] or not os.path.isfile(path):
+            if f.required:
+                add("index-mismatch", fmt, f.owner, f.path, f"{f.owner} lists it but it is not there")
+        elif actual != (f.size, f.sha256):
+            add("index-mismatch", fmt, f.owner, f.path, f"{f.owner} lists {f.size} bytes, sha256 {f.sha256}, but the "
+                                                        f"file has {actual[0]} bytes, sha256 {actual[1]}")
+    for f in files:
+        if not f.owner or not f.open_sha256 or not os.path.isfile(os.path.join(out_dir, f.path)):
             continue
         try:
-            with gzip.open(path, "rb") as fh:
+            with open_file(out_dir, f.path) as raw, gzip.open(raw, "rb") as fh:
                 opened = HashingWriter(None)
                 copy_stream(fh, opened)
         except (OSError, EOFError) as exc:
-            add("index-mismatch", "rpm", "repomd.xml", os.path.relpath(path, out_dir), f"unreadable {kind}: {exc}")
+            add("index-mismatch", fmt, f.owner, f.path, f"unreadable: {exc}")
             continue
-        if opened.hexdigest() != record["open-checksum"]:
-            add("index-mismatch", "rpm", "repomd.xml", os.path.relpath(path, out_dir),
-                f"its {kind} text has sha256 {opened.hexdigest()}, repomd.xml lists open-checksum "
-                f"{record['open-checksum']}")
+        if opened.hexdigest() != f.open_sha256:
+            add("index-mismatch", fmt, f.owner, f.path, f"its text has sha256 {opened.hexdigest()}, {f.owner} lists "
+                                                        f"open-checksum {f.open_sha256}")
 
 
 # -- signatures ----------------------------------------------------------------------------
@@ -317,6 +303,21 @@ def _gpgv(keyring: str, *files: str) -> tuple[bool, bytes, str]:
         return proc.returncode == 0, signed, lines[-1] if lines else f"exit {proc.returncode}"
 
 
+def _check_signatures(out_dir: str, form, keyring, add) -> None:
+    """Every signature the format's repository has over its indexes, by the given key."""
+    found = form.repo.signatures(out_dir)
+    if not found:
+        add("bad-signature", form.name, "index", form.name, "no index to check a signature of: the repository "
+                                                             "is not indexed (run `rocpkg repo OUT`)")
+    for sig in found:
+        if sig.clearsigned:
+            _check_clearsigned(os.path.join(out_dir, sig.signature), os.path.join(out_dir, sig.signed), form.name,
+                               out_dir, keyring, add)
+        else:
+            _check_signature(os.path.join(out_dir, sig.signature), os.path.join(out_dir, sig.signed), form.name,
+                             out_dir, keyring, add)
+
+
 def _check_signature(signature: str, signed: str, fmt: str, out_dir: str, keyring, add) -> None:
     rel = os.path.relpath(signature, out_dir)
     if not os.path.isfile(signature):
@@ -327,22 +328,17 @@ def _check_signature(signature: str, signed: str, fmt: str, out_dir: str, keyrin
         add("bad-signature", fmt, os.path.basename(signed), rel, f"not a good signature by the given key: {why}")
 
 
-def _check_apt_signatures(suite_dir: str, out_dir: str, keyring, add) -> None:
-    release = os.path.join(suite_dir, "Release")
-    if not os.path.isfile(release):
-        add("bad-signature", "deb", "Release", os.path.relpath(suite_dir, out_dir), "no suite has a Release file")
+def _check_clearsigned(signature: str, signed: str, fmt: str, out_dir: str, keyring, add) -> None:
+    """A clearsigned index (InRelease): by the key, and signing the very text of its plain twin."""
+    name, rel = os.path.basename(signature), os.path.relpath(signature, out_dir)
+    if not os.path.isfile(signature):
+        add("bad-signature", fmt, name, rel, "missing: the index is not signed")
         return
-    _check_signature(os.path.join(suite_dir, "Release.gpg"), release, "deb", out_dir, keyring, add)
-    inrelease = os.path.join(suite_dir, "InRelease")
-    rel = os.path.relpath(inrelease, out_dir)
-    if not os.path.isfile(inrelease):
-        add("bad-signature", "deb", "InRelease", rel, "missing: the index is not signed")
-        return
-    good, text, why = _gpgv(keyring, inrelease)
+    good, text, why = _gpgv(keyring, signature)
     if not good:
-        add("bad-signature", "deb", "InRelease", rel, f"not a good signature by the given key: {why}")
+        add("bad-signature", fmt, name, rel, f"not a good signature by the given key: {why}")
         return
-    with open(release, "rb") as fh:
+    with open(signed, "rb") as fh:
         plain = fh.read()
     if text.rstrip(b"\n") != plain.rstrip(b"\n"):
-        add("bad-signature", "deb", "InRelease", rel, "signs another text than the Release file beside it")
+        add("bad-signature", fmt, name, rel, f"signs another text than the {os.path.basename(signed)} file beside it")

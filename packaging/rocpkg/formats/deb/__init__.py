@@ -1,5 +1,7 @@
-"""The Debian format: .deb packages (package.py: the writer and reader) and what the rest of
-rocpkg asks of the format (plugin.py: FORMAT, registered in rocpkg.formats.registry).
+"""The Debian format: .deb packages (package.py: the writer and reader), the APT archive
+(archive.py: dists/<suite>/ indexes; repository.py: REPOSITORY, the format's Repository) and
+what the rest of rocpkg asks of the format (plugin.py: FORMAT, registered in
+rocpkg.formats.registry).
 
 The names callers use are re-exported lazily, so that registering the format loads only
 its light description, not the writer."""

@@ -10,6 +10,7 @@ from rocpkg.model import SYMLINK, FileEntry
 
 
 POOL_ROOT = "pool"
+SNIPPET = "rocm.list"           # apt's one-line source, at OUT's top
 
 
 def _pin(name: str, evr: str) -> str:
@@ -58,4 +59,5 @@ FORMAT = Format(
     library_metadata=_library_metadata, finish_debug=_finish_debug, writer_threads=DEB_THREADS,
     templates=("deb/changelog.j2", "deb/copyright.j2", "deb/control.j2", "deb/maintscript.j2"),
     order_tool="dpkg", compare=versions.dpkg_compare, install_command="apt install {}",
+    repository="rocpkg.formats.deb.repository:REPOSITORY", snippet=SNIPPET,
 )

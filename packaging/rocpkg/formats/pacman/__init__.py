@@ -4,7 +4,10 @@
           pacman's version order (vercmp)
   write   write_pacman(): a PackageSpec -> a streamed .pkg.tar.zst as makepkg writes it
   read    read_pacman(): a package read back (bounded, streaming), .MTREE checked
-  index   write_database(): <repo>.db / <repo>.files as repo-add writes them, signed
+  index   write_database(): <repo>.db / <repo>.files as repo-add writes them, signed;
+          read_database(): one read back
+  repository  REPOSITORY: the format's Repository (rocpkg.formats.plugin): OUT/pacman/<arch>/
+          indexed as <suite>.db, the pacman.conf section
   mtree   the .MTREE text;  tar  the tar members written and read;  templates  rendering
 
   plugin  FORMAT: what the rest of rocpkg asks of the format (rocpkg.formats.registry)

@@ -16,16 +16,21 @@ both read from the head of its stream (read_pacman_info), as repo-add reads them
 bsdtar. A database holds one version per name: the newest by pacman's vercmp (two files of
 one name and version are refused). Same packages, same SOURCE_DATE_EPOCH and same key give
 the same bytes. Every file is written whole or not at all (formats.streams.write_atomic);
-the database itself is written after everything it refers to."""
+the database itself is written after everything it refers to. read_database reads a
+database back (each entry's desc), bounded, as hostile as any input."""
 from __future__ import annotations
 
 import base64
 import hashlib
+import io
 import mmap
 import os
 import re
 import stat
 from dataclasses import dataclass
+from typing import BinaryIO
+
+import zstandard
 
 from rocpkg.errors import RocpkgInputError
 from rocpkg.formats import compression
@@ -34,6 +39,8 @@ from rocpkg.formats.pacman.read import PacmanPackage, read_pacman_info
 from rocpkg.formats.pacman.write import PACMAN
 from rocpkg.formats.sign import Signer
 from rocpkg.formats.streams import CHUNK, write_atomic
+
+MAX_DESC = 1 << 20              # one entry's desc read back
 
 DB_SUFFIX = ".tar.zst"
 DB_LEVEL = 9
@@ -239,3 +246,31 @@ def write_database(repo_dir: str | os.PathLike, repo_name: str, packages, signer
             write_atomic(path, data)
             written.append(path)
     return written
+
+
+def parse_desc(text: str) -> dict[str, list[str]]:
+    """A desc's sections: `%NAME%` -> its value lines (a blank line ends a section)."""
+    sections: dict[str, list[str]] = {}
+    current = None
+    for line in text.split("\n"):
+        if len(line) > 2 and line.startswith("%") and line.endswith("%"):
+            current = sections.setdefault(line[1:-1], [])
+        elif not line:
+            current = None
+        elif current is not None:
+            current.append(line)
+    return sections
+
+
+def read_database(stream: BinaryIO, where: str) -> list[dict[str, list[str]]]:
+    """Each entry's desc sections of a database (a zstd'd tar stream, as write_database
+    writes it), in its order; bad input naming `where` when it is not one."""
+    try:
+        reader = io.BufferedReader(compression.open_decompressor("zstd", stream, where), CHUNK)
+        descs = []
+        for member, body in tar.iter_members(reader, where):
+            if member.kind == tar.REG and member.name.count("/") == 1 and member.name.endswith("/desc"):
+                descs.append(parse_desc(body.read_all(MAX_DESC, member.name).decode("utf-8")))
+        return descs
+    except (zstandard.ZstdError, UnicodeDecodeError) as exc:
+        raise RocpkgInputError((where, f"not a pacman database: {exc}")) from None

@@ -13,6 +13,7 @@ from rocpkg.formats.versions import Order
 from rocpkg.formats.pacman import rules
 
 SUFFIX = ".pkg.tar.zst"
+SNIPPET = "rocm.pacman.conf"    # the pacman.conf section of the repository, at OUT's top
 
 
 def _version(version: str, release: str) -> tuple[str, str]:
@@ -66,4 +67,5 @@ FORMAT = Format(
     relation_problem=lambda relation: _problem(rules.relation, relation),
     templates=("pacman/PKGINFO.j2", "pacman/BUILDINFO.j2", "pacman/INSTALL.j2"), default_build=False,
     order_tool="vercmp", compare=lambda a, b: Order(rules.vercmp(a, b)), install_command="pacman -S {}",
+    repository="rocpkg.formats.pacman.repository:REPOSITORY", snippet=SNIPPET,
 )

@@ -7,9 +7,11 @@ testable alone:
   signature   the lead and the fixed-size signature header
   relations   sense flags, relation text <-> (name, flags, version), split_evr()
   read        read_rpm(), the payload stream, replace_signature()
-  record      package_from_header(): the one record repo_dnf and verify read
+  record      package_from_header(): the one record the repodata indexer and verify read
   spec        parse_spec(): the rendered spec text -> preamble, relations, scripts
   write       write_rpm(): a PackageSpec -> a streamed .rpm
+  repodata    publish_dnf(): the DNF repository's metadata (repodata/), RPM headers signed
+  repository  REPOSITORY: the format's Repository (rocpkg.formats.plugin)
 
   plugin      FORMAT: what the rest of rocpkg asks of the format (rocpkg.formats.registry)
 

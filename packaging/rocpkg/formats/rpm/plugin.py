@@ -4,6 +4,8 @@ from __future__ import annotations
 from rocpkg.formats import preflight, versions
 from rocpkg.formats.plugin import Format
 
+SNIPPET = "rocm.repo"           # the repo file for /etc/yum.repos.d and /etc/zypp/repos.d, at OUT's top
+
 
 def _pin(name: str, evr: str) -> str:
     return f"{name} = {evr}"
@@ -48,4 +50,5 @@ FORMAT = Format(
     debug_provides=lambda ids: [f"debuginfo(build-id) = {i}" for i in ids],
     library_metadata=_library_metadata, templates=("rpm/spec.j2",),
     order_tool="rpm", compare=versions.rpm_compare, install_command="dnf install {}",
+    repository="rocpkg.formats.rpm.repository:REPOSITORY", snippet=SNIPPET,
 )

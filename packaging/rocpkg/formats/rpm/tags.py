@@ -1,5 +1,5 @@
 """The RPM tag tables and entry types (rpm's include/rpm/rpmtag.h): the numbers every
-other part of rocpkg.formats.rpm, repo_dnf, verify and sign refer to, kept here only."""
+other part of rocpkg.formats.rpm, verify and sign refer to, kept here only."""
 from __future__ import annotations
 
 import enum

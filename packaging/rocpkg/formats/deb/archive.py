@@ -23,12 +23,13 @@ from email.utils import formatdate, parsedate_to_datetime
 from debian import deb822
 from debian.debian_support import Version
 
-from rocpkg.formats.deb import read_deb_control
-from rocpkg.out.digest_cache import DigestCache
 from rocpkg.errors import RocpkgInputError
+from rocpkg.formats.deb import read_deb_control
+from rocpkg.formats.deb.plugin import SNIPPET
+from rocpkg.formats.indexes import Rehash
 from rocpkg.formats.sign import KEYRING_NAME, Signer
 from rocpkg.formats.streams import AtomicOutput
-from rocpkg.repo.urls import keyring_path, source_url
+from rocpkg.formats.urls import keyring_path, source_url
 
 COMPONENT = "main"
 DEFAULT_ARCHITECTURES = ("amd64",)
@@ -43,13 +44,15 @@ def publish_apt(out_dir: str | os.PathLike, *, suite: str = "stable", codename: 
                 origin: str = "rocpkg", label: str | None = None,
                 architectures: tuple[str, ...] = DEFAULT_ARCHITECTURES,
                 signer: Signer | None = None,
-                source_date_epoch: int | None = None) -> list[str]:
+                source_date_epoch: int | None = None, digests=None) -> list[str]:
     """Index OUT/deb/pool into OUT/deb/dists/<suite>; sign it when a signer is given.
 
     Returns the paths written. Raises RocpkgInputError for an unreadable .deb or a
     package already published with different bytes (all such problems at once).
     source_date_epoch dates the index; the caller resolves SOURCE_DATE_EPOCH
-    (rocpkg.out.dates.published_source_date_epoch), None means now.
+    (rocpkg.out.dates.published_source_date_epoch), None means now. digests: the cache
+    of the packages' SHA-256 (sha256(path, key) -> (hex, size); save() once the index is
+    written), None to hash every package.
     """
     if signer is not None:
         signer.check()              # an unusable key fails here, before any work
@@ -59,7 +62,7 @@ def publish_apt(out_dir: str | os.PathLike, *, suite: str = "stable", codename: 
     now = int(time.time()) if source_date_epoch is None else int(source_date_epoch)
     date = max(now, _published_date(suite_dir))
 
-    digests = DigestCache(out_dir, "deb")
+    digests = Rehash() if digests is None else digests
     stanzas = _collect(lambda root, rel: _packages_stanza(root, rel, digests), deb_root,
                        _pool_files(deb_root))
     previous = _published_packages(suite_dir)
@@ -105,7 +108,7 @@ def write_client_snippet(out_dir: str | os.PathLike, suite: str = "stable",
                          keyring: str = f"/usr/share/keyrings/{KEYRING_NAME}") -> str:
     """Write OUT/rocm.list, the one-line apt source for this repository. base_url is a
     URL or an absolute local path of the deb/ directory; it defaults to file://<absolute
-    OUT>/deb; either is written as rocpkg.repo.urls.source_url makes it (or refused).
+    OUT>/deb; either is written as rocpkg.formats.urls.source_url makes it (or refused).
     The line says what is true on disk: `signed-by` the exported key when the suite has
     an InRelease and OUT the key, else `trusted=yes` (the CLI warns). Returns the path."""
     out_dir = os.fspath(out_dir)
@@ -114,7 +117,7 @@ def write_client_snippet(out_dir: str | os.PathLike, suite: str = "stable",
         and os.path.isfile(os.path.join(out_dir, KEYRING_NAME))
     trust = f"signed-by={keyring_path(keyring)}" if signed else "trusted=yes"
     line = f"deb [{trust}] {url} {suite} {COMPONENT}\n"
-    return _write(os.path.join(out_dir, "rocm.list"), line.encode("utf-8"))
+    return _write(os.path.join(out_dir, SNIPPET), line.encode("utf-8"))
 
 
 # -- pool -> Packages stanzas ----------------------------------------------------------
@@ -131,7 +134,7 @@ def _pool_files(deb_root: str) -> list[str]:
     return sorted(found)
 
 
-def _packages_stanza(deb_root: str, rel: str, digests: DigestCache) -> deb822.Packages:
+def _packages_stanza(deb_root: str, rel: str, digests) -> deb822.Packages:
     """The .deb's own control stanza plus where it is and what its bytes hash to."""
     path = os.path.join(deb_root, rel)
     control = _read_control(path)

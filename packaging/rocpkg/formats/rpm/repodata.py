@@ -22,15 +22,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from xml.sax.saxutils import XMLGenerator
 
-from rocpkg.out.digest_cache import DigestCache
 from rocpkg.errors import RocpkgInputError
-from rocpkg.out.journal import active_change
+from rocpkg.formats.indexes import Rehash
 from rocpkg.formats.rpm import RpmPackageRecord, package_from_header, read_rpm, split_evr
 from rocpkg.formats.rpm.record import DEPENDENCY_TAGS
 from rocpkg.formats.rpm.relations import FLAG_NAMES, PRE_FLAGS
 from rocpkg.formats.sign import ARMORED_KEY_NAME, Signer, sign_rpm_header
 from rocpkg.formats.streams import AtomicOutput, HashingWriter, hash_file
-from rocpkg.repo.urls import source_url
+from rocpkg.formats.urls import source_url
 
 NS_COMMON = "http://linux.duke.edu/metadata/common"
 NS_RPM = "http://linux.duke.edu/metadata/rpm"
@@ -48,14 +47,18 @@ _XML_INVALID = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
 
 
 def publish_dnf(out_dir: str | os.PathLike, *, signer: Signer | None = None,
-                source_date_epoch: int | None = None, sign_packages: bool = False) -> list[str]:
+                source_date_epoch: int | None = None, sign_packages: bool = False, digests=None,
+                change=None) -> list[str]:
     """Index every OUT/rpm/**/*.rpm into OUT/rpm/repodata; with a signer, sign
     repomd.xml (and, with sign_packages, each RPM's header, in place, before indexing).
 
     Returns the paths written. Raises RocpkgInputError for unreadable RPMs and for a
     package already published with different bytes (all such problems at once).
     source_date_epoch dates the index; the caller resolves SOURCE_DATE_EPOCH
-    (rocpkg.out.dates.published_source_date_epoch), None means now.
+    (rocpkg.out.dates.published_source_date_epoch), None means now. digests: the cache
+    of the packages' SHA-256 (sha256(path, key) -> (hex, size); save() once the metadata is
+    written), None to hash every package. change: the journaled change of OUT the
+    re-index runs in (keep(path) before a package is replaced by its signed copy), or None.
     """
     if signer is not None:
         signer.check()              # an unusable key fails here, before any work
@@ -69,10 +72,9 @@ def publish_dnf(out_dir: str | os.PathLike, *, signer: Signer | None = None,
     files = _rpm_files(rpm_root)
     unsigned_digests: dict[str, str] = {}
     if sign_packages and signer is not None:
-        unsigned_digests = _sign_packages([os.path.join(rpm_root, rel) for rel in files], signer,
-                                          active_change(os.fspath(out_dir)))
+        unsigned_digests = _sign_packages([os.path.join(rpm_root, rel) for rel in files], signer, change)
         written += sorted(unsigned_digests)
-    digests = DigestCache(out_dir, "rpm")
+    digests = Rehash() if digests is None else digests
     packages, problems = [], []
     for rel in files:
         try:
@@ -119,7 +121,7 @@ def write_client_snippet(out_dir: str | os.PathLike, base_url: str | None = None
     pkg_gpgcheck; libzypp checks package signatures of a signed repository only with
     pkg_gpgcheck). base_url is a URL or an absolute local path of the rpm/ directory
     (default file://<absolute OUT>/rpm); gpgkey_url defaults to the exported OUT/rocm.asc;
-    both written as rocpkg.repo.urls.source_url makes them (or refused). Checks are on
+    both written as rocpkg.formats.urls.source_url makes them (or refused). Checks are on
     only when true on disk (repomd.xml.asc and the key exist), else gpgcheck=0."""
     out_dir = os.path.abspath(os.fspath(out_dir))
     url = source_url(base_url or os.path.join(out_dir, "rpm"))
@@ -174,7 +176,7 @@ def _rpm_files(rpm_root: str) -> list[str]:
 
 
 def _read_package(rpm_root: str, rel: str, source_date_epoch: int | None,
-                  digests: DigestCache) -> _Package:
+                  digests) -> _Package:
     path = os.path.join(rpm_root, rel)
     record = package_from_header(read_rpm(path))
     href = rel.replace(os.sep, "/")
@@ -205,8 +207,8 @@ def _sign_packages(paths: list[str], signer: Signer, change=None) -> dict[str, s
 
 def _signed_copy(path: str, signer: Signer, change) -> bool:
     """Sign an RPM's header in a copy that then replaces it (a rename): a kill never
-    leaves a half-signed package, and the journaled change of OUT (change, a
-    rocpkg.out.journal.Change) keeps the unsigned one until it is complete. Returns whether
+    leaves a half-signed package, and the journaled change of OUT (change: its keep(path))
+    keeps the unsigned one until it is complete. Returns whether
     it signed."""
     tmp = f"{path}.tmp-{os.getpid()}"
     try:
