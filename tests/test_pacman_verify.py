@@ -195,8 +195,6 @@ def test_verify_of_a_plan_checks_pacman_too_and_its_default_is_unchanged(artifac
     assert default["formats"] == ["deb", "rpm"] and default["ok"]
 
 
-@pytest.mark.xfail(strict=False, reason="verify.integrity (OUT's records and indexes) learns pacman's tree "
-                                        "with the repository's conversion to format plugins")
 def test_cli_verify_out_reads_every_format_it_holds(every_format):
     done = rocpkg("verify", every_format)
     assert done.returncode == 0, done.stdout + done.stderr

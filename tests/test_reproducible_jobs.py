@@ -12,7 +12,7 @@ from cli_run import rocpkg
 
 from rocpkg.formats.registry import NAMES
 
-FORMATS = "deb,rpm"
+FORMATS = ",".join(NAMES)
 ENV = {**os.environ, "SOURCE_DATE_EPOCH": "1700000000"}
 
 

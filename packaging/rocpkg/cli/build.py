@@ -233,29 +233,16 @@ def _install_instructions(result) -> list[str]:
     out = result.out_dir
     families = result.plan.families
     aliases = {fam: _alias_name(fam, result.plan.settings, result.plan.abi) for fam in families}
-    deb, rpm = registry.get("deb"), registry.get("rpm")     # the two the demo publishes
-    width = max((len(deb.install_name(n)) for n in aliases.values()), default=0)
-    lines = ["", f"Repositories are in {out}. To install from them on this machine:", "",
-             "  Debian/Ubuntu (apt):"]
-    if result.keyring:
-        lines.append(f"    sudo install -m 644 {result.keyring} /usr/share/keyrings/rocm.gpg")
-        lines.append(f"    sudo cp {result.apt_list} /etc/apt/sources.list.d/rocm.list")
-    else:
-        lines.append(f"    echo 'deb [trusted=yes] file://{out}/deb {result.suite} main' | "
-                     "sudo tee /etc/apt/sources.list.d/rocm.list")
-    lines.append("    sudo apt update")
-    for fam in families:
-        lines.append(f"    sudo {deb.install_command.format(f'{deb.install_name(aliases[fam]):<{width}}')}  "
-                     f"# {', '.join(families[fam])}")
-    lines += ["", "  Fedora/RHEL (dnf):"]
-    if result.keyring:
-        lines.append(f"    sudo cp {result.dnf_repo} /etc/yum.repos.d/rocm.repo")
-    else:
-        lines.append(f"    printf '[rocm]\\nname=rocm\\nbaseurl=file://{out}/rpm\\ngpgcheck=0\\n' | "
-                     "sudo tee /etc/yum.repos.d/rocm.repo")
-    for fam in families:
-        lines.append(f"    sudo {rpm.install_command.format(f'{rpm.install_name(aliases[fam]):<{width}}')}  "
-                     f"# {', '.join(families[fam])}")
+    width = max((len(registry.get(fmt).install_name(n)) for fmt in result.snippets for n in aliases.values()),
+                default=0)
+    lines = ["", f"Repositories are in {out}. To install from them on this machine:"]
+    for fmt, snippet in result.snippets.items():
+        form = registry.get(fmt)
+        title, *setup = form.repo.client_setup(out, suite=result.suite, snippet=snippet, keyring=result.keyring)
+        lines += ["", f"  {title}", *(f"    {line}" for line in setup)]
+        for fam in families:
+            lines.append(f"    sudo {form.install_command.format(f'{form.install_name(aliases[fam]):<{width}}')}  "
+                         f"# {', '.join(families[fam])}")
     lines += ["", "  Which one is yours: rocpkg detect"]
     return lines
 

@@ -43,20 +43,6 @@ class DemoResult:
     verify: object = None               # rocpkg.verify.run's report, when that module exists
     steps: list[tuple[str, float]] = field(default_factory=list)
 
-    def snippet_of(self, client: str) -> str:
-        """The snippet of the format `client` installs from ("" when the demo built none)."""
-        return next((path for fmt, path in self.snippets.items() if REGISTERED[fmt].client == client), "")
-
-    @property
-    def apt_list(self) -> str:
-        """OUT/rocm.list: what the CLI's install instructions for apt name."""
-        return self.snippet_of("apt")
-
-    @property
-    def dnf_repo(self) -> str:
-        """OUT/rocm.repo: what the CLI's install instructions for dnf name."""
-        return self.snippet_of("dnf")
-
 
 def _demo_key(out_dir: str) -> str | None:
     """A GnuPG home with an unprotected RSA signing key: OUT/gnupg (kept and reused, so a

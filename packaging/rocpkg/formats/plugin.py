@@ -193,6 +193,12 @@ class Repository(Protocol):
     def summary(self, out_dir: str, suite: str) -> str:
         """The `repo` command's line for the format: the client, where its indexes are, the snippet."""
 
+    def client_setup(self, out_dir: str, *, suite: str, snippet: str, keyring: str) -> list[str]:
+        """The shell lines that make this machine install from OUT's tree of the format (the
+        demo prints them): with keyring (OUT's binary key, "" when unsigned) the snippet
+        and the key put in place, else a source that trusts the unsigned tree; then the
+        client's refresh."""
+
     def indexed(self, out_dir: str) -> bool:
         """Whether the tree has an index at all (a package no index lists is then stale)."""
 

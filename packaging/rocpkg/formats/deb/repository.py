@@ -63,6 +63,16 @@ class AptRepository:
     def summary(self, out_dir, suite):
         return f"apt: {os.path.join(out_dir, ROOT, 'dists', suite)} (source line in {SNIPPET})"
 
+    def client_setup(self, out_dir, *, suite, snippet, keyring):
+        lines = ["Debian/Ubuntu (apt):"]
+        if keyring:
+            lines += [f"sudo install -m 644 {keyring} /usr/share/keyrings/rocm.gpg",
+                      f"sudo cp {snippet} /etc/apt/sources.list.d/rocm.list"]
+        else:
+            lines.append(f"echo 'deb [trusted=yes] file://{out_dir}/{ROOT} {suite} main' | "
+                         "sudo tee /etc/apt/sources.list.d/rocm.list")
+        return lines + ["sudo apt update"]
+
     def indexed(self, out_dir):
         return bool(suites(out_dir))
 

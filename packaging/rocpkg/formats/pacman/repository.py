@@ -128,6 +128,13 @@ class PacmanRepository:
     def summary(self, out_dir, suite):
         return f"pacman: {os.path.join(out_dir, ROOT)} ({suite}.db; section [{suite}] in {SNIPPET})"
 
+    def client_setup(self, out_dir, *, suite, snippet, keyring):
+        lines = ["Arch Linux (pacman):"]
+        if keyring:
+            lines += [f"sudo pacman-key --add {os.path.join(out_dir, 'rocm.asc')}",
+                      "sudo pacman-key --lsign-key <the key's fingerprint>"]
+        return lines + [f"cat {snippet} | sudo tee -a /etc/pacman.conf", "sudo pacman -Sy"]
+
     def indexed(self, out_dir):
         return any(databases(out_dir, arch) for arch in arch_dirs(out_dir))
 

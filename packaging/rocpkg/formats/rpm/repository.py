@@ -61,6 +61,12 @@ class DnfRepository:
     def summary(self, out_dir, suite):
         return f"dnf: {os.path.join(out_dir, ROOT, 'repodata')} (repo file {SNIPPET})"
 
+    def client_setup(self, out_dir, *, suite, snippet, keyring):
+        if keyring:
+            return ["Fedora/RHEL (dnf):", f"sudo cp {snippet} /etc/yum.repos.d/rocm.repo"]
+        return ["Fedora/RHEL (dnf):", f"printf '[rocm]\\nname=rocm\\nbaseurl=file://{out_dir}/{ROOT}\\ngpgcheck=0\\n' | "
+                                      "sudo tee /etc/yum.repos.d/rocm.repo"]
+
     def indexed(self, out_dir):
         return os.path.isfile(os.path.join(out_dir, REPOMD))
 
