@@ -1,6 +1,7 @@
-"""A build writes its packages into OUT/.rocpkg/staging while its checks run, and moves
-them into place only once the checks pass (rocpkg.out.outdir): a refused build leaves OUT as
-it found it, whether OUT did not exist, was empty, or held an earlier release."""
+"""A build runs its checks on the complete plan (the host ELFs' search included) before it
+writes a package: a refused build leaves OUT as it found it, whether OUT did not exist, was
+empty, or held an earlier release. Then each package is written into OUT/.rocpkg/staging
+and moved into place as soon as it is whole (rocpkg.out.outdir)."""
 from __future__ import annotations
 
 import os
@@ -69,10 +70,9 @@ def test_a_refused_build_over_an_earlier_release_changes_nothing(artifacts, tmp_
     assert not (out / STAGING_DIR).exists()
 
 
-def test_the_packages_are_written_while_the_checks_run(artifacts, tmp_path, monkeypatch):
-    """With workers, verify's checks start only after the first package has been staged
-    (they wait for it here, so a build that checked first would never stage one); the
-    refusal then removes it and OUT is not created."""
+def test_no_package_is_written_while_the_checks_run(artifacts, tmp_path, monkeypatch):
+    """With workers ready to write, nothing is staged while verify's checks run (they take
+    a while here); the refusal then leaves no OUT behind."""
     carry_fat_binary(artifacts)
     config = load_config(None)
     plan = make_plan(config, scan(str(artifacts), config.settings["families"]), formats=["deb"])
@@ -80,21 +80,21 @@ def test_the_packages_are_written_while_the_checks_run(artifacts, tmp_path, monk
     seen = []
     checks = gate.refusals
 
-    def refusals_after_a_staged_package(*args, **kwargs):
-        deadline = time.monotonic() + 60
+    def slow_refusals(*args, **kwargs):
+        deadline = time.monotonic() + 0.5
         staged = out / STAGING_DIR / "deb"
-        while time.monotonic() < deadline and not seen:
+        while time.monotonic() < deadline:
             if staged.exists():
-                seen.extend(p.name for p in staged.iterdir() if p.name.endswith(".deb"))
+                seen.extend(p.name for p in staged.iterdir())
             time.sleep(0.01)
         return checks(*args, **kwargs)
 
-    monkeypatch.setattr(gate, "refusals", refusals_after_a_staged_package)
+    monkeypatch.setattr(gate, "refusals", slow_refusals)
 
     with pytest.raises(RocpkgInputError) as refused:
         build_release(plan, out, formats=["deb"], options=OPTIONS, jobs=2)
 
-    assert seen, "no package was staged while the checks ran"
+    assert seen == []
     assert "device-code-in-host" in str(refused.value)
     assert not out.exists()
 
@@ -155,10 +155,10 @@ def test_a_host_library_replaced_while_the_workers_search_it_is_refused(artifact
     library = carry_fat_binary(artifacts)
     families = load_config(None).settings["families"]
     with Workers(2) as workers:
-        release = make_plan(load_config(None), scan(str(artifacts), families, embedded_objects=False,
-                                                   starmap_async=_after_replacing(library, workers)))
+        catalog = scan(str(artifacts), families, embedded_objects=False,
+                       starmap_async=_after_replacing(library, workers))
         with pytest.raises(RocpkgInputError) as refused:
-            release.settle_facts()
+            make_plan(load_config(None), catalog)
     assert any(str(library) == where and "was replaced" in what for where, what in refused.value.problems)
 
 
@@ -166,29 +166,32 @@ def _host_elfs(plan) -> list[str]:
     return sorted(source for source, facts in plan.facts.items() if facts.elf == "host")
 
 
-@pytest.mark.parametrize("jobs", [1, 2])
-def test_a_build_searches_each_host_elf_while_its_writer_reads_it(artifacts, tmp_path, monkeypatch, jobs):
-    """Issue 15: every input byte read once. The writer that packs a host ELF searches its
-    data sections on the way; the file is not read again for the search (found_in)."""
+def test_each_host_elf_is_searched_once_by_the_plan_before_a_package_is_written(artifacts, tmp_path, monkeypatch):
+    """The plan's search reads every host ELF of the catalog once (a second read is the
+    writer's); the build searches nothing, whether its packages are written or up to date."""
     from rocpkg.inputs import host_code
-    from rocpkg.build.workers import Workers
 
-    def read_again(*args):
-        raise AssertionError(f"{args[0]} was read again for its search")
-
-    monkeypatch.setattr(host_code, "found_in", read_again)
     config = load_config(None)
-    with Workers(jobs) as workers:
-        plan = make_plan(config, scan(str(artifacts), config.settings["families"], embedded_objects=False,
-                                      starmap_async=workers.starmap_async, writers=True), formats=["deb", "rpm"])
-        assert _host_elfs(plan)
-        build_release(plan, tmp_path / "out", formats=["deb", "rpm"], options=OPTIONS, jobs=jobs, workers=workers)
-    assert all(plan.facts[source].host_code == () for source in _host_elfs(plan))
+    out = tmp_path / "out"
+    read = []
+    found_in = host_code.found_in
+
+    def counted(source, identity, embedded_objects):
+        read.append(source)
+        return found_in(source, identity, embedded_objects)
+
+    monkeypatch.setattr(host_code, "found_in", counted)
+    for rebuilt in (True, False):
+        plan = make_plan(config, scan(str(artifacts), config.settings["families"], embedded_objects=False),
+                         formats=["deb"])
+        assert sorted(read) == _host_elfs(plan)
+        read.clear()
+        result = build_release(plan, out, formats=["deb"], options=OPTIONS, jobs=1)
+        assert read == [] and all(o.rebuilt == rebuilt for o in result.packages)
 
 
 @pytest.mark.parametrize("jobs", [1, 2])
-def test_device_code_a_writer_finds_in_a_host_elf_refuses_the_build_before_a_package_is_published(
-        artifacts, tmp_path, jobs):
+def test_device_code_in_a_host_elf_refuses_the_build_before_a_package_is_written(artifacts, tmp_path, jobs):
     from rocpkg.build.workers import Workers
 
     library = str(carry_fat_binary(artifacts))
@@ -196,58 +199,59 @@ def test_device_code_a_writer_finds_in_a_host_elf_refuses_the_build_before_a_pac
     out = tmp_path / "out"
     with Workers(jobs) as workers:
         plan = make_plan(config, scan(str(artifacts), config.settings["families"], embedded_objects=False,
-                                      starmap_async=workers.starmap_async, writers=True), formats=["deb", "rpm"])
+                                      starmap_async=workers.starmap_async), formats=["deb", "rpm"])
+        assert plan.facts[library].host_code[0][0] == "fat-binary"    # in the plan when it is returned
         with pytest.raises(RocpkgInputError) as refused:
             build_release(plan, out, formats=["deb", "rpm"], options=OPTIONS, jobs=jobs, workers=workers)
     assert any("[device-code-in-host]" in what and library in where + what for where, what in refused.value.problems)
-    assert plan.facts[library].host_code[0][0] == "fat-binary"
     assert not out.exists()
 
 
-def test_packages_written_before_the_host_search_is_in_are_reported_then_moved(artifacts, tmp_path):
-    """Progress counts each package as it is written; it moves into OUT only once every
-    writer searching a host ELF has answered."""
+def test_each_package_is_in_place_with_its_control_file_and_state_when_it_is_reported(artifacts, tmp_path):
+    """Published as soon as its writer returns: when progress reports a package, its file,
+    its control file and its state are in OUT, before the next package is reported."""
+    from rocpkg.out.state import read_states
+
     config = load_config(None)
     out = tmp_path / "out"
-    plan = make_plan(config, scan(str(artifacts), config.settings["families"], embedded_objects=False,
-                                  writers=True), formats=["deb"])
+    plan = make_plan(config, scan(str(artifacts), config.settings["families"]), formats=["deb"])
     seen = []
-
-    staged = []
 
     def progress(event):
         if event.last is not None:
-            seen.append((event.done, (out / event.last.file).exists()))
-            # a package waiting for the verdict has its control file in the staging area, not in OUT
-            control = out / "control" / f"{event.last.name}.control"
-            waiting = out / STAGING_DIR / "deb" / f"{Path(event.last.file).name}.metadata"
-            staged.append((control.exists(), waiting.exists()))
+            name = event.last.name
+            seen.append(((out / event.last.file).is_file(),
+                         (out / "control" / f"{name}.control").read_text().startswith(f"Package: {name}\n"),
+                         read_states(str(out), "deb")[name]["sha256"] == event.last.sha256))
 
-    result = build_release(plan, out, formats=["deb"], options=OPTIONS, jobs=1, progress=progress)
-    assert [done for done, _ in seen] == list(range(1, len(result.packages) + 1))
-    assert any(not moved for _, moved in seen), "no package waited for the host search"
-    assert all((out / o.file).exists() for o in result.packages)
-    assert all(waiting != moved for (_, moved), (_, waiting) in zip(seen, staged))
-    for outcome in result.packages:     # each control file moved into place with its package
-        assert (out / "control" / f"{outcome.name}.control").read_text().startswith(f"Package: {outcome.name}\n")
+    result = build_release(plan, out, formats=["deb"], options=OPTIONS, jobs=2, progress=progress)
+    assert len(seen) == len(result.packages) > 1
+    assert all(all(published) for published in seen)
     assert not (out / STAGING_DIR).exists()
 
 
-def test_a_host_elf_its_writer_cannot_read_leaves_out_as_it_was(artifacts, tmp_path):
-    """A package whose writer searches a host ELF fails (the file shrank since the walk):
-    that file's verdict is unknown, so no package moves into OUT and the build says why."""
+def test_a_package_whose_source_changed_since_planning_fails_alone(artifacts, tmp_path):
+    """A host library that shrank after planning: its package's writer refuses it (a
+    problem, not a refusal of the release); the build says why and every other package is
+    published, so the rerun writes that one alone."""
+    from rocpkg.out.state import read_states
+
     config = load_config(None)
     out = tmp_path / "out"
-    plan = make_plan(config, scan(str(artifacts), config.settings["families"], embedded_objects=False,
-                                  writers=True), formats=["deb"])
+    plan = make_plan(config, scan(str(artifacts), config.settings["families"], embedded_objects=False),
+                     formats=["deb"])
     library = next(s for s in _host_elfs(plan) if s.endswith("librocrand.so.1.0"))
     with open(library, "r+b") as fh:
         fh.truncate(os.path.getsize(library) - 1)
+    failing = {s.name for s in plan.packages["deb"] if any(fe.source == library for fe in s.files)}
+    assert failing
 
     with pytest.raises(RocpkgInputError) as refused:
         build_release(plan, out, formats=["deb"], options=OPTIONS, jobs=1)
     assert any(library in what and "changed since planning" in what for _, what in refused.value.problems)
-    assert not out.exists()
+    recorded = set(read_states(str(out), "deb"))
+    assert recorded == {s.name for s in plan.packages["deb"]} - failing
+    assert not (out / "manifest.json").exists()
 
 
 def test_a_sparse_host_elf_is_searched_through_its_holes(tmp_path):
@@ -272,30 +276,6 @@ def test_a_sparse_host_elf_is_searched_through_its_holes(tmp_path):
         assert b"".join(bytes(c) for c in source.chunks()) == image
     assert search.whole
     assert search.findings(path) == host_device_code(path, embedded_objects=False) != []
-
-
-def test_the_host_elfs_of_packages_already_built_are_searched_by_reading_them(artifacts, tmp_path, monkeypatch):
-    from rocpkg.inputs import host_code
-
-    config = load_config(None)
-    out = tmp_path / "out"
-
-    def planned():
-        return make_plan(config, scan(str(artifacts), config.settings["families"], embedded_objects=False,
-                                      writers=True), formats=["deb"])
-
-    build_release(planned(), out, formats=["deb"], options=OPTIONS, jobs=1)
-    read = []
-
-    def found_in(source, identity, embedded_objects):
-        read.append(source)
-        return {"host_code": (), "device_error": ""}, None
-
-    monkeypatch.setattr(host_code, "found_in", found_in)
-    plan = planned()
-    result = build_release(plan, out, formats=["deb"], options=OPTIONS, jobs=1)
-    assert result.packages and not result.rebuilt
-    assert sorted(read) == _host_elfs(plan)
 
 
 def _after_replacing(library: Path, workers):
@@ -325,38 +305,12 @@ def _package(task):
     return _started(*task)
 
 
-def test_held_checks_start_behind_each_workers_first_package_and_all_finish(tmp_path):
-    from rocpkg.build.workers import Workers
-
-    log = str(tmp_path / "log")
-    with Workers(2, hold=True) as workers:
-        checks = workers.starmap_async(_started, [("check", n, log) for n in range(6)])
-        time.sleep(0.3)                                     # held: nothing starts while the plan is made
-        assert not os.path.exists(log)
-        tasks = [("package", n, log, 0.4 if n < 2 else 0.0) for n in range(8)]
-        finished = list(workers.unordered_with_checks(_package, tasks))
-        assert checks() == [("check", n) for n in range(6)]
-    assert sorted(finished) == [("package", n) for n in range(8)]
-    started = Path(log).read_text().split("\n")
-    first_check = started.index("check 0")
-    assert {"package 0", "package 1"} <= set(started[:first_check])
-
-
-def test_a_held_check_waited_for_before_any_package_runs_at_once(tmp_path):
-    from rocpkg.build.workers import Workers
-
-    log = str(tmp_path / "log")
-    with Workers(2, hold=True) as workers:
-        assert workers.starmap_async(_started, [("check", n, log) for n in range(3)])() == [
-            ("check", 0), ("check", 1), ("check", 2)]
-
-
 def test_a_package_task_that_raises_is_raised_where_its_result_would_be(tmp_path):
     from rocpkg.build.workers import Workers
 
     log = str(tmp_path / "log")
-    with Workers(2, hold=True) as workers:
-        results = workers.unordered_with_checks(_package, [("package", 0, log), ("broken", 1, log)])
+    with Workers(2) as workers:
+        results = workers.unordered(_package, [("package", 0, log), ("broken", 1, log)])
         with pytest.raises(ValueError, match="task 1 failed"):
             list(results)
 
@@ -391,57 +345,14 @@ def test_a_staging_area_planted_as_a_symlink_is_not_written_through(artifacts, t
     assert list((out / "deb" / "pool" / "main").glob("*.deb"))
 
 
-# -- the host ELFs' search rides on the writers; publication waits for the whole set -------
-
-
 def _build_in_process(artifacts: Path, out: Path, *extra: str) -> int:
-    """`rocpkg build -j 2` as the command runs it, in this process (its workers forked
-    from here see this test's patches)."""
+    """`rocpkg build -j 2` as the command runs it, in this process."""
     from rocpkg.cli.main import main
 
     return main(["build", "-a", str(artifacts), "-o", str(out), "--formats", "deb,rpm", "-j", "2", "-q", *extra])
 
 
-def test_each_host_elf_is_searched_by_the_writer_that_packs_it_never_read_again(artifacts, tmp_path, monkeypatch):
-    """Every host ELF a stale package ships is searched as its writer reads it (one writer
-    per file: of a library's .deb and .rpm, the first), never read again for the search."""
-    import json
-
-    from rocpkg.inputs import host_code
-
-    def read_again(*args):
-        raise AssertionError(f"{args[0]} was read again for its search")
-
-    monkeypatch.setattr(host_code, "found_in", read_again)
-    out = tmp_path / "out"
-    assert _build_in_process(artifacts, out, "--json") == 0
-    manifest = json.loads((out / "manifest.json").read_text())
-    assert any(p["kind"] == "host" for p in manifest["packages"])
-    assert not (out / STAGING_DIR).exists()
-
-
-def test_publication_waits_for_the_whole_set_of_searched_files():
-    """_HostVerdict: in once every file of the set has been searched, whatever the number
-    or order of answers (a package searching no file, or one answering twice, counts for
-    nothing)."""
-    from rocpkg.build import run as build
-    from rocpkg.build.packing import PackageOutcome, Written
-
-    outcome = PackageOutcome("deb", "x", "1", "1", "amd64", "host", "", "", "x.deb", 1, "", (), 1, True, 0.0)
-
-    def answer(*files):
-        return Written(outcome, "", {}, "", (), frozenset(files))
-
-    checks = []
-    verdict = build._HostVerdict({"/a", "/b", "/c"}, None, lambda: checks.append(1))
-    assert not verdict.take(answer("/a", "/b"))
-    assert not verdict.take(answer())
-    assert not verdict.take(answer("/a"))
-    assert verdict.take(answer("/c"))
-    assert checks == []     # nothing found: the checks that ran before stand
-
-
-def test_device_code_in_a_host_library_a_writer_searches_refuses_the_build(artifacts, tmp_path, capsys):
+def test_device_code_in_a_host_library_refuses_the_command_with_out_as_it_was(artifacts, tmp_path, capsys):
     library = str(carry_fat_binary(artifacts))
     out = tmp_path / "out"
     assert _build_in_process(artifacts, out) == 2

@@ -20,7 +20,7 @@ def loaded():
                                                     "email.utils", "rocpkg.build.packing", "rocpkg.build.run",
                                                     "rocpkg.out.releases")}
 
-with Workers(2, hold=False, formats=FORMATS) as workers:
+with Workers(2, formats=FORMATS) as workers:
     print(json.dumps(workers.pool.apply(loaded)))
 """
 

@@ -59,7 +59,7 @@ def archive_checks(plan, formats, *, whole_kernels: bool = False, starmap_async=
     """Start the structural check of every kpack archive the packages of `formats` pack;
     returns the call that waits for their refusals. starmap_async(function, arguments) ->
     a waiter: the build's worker processes, which check the archives on every core (the
-    block walk is Python, held by the GIL) ahead of the packages queued after them; by
+    block walk is Python, held by the GIL) while the build runs verify's checks; by
     default they are checked here, now."""
     arguments = [(path, whole_kernels) for path in _packed_archives(plan, formats)]
     waiter = (starmap_async or starmap_here)(_check_one_archive, arguments)
@@ -76,8 +76,9 @@ def refusals(plan, formats, *, config=None, whole_kernels: bool = False, starmap
     (kpack.check, whole_kernels=False): decoding every kernel would cost more CPU than
     compressing the release. whole_kernels=True (`build --deep-check`) decodes
     each one, as `kpack verify` does. archives: the waiter of archive_checks() started
-    earlier (the build starts them on its workers, then its packages, then runs verify's
-    checks here); by default they are started here (see archive_checks)."""
+    earlier (the build starts them on its workers, then runs verify's checks here, and
+    hands out no package before both are in); by default they are started here (see
+    archive_checks)."""
     from rocpkg.verify.run import verify_plan
 
     found: dict[tuple, Refusal] = {}

@@ -1,6 +1,6 @@
 """One package, written by a worker process: the task the build hands out, what comes
 back, and the function that writes it. Apart from rocpkg.build.run (the parent's side: the
-plan's hand-out, the checks, the moves, the manifest), so that a worker imports the
+checks, the hand-out, the moves, the manifest), so that a worker imports the
 writers and this alone, not build's release, index and check modules, before its
 first write."""
 from __future__ import annotations
@@ -60,9 +60,8 @@ class Task:
     out_dir: str
     options: m.BuildOptions
     signer: object = None       # rocpkg.formats.sign.Signer: RPM header signatures
-    staging: str = ""           # where the package waits for the build's checks (rocpkg.out.outdir)
+    staging: str = ""           # where the package is written until it is whole (rocpkg.out.outdir)
     build: str = ""             # this build's id: each writing process takes the code's fingerprint once per build
-    host_scan: object = None    # rocpkg.inputs.host_code.HostScan: the host ELFs its writer searches
 
 
 _CODE_FINGERPRINT: dict[str, str] = {}
@@ -84,9 +83,7 @@ class Written:
     outcome: PackageOutcome
     metadata: str       # the rendered control file / spec
     state: dict         # what the next build compares (rocpkg.build.run._up_to_date)
-    staged: str         # where it waits until the build's checks have passed
-    host_code: tuple = ()   # BuiltPackage.observed: what its writer found in the host ELFs it searched
-    searched: frozenset = frozenset()   # the host ELFs its writer searched (Task.host_scan's sources)
+    staged: str         # the whole package, until the parent moves it into place
 
 
 def build_one(task: Task) -> Written | list[tuple[str, str]]:
@@ -104,7 +101,7 @@ def build_one(task: Task) -> Written | list[tuple[str, str]]:
     sources = source_identities(spec)
     try:
         form = get_format(spec.format)
-        built = form.write(spec, task.staging, task.options, task.host_scan)
+        built = form.write(spec, task.staging, task.options)
         if task.signer is not None and form.sign_in_place:
             if form.load(form.sign_in_place)(built.path, task.signer):
                 whole = hash_file(built.path)
@@ -117,5 +114,4 @@ def build_one(task: Task) -> Written | list[tuple[str, str]]:
     fingerprint = package_fingerprint(spec, task.options, code_fingerprint_of(task.build), signer_id, sources)
     state = {"fingerprint": fingerprint, "file": done.file, "size": built.size, "sha256": built.sha256,
              "mtime_ns": st.st_mtime_ns, "ino": st.st_ino}
-    searched = task.host_scan.sources if task.host_scan is not None else frozenset()
-    return Written(done, built.metadata, state, built.path, built.observed, searched)
+    return Written(done, built.metadata, state, built.path)

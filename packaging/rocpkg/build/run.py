@@ -16,15 +16,21 @@ Why it is shaped this way:
   starts gets that share of the cores, so the last big package is not left alone on one
   core while the others idle. zstd's output never depends on the
   thread count (rocpkg.formats.compression), so neither -j nor the machine changes a byte.
-- the plan is made once, whole, before any package is handed out; the checks a release
-  must pass (rocpkg.build.gate) run while the packages are written into a staging area; they
-  are moved into place once the checks have passed and the set of host ELFs handed to
-  the writers has been searched (rocpkg.out.outdir, _HostVerdict).
+- the plan is made once, whole, before any package is handed out: plain data, the
+  search of the host ELFs for device code included (rocpkg.inputs.host_code, run on the
+  workers while the planner works). The checks a release must pass (rocpkg.build.gate:
+  verify's checks of the plan, each packed archive's structure, the version order against
+  the releases in OUT) run once, on it, the archives' on the workers while verify's run
+  here; a refusal leaves OUT as it was, as nothing has been written yet.
+- then each package is written into the staging area until it is whole (an RPM signed
+  there too), and moved into place as soon as its writer returns, its control file and
+  its state after it (rocpkg.out.outdir, rocpkg.out.state): a package counts as finished
+  once its state is recorded, so a build killed at any point keeps every package it
+  finished, and run again writes only the rest. Writers write atomically and packages are
+  independent, so the result is byte-identical to an uninterrupted build.
 - a package is rebuilt only when its fingerprint changes: the whole PackageSpec, the
   encoding options, the signing key, rocpkg's own writer code and templates, and every
-  source file's (path, size, mtime_ns, inode). Its state is recorded after the
-  package is in place, so a build killed at any point and run again finishes the rest; writers write
-  atomically, so the result is byte-identical to an uninterrupted build.
+  source file's (path, size, mtime_ns, inode).
 - a shard is a deterministic, size-balanced part of the plan computed from the plan
   alone, so N CI runners agree on it without talking; their OUT trees have disjoint
   files and can be merged by copying into one tree, then `assemble_manifest()` joins
@@ -57,7 +63,6 @@ from rocpkg.errors import RocpkgInputError
 from rocpkg.out.state import StateJournal, read_states, recorded_states, rewrite_states
 from rocpkg.build.schedule import assign_shards, start_order, zstd_threads
 from rocpkg.build.fingerprint import package_fingerprint
-from rocpkg.inputs.host_code import HostScan
 from rocpkg.formats.streams import write_atomic
 from rocpkg.out.journal import recover
 from rocpkg.plan.naming import build_variant
@@ -143,28 +148,13 @@ def _up_to_date(spec: m.PackageSpec, out_dir: str, fingerprint_of,
     return packing.outcome(spec, state["size"], state["sha256"], rebuilt=False)
 
 
-def _record(out_dir: str, journal: StateJournal, written: Written, metadata_in_place: bool = False) -> None:
-    """The rendered metadata and the state of a package now in place (the state last: a
-    package counts as finished once its state is recorded). metadata_in_place: its
-    metadata was staged (_stage_metadata) and moved in with it."""
-    if not metadata_in_place:
-        write_atomic(_control_path(out_dir, written.outcome), written.metadata.encode("utf-8"))
+def _publish(out_dir: str, staging: Staging, journal: StateJournal, written: Written) -> None:
+    """Move a written package into place, then write its rendered metadata, then record
+    its state (the last: a package counts as finished once its state is recorded; killed
+    before, the next build writes it again)."""
+    staging.commit(written.staged, os.path.join(out_dir, written.outcome.file))
+    write_atomic(_control_path(out_dir, written.outcome), written.metadata.encode("utf-8"))
     journal.record(written.outcome.format, written.outcome.name, written.state)
-
-
-def _staged_metadata(written: Written) -> str:
-    return written.staged + ".metadata"
-
-
-def _stage_metadata(written: Written) -> None:
-    """Write a package's rendered metadata beside it in the staging area while it waits for
-    the host search's verdict: the verdict often comes with the build's last package, and
-    the packages that waited for it (most of a release's) are then moved one at a time,
-    the workers idle, where creating each control file would be most of the work. Moved into
-    place with the package (Staging.commit); gone with the staging area if the build is
-    refused, so it needs no temporary name of its own."""
-    with open(_staged_metadata(written), "wb") as fh:
-        fh.write(written.metadata.encode("utf-8"))
 
 
 # ---- the release -------------------------------------------------------------------
@@ -207,14 +197,12 @@ def build_release(plan, out_dir: str | os.PathLike, *, formats: Iterable[str] | 
     decode every kernel of every packed archive before writing (gate.refusals); workers:
     a rocpkg.build.workers.Workers already running (the caller's, which planned on it), else
     the build forks its own.
-    The checks of rocpkg.build.gate run over the plan while the packages are written into a
-    staging area (rocpkg.out.outdir); every host ELF the plan's search hands to the writers is
-    searched for device code by the writer that packs it first (_search_in_writers). The
-    packages move into place only when the set of those files has been searched, every
-    check has passed and every package is staged (_HostVerdict): a problem whose check is
-    not in `allow` raises RocpkgInputError and the staged packages go (OUT as it was);
-    allowed ones are recorded with the release in the manifest (rocpkg.out.releases) and in
-    result.allowed. `config` decides which relation names are external (as for verify).
+    The checks of rocpkg.build.gate run once over the plan before any package is written:
+    a problem whose check is not in `allow` raises RocpkgInputError with OUT as it was;
+    allowed ones are recorded with the release in the manifest (rocpkg.out.releases) and
+    in result.allowed. `config` decides which relation names are external (as for verify).
+    Each package is then written into the staging area and moved into place, its state
+    recorded, as soon as its writer returns (_publish).
     Raises RocpkgInputError with every package's problems after building the others.
     """
     started = time.perf_counter()
@@ -233,35 +221,27 @@ def build_release(plan, out_dir: str | os.PathLike, *, formats: Iterable[str] | 
         first is). A written package's is the worker's (packing.build_one)."""
         return package_fingerprint(spec, options, packing.code_fingerprint_of(build), signer_id)
 
-    # One set of worker processes: they write the packages into the staging area and,
-    # behind each one's first package, check the archives and search the host ELFs
-    # (Workers.unordered_with_checks), while this process runs verify's checks; the
-    # packages are moved into place only once every check has passed (rocpkg.out.outdir).
+    # One set of worker processes: they check the archives while this process runs
+    # verify's checks, then write the packages into the staging area, each moved into
+    # place as soon as it is written (rocpkg.out.outdir).
     with contextlib.nullcontext(workers) if workers else Workers(max(1, min(jobs or cores, len(chosen))),
                                                                  chosen) as workers:
         with Staging(out_dir, formats) as staging:
             try:
                 releases.read_manifest(out_dir)     # a damaged manifest is refused before a byte is written
-                states = recorded_states(out_dir, formats)
                 archives = gate.archive_checks(plan, formats, whole_kernels=deep_check,
                                                starmap_async=workers.starmap_async)
+                states = recorded_states(out_dir, formats)
                 order = sorted(chosen, key=lambda s: (-s.payload_size, s.format, s.name))
                 stale, recorded, conflicts = _stale_and_recorded(out_dir, order, fingerprint_of, states, plan.settings)
                 result = BuildResult(out_dir, "", shard=shard)
-                tasks = _tasks(stale, options, signer, staging, result, jobs or cores, cores, build)
-                tasks, searched = _search_in_writers(plan, tasks)
-                answers = _answers(workers, tasks)
-
-                def check() -> None:
-                    result.allowed = gate.enforce(gate.refusals(plan, formats, config=config, archives=archives)
-                                                  + out_version_order_refusals(out_dir, plan.settings, formats), allow)
-
-                check()     # the host ELFs the writers search count as clean until they report
+                result.allowed = gate.enforce(gate.refusals(plan, formats, config=config, archives=archives)
+                                              + out_version_order_refusals(out_dir, plan.settings, formats), allow)
                 if conflicts:
                     raise RocpkgInputError(*conflicts)
-                verdict = _HostVerdict(searched, plan.host_search, check) if searched else None
-                outcomes, problems = _collect(out_dir, order, recorded, answers, staging,
-                                              lambda: StateJournal(out_dir, shard, formats), progress, verdict)
+                tasks = _tasks(stale, options, signer, staging, result, jobs or cores, cores, build)
+                outcomes, problems = _collect(out_dir, order, recorded, _answers(workers, tasks), staging,
+                                              lambda: StateJournal(out_dir, shard, formats), progress)
             except BaseException:
                 workers.stop()  # before the staging area and this run's temporaries are removed
                 raise
@@ -344,7 +324,7 @@ def _answers(workers: Workers, tasks: list[Task]):
     without worker processes or for a single task)."""
     if workers.pool is None or len(tasks) <= 1:
         return (packing.build_one(task) for task in tasks)
-    return workers.unordered_with_checks(packing.build_one, _started_in_order(tasks, workers.size))
+    return workers.unordered(packing.build_one, _started_in_order(tasks, workers.size))
 
 
 def _started_in_order(tasks: list[Task], workers: int) -> list[Task]:
@@ -372,91 +352,22 @@ def _tasks(stale: list[m.PackageSpec], options: m.BuildOptions, signer, staging:
                   staging.dir(spec.format), build) for spec, n in zip(stale, threads)]
 
 
-def _first_packers(tasks: list[Task], searched) -> list[frozenset]:
-    """For each task, the files of `searched` it is the first of the tasks to pack: each
-    file is searched by one writer (of a library's .deb and .rpm, the first)."""
-    taken: set[str] = set()
-    mine = []
-    for task in tasks:
-        files = frozenset(fe.source for fe in task.spec.files
-                          if fe.type == m.FILE and fe.source in searched and fe.source not in taken)
-        taken |= files
-        mine.append(files)
-    return mine
-
-
-def _search_in_writers(plan, tasks: list[Task]) -> tuple[list[Task], set[str]]:
-    """Each host ELF the tasks write is searched for device code by the writer of the
-    first task that packs it, as it reads the file anyway (rocpkg.inputs.host_code); the plan's
-    other host ELFs are searched by reading them. The tasks, and the set of files their
-    writers search (the verdict waits for each of them)."""
-    search = getattr(plan, "host_search", None)
-    if search is None:
-        return tasks, set()
-    streamed = search.hand_out({fe.source for t in tasks for fe in t.spec.files if fe.type == m.FILE})
-    mine = _first_packers(tasks, streamed)
-    searched = set().union(*mine)
-    return [dataclasses.replace(t, host_scan=HostScan(files, search.embedded_objects)) if files else t
-            for t, files in zip(tasks, mine)], searched
-
-
-class _HostVerdict:
-    """The build's checks once every host ELF handed to the writers has been searched:
-    until then no package is moved into place (a package with device code in a host ELF
-    refuses the whole build, and OUT must stay as it was). `pending` is the set of files
-    not yet searched; each searching writer's answer names the files it searched
-    (Written.searched) and what it found."""
-
-    def __init__(self, pending: set[str], host_search, check):
-        self.pending, self.host_search, self.check = set(pending), host_search, check
-        self.carries = False    # a writer found device code: the checks run again
-
-    def take(self, answer) -> bool:
-        """Take an answer; True once every file is searched (RocpkgInputError: refused)."""
-        if isinstance(answer, Written) and answer.searched:
-            if answer.host_code:
-                self.carries = self.host_search.record(answer.host_code) or self.carries
-            self.pending -= answer.searched
-        if self.pending:
-            return False
-        self.close()
-        return True
-
-    def close(self) -> None:
-        """The checks again with what the writers found, when they found device code (also
-        when a searching package failed: its refusals are reported with its problem)."""
-        if self.carries:
-            self.check()
-
-
 def _collect(out_dir: str, order: list[m.PackageSpec], recorded: list[PackageOutcome], answers,
-             staging: Staging, open_journal, progress,
-             verdict: _HostVerdict | None = None) -> tuple[list[PackageOutcome], list[tuple[str, str]]]:
-    """Once the checks have passed: move each written package into place and record it,
-    as the workers finish them, reporting progress; the outcomes and the problems.
-    verdict: the checks that wait for the writers' search of the host ELFs; until it is
-    in, the packages written are counted but wait in the staging area, and the state
-    journal (open_journal) is opened only before the first is moved (a refusal leaves
-    OUT as it was; a journal that cannot be opened fails the build before any move)."""
+             staging: Staging, open_journal, progress) -> tuple[list[PackageOutcome], list[tuple[str, str]]]:
+    """Once the checks have passed: publish each written package (_publish) as the workers
+    finish them, reporting progress; the outcomes and the problems. The state journal
+    (open_journal) is opened before the first package is moved: a build none of whose
+    packages is written leaves no journal, and one that cannot be opened fails the build
+    before any move (OUT as it was)."""
     total_bytes = sum(s.payload_size for s in order)
     outcomes: list[PackageOutcome] = []
     problems: list[tuple[str, str]] = []
-    waiting: list[Written] = []
     done_bytes = 0
     journal = None
 
     def report(outcome: PackageOutcome | None) -> None:
         if progress is not None:
             progress(BuildProgress(len(outcomes), len(order), done_bytes, total_bytes, outcome))
-
-    def move(written: Written, metadata_staged: bool = False) -> None:
-        nonlocal journal
-        if journal is None:
-            journal = open_journal()
-        staging.commit(written.staged, os.path.join(out_dir, written.outcome.file))
-        if metadata_staged:
-            staging.commit(_staged_metadata(written), _control_path(out_dir, written.outcome))
-        _record(out_dir, journal, written, metadata_in_place=metadata_staged)
 
     try:
         report(None)
@@ -465,29 +376,12 @@ def _collect(out_dir: str, order: list[m.PackageSpec], recorded: list[PackageOut
                 problems.extend(answer)
                 continue
             if isinstance(answer, Written):
-                if verdict is None:
-                    move(answer)
-                else:
-                    waiting.append(answer)
-                    _stage_metadata(answer)
-                    if verdict.take(answer):
-                        verdict = None
-                        for written in waiting:
-                            move(written, metadata_staged=True)
-                        waiting = []
+                journal = journal or open_journal()
+                _publish(out_dir, staging, journal, answer)
                 answer = answer.outcome
             outcomes.append(answer)
             done_bytes += answer.payload
             report(answer)
-        if verdict is not None:
-            # a package whose writer searches host ELFs failed: their verdict is unknown, so
-            # nothing moves into OUT; the build stops on that package's problem
-            if not problems:
-                raise AssertionError("a package searching host ELFs gave no answer")
-            try:
-                verdict.close()
-            except RocpkgInputError as refused:
-                problems.extend(refused.problems)
         return outcomes, problems
     finally:
         if journal is not None:

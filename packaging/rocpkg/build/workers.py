@@ -1,5 +1,6 @@
 """The build's worker processes: forked once, with the writers and their templates
-loaded, they write the packages and run the checks the packages wait for."""
+loaded, they search the host ELFs while the plan is made, run the archive checks, then
+write the packages."""
 from __future__ import annotations
 
 import importlib
@@ -16,17 +17,11 @@ from rocpkg.formats.registry import DEFAULT as DEFAULT_FORMATS, get as get_forma
 
 class Workers:
     """The build's worker processes (none for one job): the catalog's search of host data
-    sections, the archive checks and then the packages run on them. `rocpkg build` forks
-    them first thing, so that they load the writers while it makes the plan; given the
-    specs, the writers and their templates are loaded before the fork (no worker loads
-    them again). They ignore Ctrl-C: the parent stops them (what they finished is kept
-    by its state file, the rest is redone).
-
-    hold=True (the build) holds back the checks started before the packages are known:
-    they run after the first package of each worker (unordered_with_checks), not ahead
-    of every package, so that the longest packages, which decide when the build ends,
-    start at once and the checks take the slots the first packages free. A held call
-    that is waited for before then starts at once."""
+    sections, the archive checks and then the packages run on them, each started when
+    asked for. `rocpkg build` forks them first thing, so that they load the writers while
+    it makes the plan; given the specs, the writers and their templates are loaded before
+    the fork (no worker loads them again). They ignore Ctrl-C: the parent stops them (what
+    they finished is kept by its state file, the rest is redone)."""
 
     # The pool's threads in this process hand each task to a worker and take each answer
     # back, and each needs the GIL for it; a thread waiting for the GIL while the main
@@ -34,11 +29,9 @@ class Workers:
     # the build runs with a shorter one.
     SWITCH_INTERVAL = 0.0005
 
-    def __init__(self, size: int, specs: list[m.PackageSpec] | None = None, hold: bool = False,
-                 formats=DEFAULT_FORMATS):
-        self.size, self.specs, self.pool, self.hold = size, specs, None, hold
+    def __init__(self, size: int, specs: list[m.PackageSpec] | None = None, formats=DEFAULT_FORMATS):
+        self.size, self.specs, self.pool = size, specs, None
         self.formats = tuple(formats)   # the writers each worker loads (when specs are not given)
-        self._held: list[_Held] = []
         self._switch_interval: float | None = None
 
     def __enter__(self) -> "Workers":
@@ -76,22 +69,12 @@ class Workers:
         waits for the results (in order). Without workers the work is done here, now."""
         if self.pool is None or len(arguments) < 2:
             return starmap_here(function, arguments)
-        if self.hold:
-            held = _Held(self.pool, function, arguments)
-            self._held.append(held)
-            return held.get
         return self.pool.starmap_async(function, arguments).get
 
-    def release_held(self) -> None:
-        """Start the checks held back, in the order they were asked for."""
-        held, self._held = self._held, []
-        for call in held:
-            call.start()
-
-    def unordered_with_checks(self, function, tasks: list):
+    def unordered(self, function, tasks: list):
         """function(task) for each task on the workers, results as they finish (as
-        Pool.imap_unordered): one task per worker first, then the held checks, then the
-        other tasks, all queued now. A task's exception is raised where its result would be."""
+        Pool.imap_unordered), all queued now, in order. A task's exception is raised where
+        its result would be."""
         finished: queue.SimpleQueue = queue.SimpleQueue()
 
         def submit(task) -> None:
@@ -105,10 +88,7 @@ class Workers:
                     raise answer
                 yield answer
 
-        for task in tasks[:self.size]:
-            submit(task)
-        self.release_held()
-        for task in tasks[self.size:]:
+        for task in tasks:
             submit(task)
         return answers()
 
@@ -123,21 +103,6 @@ class _Pool(Pool):
 
     def _get_sentinels(self):
         return [self._change_notifier._reader]
-
-
-class _Held:
-    """A starmap held back until released or waited for."""
-
-    def __init__(self, pool, function, arguments: list[tuple]):
-        self.pool, self.function, self.arguments, self.result = pool, function, arguments, None
-
-    def start(self) -> None:
-        if self.result is None:
-            self.result = self.pool.starmap_async(self.function, self.arguments)
-
-    def get(self):
-        self.start()
-        return self.result.get()
 
 
 def starmap_here(function, arguments: list[tuple]):
@@ -158,7 +123,7 @@ def _start_worker(writers_loaded: bool, formats=DEFAULT_FORMATS) -> None:
     compression.keep_frame_buffers()
     if not writers_loaded:
         from kpack import check, placement  # noqa: F401
-        from rocpkg.inputs import host_code  # noqa: F401  (the host search, the tasks)
+        from rocpkg.inputs import host_code  # noqa: F401  (the host search)
         from rocpkg.build import packing
 
         for fmt in formats:

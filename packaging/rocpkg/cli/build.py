@@ -155,7 +155,7 @@ def _cmd_build(args) -> int:
 
     # the workers first: they load the writers while the plan is made, and the plan's
     # walk of the artifacts runs on them (catalog.scan's starmap_async)
-    with Workers(args.jobs or usable_cores(), hold=True, formats=formats(args)) as workers:
+    with Workers(args.jobs or usable_cores(), formats=formats(args)) as workers:
         return _build(args, shard, workers)
 
 
@@ -168,7 +168,7 @@ def _build(args, shard, workers) -> int:
 
     config = load_config_of(args)
     release_of_args(args, config, formats(args))   # version-order refused before the artifacts are read
-    plan = load_plan(args, config, embedded_objects=False, starmap_async=workers.starmap_async, writers=True)
+    plan = load_plan(args, config, embedded_objects=False, starmap_async=workers.starmap_async)
     only, settings = selected_packages(args, plan), plan.settings
     _print_plan_notes(args, plan)
     sde = source_date_epoch(settings, default=inputs_date(args.config, args.artifacts))

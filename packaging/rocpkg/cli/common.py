@@ -138,17 +138,17 @@ def load_config_of(args):
     return config
 
 
-def load_plan(args, config=None, *, embedded_objects: bool = True, starmap_async=None, writers: bool = False):
+def load_plan(args, config=None, *, embedded_objects: bool = True, starmap_async=None):
     """The plan of the plan options (config: load_config_of(args) when already loaded);
-    embedded_objects, starmap_async, writers: catalog.scan's (False for build: those
-    findings only warn; the build's workers; True for build)."""
+    embedded_objects, starmap_async: catalog.scan's (False for build: those findings only
+    warn; the build's workers)."""
     from rocpkg.inputs.catalog import scan
     from rocpkg.plan.make import make_plan
 
     check_artifacts_dir(args.artifacts)
     config = config or load_config_of(args)
     catalog = scan(args.artifacts, config.settings["families"], embedded_objects=embedded_objects,
-                   starmap_async=starmap_async, writers=writers)
+                   starmap_async=starmap_async)
     if not catalog.dirs:
         raise RocpkgInputError((args.artifacts, "no artifact directories (<name>_<component>_<suffix>) in it"))
     return make_plan(config, catalog, version=args.pkg_version, release=args.release,

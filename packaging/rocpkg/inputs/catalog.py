@@ -96,7 +96,8 @@ class Catalog:
 
     def settle(self) -> None:
         """Wait for the search of the host ELFs' data sections (rocpkg.inputs.host_code) and add
-        what it found to their facts; its problems raise RocpkgInputError."""
+        what it found to their facts; its problems raise RocpkgInputError. make_plan calls
+        it before it returns: a plan's facts are complete."""
         pending, self.pending = self.pending, None
         problems = pending() if pending is not None else []
         if problems:
@@ -193,17 +194,17 @@ def classify_suffix(suffix: str, families: dict[str, list[str]]) -> str | None:
 
 
 def scan(root: str | os.PathLike, families: dict[str, list[str]] | None = None, *,
-         embedded_objects: bool = True, starmap_async=None, writers: bool = False) -> Catalog:
+         embedded_objects: bool = True, starmap_async=None) -> Catalog:
     """Index every artifact dir under root; all problems are reported together. With
     embedded_objects=False host data sections are searched for offload bundles only.
     starmap_async: worker processes that search the host ELFs' data sections while the
-    caller goes on (catalog.settle() waits for them; rocpkg.inputs.host_code). writers: a build,
-    whose writers search the host ELFs they read (catalog.pending.hand_out)."""
+    caller plans (catalog.settle() waits for them; rocpkg.inputs.host_code); without
+    them the search is done before this returns."""
     catalog, problems, host_elfs = _index(root, families or kt.FAMILIES)
     if problems:
         raise RocpkgInputError(*problems)
-    catalog.pending = search(catalog.facts, host_elfs, embedded_objects, starmap_async, writers=writers)
-    if starmap_async is None and not writers:
+    catalog.pending = search(catalog.facts, host_elfs, embedded_objects, starmap_async)
+    if starmap_async is None:
         catalog.settle()
     return catalog
 

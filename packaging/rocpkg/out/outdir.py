@@ -1,12 +1,13 @@
 """OUT as the build and the repository commands share it: one writer at a time, no
-temporary left behind, and a staging area where a build's packages wait for its checks.
+temporary left behind, and a staging area where a build writes each package until it is
+whole.
 
-Why staging: the checks a build must pass before it publishes anything (rocpkg.build.gate)
-take as long as writing the small packages of a release; run first, they would leave
-every core but one idle at the start of a build. So the packages are
-written into OUT/.rocpkg/staging while the checks run, and moved to their places only
-once the checks have passed. A refused build removes what it staged and every directory
-it made, OUT itself included: OUT is as it was.
+Why staging: a package is written, and an RPM then signed, in OUT/.rocpkg/staging, and
+moved to its place in the pool with one rename as soon as it is whole, so a package in
+the pool is always a finished one, whenever the build is killed; a killed build's staging
+area is removed by the next command that takes the lock. A build whose checks refuse it
+(rocpkg.build.gate, run before the first package is written) removes every directory it
+made, OUT itself included: OUT is as it was.
 """
 from __future__ import annotations
 
@@ -123,11 +124,11 @@ class OutLock:
 
 
 class Staging:
-    """OUT locked, with a staging directory per format for the packages of a build that
-    has not passed its checks yet. `commit(staged, final)` moves one into place. Leaving
-    on an exception removes the staged packages and, when nothing was committed, every
-    directory entering made (the lock's, OUT's own): a refused build leaves OUT as it
-    found it. The caller stops its writers before leaving."""
+    """OUT locked, with a staging directory per format where a build writes its packages.
+    `commit(staged, final)` moves a whole one into place. Leaving removes the staging area
+    and, on an exception when nothing was committed, every directory entering made (the
+    lock's, OUT's own): a refused build leaves OUT as it found it. The caller stops its
+    writers before leaving."""
 
     def __init__(self, out_dir: str, formats):
         self.out_dir = out_dir
@@ -138,7 +139,7 @@ class Staging:
         self._dirs: set[str] = set()
 
     def dir(self, fmt: str) -> str:
-        """Where a format's packages wait for the build's checks."""
+        """Where a format's packages are written until they are whole."""
         return os.path.join(self.out_dir, STAGING_DIR, fmt)
 
     def __enter__(self) -> "Staging":

@@ -2,7 +2,9 @@
 
 Input: a validated Config and a Catalog. Output: a Plan holding, per format, every
 PackageSpec with its names, pins, relations in that format's syntax and its sorted file
-list. Writers pack what the plan says and nothing else.
+list. Writers pack what the plan says and nothing else. The Plan is plain data, complete
+before the first write: make_plan returns once the catalog's search of the host ELFs is
+in its facts.
 """
 from __future__ import annotations
 
@@ -51,14 +53,7 @@ class Plan:
     info: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     facts: dict = field(default_factory=dict)  # artifact source path -> facts.FileFacts, read once
-    pending_facts: object = None    # Catalog.settle while workers still search host ELFs
-    host_search: object = None      # the catalog's rocpkg.inputs.host_code.HostSearch (a build hands it out)
     debug_findings: list = field(default_factory=list)  # rocpkg.plan.debug.DebugFinding: build refuses them
-
-    def settle_facts(self) -> None:
-        """Wait for the facts the catalog's workers still read (rocpkg.inputs.host_code)."""
-        if self.pending_facts is not None:
-            self.pending_facts()
 
     def by_name(self, fmt: str) -> dict[str, m.PackageSpec]:
         return {p.name: p for p in self.packages.get(fmt, [])}
@@ -66,10 +61,14 @@ class Plan:
 
 def make_plan(config: Config, catalog: Catalog, *, version: str | None = None, release: str | None = None,
               targets: list[str] | None = None, formats=DEFAULT_FORMATS) -> Plan:
-    """Compute the whole package set or raise RocpkgInputError with every problem."""
+    """Compute the whole package set or raise RocpkgInputError with every problem. The
+    plan is plain data, complete when returned: the catalog's search of the host ELFs
+    (rocpkg.inputs.host_code), which ran while the package set was made, is in its facts."""
     settings = release_settings(config, version, release)
     builder = _PlanBuilder(config, catalog, settings, targets or settings.get("targets"))
-    return builder.build(formats)
+    plan = builder.build(formats)
+    catalog.settle()
+    return plan
 
 
 def release_settings(config: Config, version: str | None = None, release: str | None = None) -> dict:
@@ -330,8 +329,7 @@ class _PlanBuilder:
             self.warnings.append("no target found in the artifacts: per-target meta-packages have no variants")
         top = self._top_metapackage()
         plan = Plan(self.settings, self.abi, self.targets, self.families, top, self.classes,
-                    facts=self.catalog.facts, pending_facts=self.catalog.settle if self.catalog.pending else None,
-                    host_search=self.catalog.pending)
+                    facts=self.catalog.facts)
         if self.problems:
             raise RocpkgInputError(*self.problems)
         # files are shared by both formats: collect once

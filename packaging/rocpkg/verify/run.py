@@ -90,7 +90,6 @@ def verify_plan(plan, config=None) -> VerifyReport:
     """Check a plan before building: markers and archives are read from the artifacts the
     plan's files come from. `config` (rocpkg.inputs.config.Config) decides which names are
     external; without it, the plan's settings and definition names do."""
-    plan.settle_facts()
     if config is not None:
         external = external_rule(namespace(config), config.settings["external"])
     else:
