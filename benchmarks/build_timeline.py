@@ -14,8 +14,8 @@ import time
 
 T0 = time.time()
 
-from rocpkg.build import packing  # noqa: E402
-from rocpkg.build import run as build  # noqa: E402
+from rocpkg.builder import packing  # noqa: E402
+from rocpkg.builder import run as build  # noqa: E402
 
 LOG = f"/tmp/build-timeline-{os.getpid()}.jsonl"
 EVENTS: list[tuple[str, float]] = []

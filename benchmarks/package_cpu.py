@@ -58,7 +58,7 @@ def timed_floor(job):
 def _child_rocpkg(argv: list[str]) -> None:
     """`rocpkg build ARGV`, each package's CPU taken in its worker (the workers fork after
     packing.build_one is wrapped)."""
-    from rocpkg.build import packing
+    from rocpkg.builder import packing
     from rocpkg.cli.main import main
 
     _CHILD["write"], packing.build_one = packing.build_one, timed_build_one

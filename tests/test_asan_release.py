@@ -169,8 +169,8 @@ def test_the_variant_goes_before_the_version_in_any_prefix_and_alias_pattern():
 
 
 def test_prune_and_version_order_keep_a_release_and_its_asan_build_apart():
-    from rocpkg.build.version_order import version_order_refusals
-    from rocpkg.out.releases import ReleaseRecord
+    from rocpkg.builder.version_order import version_order_refusals
+    from rocpkg.store.releases import ReleaseRecord
     from rocpkg.repo.lifecycle import releases_to_prune
 
     records = [ReleaseRecord("7.1.0", "1"), ReleaseRecord("7.1.0", "2"),

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from rocpkg.build.schedule import assign_shards, shard_weight
+from rocpkg.builder.schedule import assign_shards, shard_weight
 from rocpkg.formats.registry import file_name
 from rocpkg.repo.index import assemble_manifest
 from rocpkg.errors import RocpkgInputError
@@ -149,7 +149,7 @@ def test_a_source_changed_while_its_package_is_written_is_rebuilt_next_time(tmp_
     writes the package again. (Taken after the write, the record would match the changed
     file, and the package would keep bytes of the old one.)"""
     import rocpkg.formats.deb.package
-    from rocpkg.build.run import build_release
+    from rocpkg.builder.run import build_release
     from rocpkg.model import BuildOptions
 
     artifacts = make_artifacts(tmp_path / "artifacts")
@@ -373,7 +373,7 @@ def test_an_output_directory_that_cannot_be_created_exits_2_with_one_line(artifa
 def test_the_indexers_reuse_the_digests_the_build_took(built):
     """The build hands each package's sha256 to the repository digest cache: `rocpkg repo`
     then reads no package again, and what it publishes matches the manifest."""
-    from rocpkg.out.digest_cache import DigestCache
+    from rocpkg.store.digest_cache import DigestCache
 
     manifest = json.loads((built / "manifest.json").read_text())
     for entry in manifest["packages"]:

@@ -18,13 +18,13 @@ from cli_run import rocpkg, snapshot
 from test_build import output_files
 from test_staging import carry_fat_binary
 
-from rocpkg.build import gate, packing
-from rocpkg.build.workers import Workers
+from rocpkg.builder import gate, packing
+from rocpkg.builder.workers import Workers
 from rocpkg.inputs.catalog import scan
 from rocpkg.inputs.config import load_config
 from rocpkg.model import FILE
-from rocpkg.out.outdir import STAGING_DIR
-from rocpkg.out.state import read_states
+from rocpkg.store.outdir import STAGING_DIR
+from rocpkg.store.state import read_states
 from rocpkg.plan.make import Plan, make_plan
 
 ENV = {**os.environ, "SOURCE_DATE_EPOCH": "1700000000"}
@@ -48,7 +48,7 @@ def _summary(done: subprocess.CompletedProcess) -> dict:
 # the writer of package BLOCKED ("format name") never answering until then
 KILLED_AT_REPORT = """
 import os, signal, sys, time
-from rocpkg.build import packing, run
+from rocpkg.builder import packing, run
 
 build_one, build_release = packing.build_one, run.build_release
 KILL_AT, BLOCKED = int(sys.argv[1]), sys.argv[2]

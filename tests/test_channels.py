@@ -16,9 +16,9 @@ from repo_helpers import AptClient, DnfClient, kill_gpg_agent, make_signer
 from rocpkg.inputs.channels import channel_version
 from rocpkg.inputs.config import load_config
 from rocpkg.errors import RocpkgInputError
-from rocpkg.out.releases import ReleaseRecord, manifest_releases, read_manifest
+from rocpkg.store.releases import ReleaseRecord, manifest_releases, read_manifest
 from rocpkg.inputs.sample import make_sample_artifacts
-from rocpkg.build.version_order import order_problems, version_order_refusals
+from rocpkg.builder.version_order import order_problems, version_order_refusals
 from test_demo import base_repository
 from test_versions import dpkg_signs, rpm_signs
 

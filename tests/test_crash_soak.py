@@ -1,5 +1,5 @@
 """A kill at any instant, or a failing disk at any step, leaves a repository that the next
-command repairs (rocpkg.out.journal): random sequences of build/repo/prune/promote/publish on
+command repairs (rocpkg.store.journal): random sequences of build/repo/prune/promote/publish on
 a small release, the last command killed (SIGKILL) at a random instant or at a chosen
 change of the file system (tests/faultpoint.py), then the invariants: after the next
 command, and after the killed one is run again, OUT is either as it was before the
@@ -39,7 +39,7 @@ EVERY_STEP = os.environ.get("ROCPKG_EVERY_STEP") == "1"
 ENV = {**os.environ, "SOURCE_DATE_EPOCH": "1764547200"}
 SMALL = ["--pkg-names", "rocm-fft", "--with-deps", "-j", "2"]
 FAULTPOINT = [sys.executable, str(Path(__file__).with_name("faultpoint.py"))]
-# records that name inodes and times (rocpkg.out.state, the digest cache): equal only byte for
+# records that name inodes and times (rocpkg.store.state, the digest cache): equal only byte for
 # byte to themselves, so compared only where OUT must be exactly as it was
 STAMPED = (".rocpkg/state", ".rocpkg/digests-")
 

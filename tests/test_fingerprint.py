@@ -1,4 +1,4 @@
-"""The code fingerprint (rocpkg.build.fingerprint.code_fingerprint): what it covers, held to an
+"""The code fingerprint (rocpkg.builder.fingerprint.code_fingerprint): what it covers, held to an
 import walk by ast, and that it moves with the writers' code and the templates only."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 
 import rocpkg
-from rocpkg.build import fingerprint
+from rocpkg.builder import fingerprint
 from rocpkg.formats.registry import REGISTERED
 
 ROCPKG_DIR = Path(fingerprint.__file__).resolve().parents[1]
@@ -46,7 +46,7 @@ def test_the_writers_sources_are_what_they_import():
     assert set(found) == _ast_closure(ROCPKG_DIR)
     assert {"formats/deb/package.py", "formats/streams.py", "formats/compression.py", "formats/rpm/write.py",
             "formats/sign.py", "formats/pacman/write.py"} <= set(found)
-    assert not [name for name in found if name.startswith(("cli/", "build/", "plan/", "inputs/"))]
+    assert not [name for name in found if name.startswith(("cli/", "builder/", "plan/", "inputs/"))]
 
 
 def _copy(tmp_path: Path, monkeypatch) -> tuple[Path, Path]:

@@ -1,6 +1,6 @@
 """OUT's journal and durable writes, as hostile as any other record of OUT.
 
-A journal (rocpkg.out.journal) tells the next command what to delete and what to put back,
+A journal (rocpkg.store.journal) tells the next command what to delete and what to put back,
 so one that is damaged, forged or contradictory must be refused, never acted on: each case
 leaves a real journal of an interrupted change (a process that entered a Change and died),
 breaks it, and runs `verify`: exit 2, one `error:` line naming the journal and the field,
@@ -24,7 +24,7 @@ JOURNAL = ".rocpkg/journal.json"
 SAVED = ".rocpkg/journal.d/saved"
 DIE_IN_A_CHANGE = """
 import os, sys
-from rocpkg.out.journal import Change
+from rocpkg.store.journal import Change
 Change(sys.argv[1], sys.argv[2]).__enter__()
 os._exit(9)
 """
@@ -225,7 +225,7 @@ def test_a_short_write_is_continued_and_a_failed_one_raised(tmp_path, monkeypatc
     b'{"a": 1, "a": 2}', b"\xff",
 ], ids=["list", "string", "null", "cut", "int-entry", "short-entry", "int-digest", "string-size", "dup", "binary"])
 def test_a_damaged_digest_cache_is_discarded_and_rebuilt(work, cache):
-    from rocpkg.out.digest_cache import DigestCache
+    from rocpkg.store.digest_cache import DigestCache
 
     for fmt in ("deb", "rpm"):
         (work.out / f".rocpkg/digests-{fmt}.json").write_bytes(cache)
@@ -238,7 +238,7 @@ def test_a_damaged_digest_cache_is_discarded_and_rebuilt(work, cache):
 
 
 def test_a_digest_cache_keeps_its_whole_entries_and_drops_the_rest(tmp_path):
-    from rocpkg.out.digest_cache import DigestCache
+    from rocpkg.store.digest_cache import DigestCache
 
     whole = [10, 1, 2, 3, "ab" * 32]
     (tmp_path / ".rocpkg").mkdir()

@@ -114,15 +114,15 @@ def test_the_writers_are_pure_functions_of_a_spec():
             reached.add(name)
             todo.extend(n for n in graph.get(name, ()) if n in known or n.split(".")[0] == "kpack")
     forbidden = {n for n in reached if n.split(".")[0] == "kpack"} | \
-        (reached & {"rocpkg.inputs.host_code", "rocpkg.inputs.catalog", "rocpkg.plan.make", "rocpkg.build.run", "rocpkg.build.gate"})
+        (reached & {"rocpkg.inputs.host_code", "rocpkg.inputs.catalog", "rocpkg.plan.make", "rocpkg.builder.run", "rocpkg.builder.gate"})
     assert forbidden == set()
 
 
 # The layers of rocpkg, lowest first: a module imports from its own layer and the ones below.
-# (top-level: errors, model, the package's resources) < formats < out < inputs < plan < verify
-# < build < repo < cli. So the writers know no artifacts, OUT's records know no plan, the
+# (top-level: errors, model, the package's resources) < formats < store < inputs < plan < verify
+# < builder < repo < cli. So the writers know no artifacts, OUT's records know no plan, the
 # repository commands never import the builder, and only the command line prints or exits.
-LAYERS = ["", "formats", "out", "inputs", "plan", "verify", "build", "repo", "cli"]
+LAYERS = ["", "formats", "store", "inputs", "plan", "verify", "builder", "repo", "cli"]
 
 
 def layer_of(module: str) -> int:
@@ -160,5 +160,5 @@ def test_no_product_file_over_600_lines_and_no_function_over_80():
 def test_the_repository_commands_never_import_the_builder():
     known = modules("rocpkg")
     offenders = [f"{name} imports {dep}" for name, path in known.items() if name.startswith("rocpkg.repo.")
-                 for dep in imported(path, set(known)) if dep.startswith("rocpkg.build")]
+                 for dep in imported(path, set(known)) if dep.startswith("rocpkg.builder")]
     assert offenders == []

@@ -27,7 +27,7 @@ from rocpkg.errors import RocpkgInputError
 from rocpkg.verify.integrity import check_integrity
 from rocpkg.repo.lifecycle import releases_to_prune
 from rocpkg.repo.publish import S3Dest, publish
-from rocpkg.out.releases import manifest_releases, read_manifest
+from rocpkg.store.releases import manifest_releases, read_manifest
 from rocpkg.inputs.sample import make_sample_artifacts
 from test_demo import base_repository
 
@@ -442,7 +442,7 @@ def entry(name, version, release, fmt="deb"):
 
 
 def test_recording_a_release_keeps_the_earlier_ones_and_merges_a_second_run_of_the_same(tmp_path):
-    from rocpkg.out.releases import ReleaseRecord, record_release
+    from rocpkg.store.releases import ReleaseRecord, record_release
 
     doc = record_release(None, ReleaseRecord("7.1.0", "1", targets=("gfx942",), formats=("deb",)),
                          [entry("a", "7.1.0", "1")])
@@ -464,7 +464,7 @@ def test_a_manifest_written_before_releases_existed_reads_as_one_release():
 
 
 def test_releases_to_prune_keep_n_per_series_newest_by_debian_version_order():
-    from rocpkg.out.releases import ReleaseRecord
+    from rocpkg.store.releases import ReleaseRecord
 
     records = [ReleaseRecord(v, r) for v, r in [("7.1.0", "1"), ("7.1.0", "10"), ("7.1.0", "9"), ("7.2.0", "1"),
                                                 ("7.2.1", "0.20261201"), ("6.4.0", "1")]]
@@ -473,7 +473,7 @@ def test_releases_to_prune_keep_n_per_series_newest_by_debian_version_order():
 
 
 def test_without_source_date_epoch_the_release_is_dated_by_its_artifacts(tmp_path):
-    from rocpkg.out.releases import inputs_date
+    from rocpkg.store.releases import inputs_date
 
     artifacts = tmp_path / "artifacts"
     make_sample_artifacts(artifacts, load_config(None), targets=TARGETS, size_mb=1)

@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from rocpkg.build import run as build
+from rocpkg.builder import run as build
 from rocpkg.formats.deb import read_deb_control_file, write_deb
 from rocpkg.model import DIR, FILE, BuildOptions, FileEntry, PackageSpec
 from rocpkg.formats.rpm import write_rpm
@@ -124,7 +124,7 @@ def test_when_fewer_packages_than_jobs_are_left_they_share_all_the_cores():
 
 
 def test_the_largest_start_first_then_the_small_ones_then_the_rest():
-    from rocpkg.build.schedule import PACKAGE_OVERHEAD, start_order
+    from rocpkg.builder.schedule import PACKAGE_OVERHEAD, start_order
 
     sizes = [900 * MIB, 500 * MIB, 300 * MIB, 20 * MIB, 2 * MIB, PACKAGE_OVERHEAD, 4096, 0]
     # two workers: the two largest at once, then the three whose cost is their overhead

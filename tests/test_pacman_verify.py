@@ -20,7 +20,7 @@ import zstandard
 
 from cli_run import refusal_lines, rocpkg
 from kpack.archive import KpackReader, KpackWriter
-from rocpkg.build.version_order import out_order_problems
+from rocpkg.builder.version_order import out_order_problems
 from rocpkg.formats.deb import write_deb
 from rocpkg.formats.pacman import write_pacman
 from rocpkg.formats.registry import get

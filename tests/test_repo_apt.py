@@ -18,7 +18,7 @@ from debian import deb822
 from repo_helpers import (CHAIN, META, META_CLOSURE, AptClient, apt_source_line,
                           planned_installs, write_chain, write_package)
 from rocpkg.formats.deb import archive as repo_apt
-from rocpkg.out.digest_cache import DigestCache
+from rocpkg.store.digest_cache import DigestCache
 from rocpkg.cli.main import main
 from rocpkg.errors import RocpkgInputError
 from rocpkg.formats.sign import Signer

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from kpack.elf import build_host_elf
-from rocpkg.build.fingerprint import package_fingerprint
+from rocpkg.builder.fingerprint import package_fingerprint
 from rocpkg.inputs.catalog import scan
 from rocpkg.inputs.config import load_config
 from rocpkg.formats.deb import write_deb

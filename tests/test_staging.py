@@ -1,7 +1,7 @@
 """A build runs its checks on the complete plan (the host ELFs' search included) before it
 writes a package: a refused build leaves OUT as it found it, whether OUT did not exist, was
 empty, or held an earlier release. Then each package is written into OUT/.rocpkg/staging
-and moved into place as soon as it is whole (rocpkg.out.outdir)."""
+and moved into place as soon as it is whole (rocpkg.store.outdir)."""
 from __future__ import annotations
 
 import os
@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 from cli_run import rocpkg, snapshot
-from rocpkg.build import gate
-from rocpkg.build.run import build_release
+from rocpkg.builder import gate
+from rocpkg.builder.run import build_release
 from rocpkg.inputs.catalog import scan
 from rocpkg.inputs.config import load_config
 from rocpkg.errors import RocpkgInputError
 from rocpkg.model import BuildOptions
-from rocpkg.out.outdir import STAGING_DIR
+from rocpkg.store.outdir import STAGING_DIR
 from rocpkg.plan.make import make_plan
 
 from kpack.elf import build_amdgpu_code_object, build_host_elf, build_offload_bundle
@@ -119,7 +119,7 @@ def test_a_build_with_one_job_checks_before_it_writes(artifacts, tmp_path, monke
     config = load_config(None)
     plan = make_plan(config, scan(str(artifacts), config.settings["families"]), formats=["deb"])
     out = tmp_path / "out"
-    from rocpkg.build import packing
+    from rocpkg.builder import packing
 
     def never(task):
         raise AssertionError(f"{task.spec.name} written before the checks passed")
@@ -135,7 +135,7 @@ def test_a_build_with_one_job_checks_before_it_writes(artifacts, tmp_path, monke
 
 
 def test_the_host_search_on_workers_finds_what_the_threads_find(artifacts):
-    from rocpkg.build.workers import Workers
+    from rocpkg.builder.workers import Workers
 
     library = str(carry_fat_binary(artifacts))
     families = load_config(None).settings["families"]
@@ -150,7 +150,7 @@ def test_the_host_search_on_workers_finds_what_the_threads_find(artifacts):
 
 
 def test_a_host_library_replaced_while_the_workers_search_it_is_refused(artifacts):
-    from rocpkg.build.workers import Workers
+    from rocpkg.builder.workers import Workers
 
     library = carry_fat_binary(artifacts)
     families = load_config(None).settings["families"]
@@ -192,7 +192,7 @@ def test_each_host_elf_is_searched_once_by_the_plan_before_a_package_is_written(
 
 @pytest.mark.parametrize("jobs", [1, 2])
 def test_device_code_in_a_host_elf_refuses_the_build_before_a_package_is_written(artifacts, tmp_path, jobs):
-    from rocpkg.build.workers import Workers
+    from rocpkg.builder.workers import Workers
 
     library = str(carry_fat_binary(artifacts))
     config = load_config(None)
@@ -210,7 +210,7 @@ def test_device_code_in_a_host_elf_refuses_the_build_before_a_package_is_written
 def test_each_package_is_in_place_with_its_control_file_and_state_when_it_is_reported(artifacts, tmp_path):
     """Published as soon as its writer returns: when progress reports a package, its file,
     its control file and its state are in OUT, before the next package is reported."""
-    from rocpkg.out.state import read_states
+    from rocpkg.store.state import read_states
 
     config = load_config(None)
     out = tmp_path / "out"
@@ -234,7 +234,7 @@ def test_a_package_whose_source_changed_since_planning_fails_alone(artifacts, tm
     """A host library that shrank after planning: its package's writer refuses it (a
     problem, not a refusal of the release); the build says why and every other package is
     published, so the rerun writes that one alone."""
-    from rocpkg.out.state import read_states
+    from rocpkg.store.state import read_states
 
     config = load_config(None)
     out = tmp_path / "out"
@@ -306,7 +306,7 @@ def _package(task):
 
 
 def test_a_package_task_that_raises_is_raised_where_its_result_would_be(tmp_path):
-    from rocpkg.build.workers import Workers
+    from rocpkg.builder.workers import Workers
 
     log = str(tmp_path / "log")
     with Workers(2) as workers:
@@ -364,8 +364,8 @@ def test_device_code_in_a_host_library_refuses_the_command_with_out_as_it_was(ar
 def test_a_sweep_removes_rocpkgs_own_temporaries_and_no_lookalike(tmp_path):
     """remove_stale_temporaries (a build's start, a failed locked run) and the journal's
     sweep share one rule: temporaries in rocpkg's trees and of its own top-level files."""
-    from rocpkg.out.journal import stale_temporaries
-    from rocpkg.out.outdir import remove_stale_temporaries
+    from rocpkg.store.journal import stale_temporaries
+    from rocpkg.store.outdir import remove_stale_temporaries
 
     out = tmp_path / "out"
     (out / "deb" / "pool" / "main").mkdir(parents=True)

@@ -1,11 +1,11 @@
-"""rocpkg.out.state: the journal a build records each package in, as a crash, a merge of
+"""rocpkg.store.state: the journal a build records each package in, as a crash, a merge of
 shards' trees and an OUT written by an older rocpkg leave it."""
 from __future__ import annotations
 
 import json
 import os
 
-from rocpkg.out.state import STATE_DIR, StateJournal, forget, read_states, rewrite_states
+from rocpkg.store.state import STATE_DIR, StateJournal, forget, read_states, rewrite_states
 
 
 def _state(n: int, file: str = "deb/pool/main/a.deb") -> dict:

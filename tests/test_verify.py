@@ -21,7 +21,7 @@ import pytest
 from kpack.archive import KpackReader, KpackWriter
 from kpack.elf import build_host_elf
 from kpack.marker import Marker, encode_marker, read_marker
-from rocpkg.build.run import build_release
+from rocpkg.builder.run import build_release
 from rocpkg.inputs.catalog import scan
 from rocpkg.inputs.config import load_config
 from rocpkg.formats.deb import write_deb

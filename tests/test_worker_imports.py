@@ -13,21 +13,21 @@ import pytest
 
 PROBE = """
 import json, sys
-from rocpkg.build.workers import Workers
+from rocpkg.builder.workers import Workers
 
 def loaded():
     return {name: name in sys.modules for name in ("rocpkg.formats.deb.package", "debian.deb822", "rocpkg.formats.rpm.write", "jinja2",
-                                                    "email.utils", "rocpkg.build.packing", "rocpkg.build.run",
-                                                    "rocpkg.out.releases")}
+                                                    "email.utils", "rocpkg.builder.packing", "rocpkg.builder.run",
+                                                    "rocpkg.store.releases")}
 
 with Workers(2, formats=FORMATS) as workers:
     print(json.dumps(workers.pool.apply(loaded)))
 """
 
 
-# every worker: the task's module (rocpkg.build.packing), not the parent's side of the build
-# (rocpkg.build.run and its release and index modules: 16 ms a worker before its first write)
-_TASKS = {"rocpkg.build.packing": True, "rocpkg.build.run": False, "rocpkg.out.releases": False}
+# every worker: the task's module (rocpkg.builder.packing), not the parent's side of the build
+# (rocpkg.builder.run and its release and index modules: 16 ms a worker before its first write)
+_TASKS = {"rocpkg.builder.packing": True, "rocpkg.builder.run": False, "rocpkg.store.releases": False}
 
 
 def _worker_modules(formats: list[str]) -> dict[str, bool]:

@@ -139,8 +139,8 @@ def signer_of_args(args, source_date_epoch: int):
 
 def _cmd_build(args) -> int:
     from rocpkg.formats.compression import usable_cores
-    from rocpkg.build.schedule import parse_shard
-    from rocpkg.build.workers import Workers
+    from rocpkg.builder.schedule import parse_shard
+    from rocpkg.builder.workers import Workers
 
     shard = parse_shard(args.shard) if args.shard else None
     if shard and args.repo:
@@ -160,11 +160,11 @@ def _cmd_build(args) -> int:
 
 
 def _build(args, shard, workers) -> int:
-    from rocpkg.build import run as b
-    from rocpkg.out.dates import source_date_epoch
+    from rocpkg.builder import run as b
+    from rocpkg.store.dates import source_date_epoch
     from rocpkg.repo.index import publish_repositories
     from rocpkg.model import BuildOptions
-    from rocpkg.out.releases import inputs_date
+    from rocpkg.store.releases import inputs_date
 
     config = load_config_of(args)
     release_of_args(args, config, formats(args))   # version-order refused before the artifacts are read

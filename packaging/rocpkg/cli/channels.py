@@ -48,8 +48,8 @@ def release_of_args(args, config, formats=()) -> None:
     series in the version order of each of `formats` it is built in (version-order,
     unless allowed): the build checks it again before publishing and records it when
     allowed."""
-    from rocpkg.build import gate
-    from rocpkg.build.version_order import out_version_order_refusals
+    from rocpkg.builder import gate
+    from rocpkg.builder.version_order import out_version_order_refusals
     from rocpkg.plan.make import release_settings
 
     settings = release_settings(config, args.pkg_version, args.release)
@@ -60,7 +60,7 @@ def release_of_args(args, config, formats=()) -> None:
 
 def _date_of_environment() -> str | None:
     from rocpkg.inputs.channels import date_of_epoch
-    from rocpkg.out.dates import environment_epoch
+    from rocpkg.store.dates import environment_epoch
 
     value = environment_epoch()
     return None if value is None else date_of_epoch(value)
@@ -77,7 +77,7 @@ def prune_policy(args):
     """The rocpkg.repo.retention.Policy of `prune --policy` (None with --keep: exactly one is
     given); says on stderr what its ages count back from."""
     from rocpkg.inputs.channels import date_of_epoch
-    from rocpkg.out.releases import manifest_releases, read_manifest
+    from rocpkg.store.releases import manifest_releases, read_manifest
     from rocpkg.repo.retention import parse_policy, policy_now
 
     if (args.policy is None) == (args.keep is None):

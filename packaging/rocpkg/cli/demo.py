@@ -12,8 +12,8 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 
-from rocpkg.build import run as b
-from rocpkg.out.dates import source_date_epoch
+from rocpkg.builder import run as b
+from rocpkg.store.dates import source_date_epoch
 from rocpkg.repo.index import publish_repositories
 from rocpkg.errors import RocpkgInputError
 from rocpkg.formats.registry import REGISTERED
@@ -66,7 +66,7 @@ def _demo_key(out_dir: str) -> str | None:
 def _fresh_demo_dir(out_dir: str) -> None:
     """OUT new, empty, or an earlier demo's, which is emptied (its key kept): the demo
     makes new sample artifacts each run, and a release already published in OUT is never
-    rebuilt from changed inputs (rocpkg.out.releases), so a second run into the same OUT would
+    rebuilt from changed inputs (rocpkg.store.releases), so a second run into the same OUT would
     be refused. Any other directory is refused, never emptied: `rocpkg demo ~/repo` must not
     touch a tree of the user's."""
     try:

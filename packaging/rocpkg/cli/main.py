@@ -92,7 +92,7 @@ def _cmd_repo(args) -> int:
     """Index (and with a key, sign) each format's tree in OUT, and write the client snippets."""
     from rocpkg.formats.registry import REGISTERED
     from rocpkg.formats.sign import Signer
-    from rocpkg.out.dates import published_source_date_epoch
+    from rocpkg.store.dates import published_source_date_epoch
     from rocpkg.repo.index import publish_repositories
 
     out = args.out
@@ -131,7 +131,7 @@ def _cmd_verify(args) -> int:
             raise RocpkgInputError(("verify", "give either OUT (a built tree) or -c/-a (a plan), not both"))
         if args.channel or args.date is not None or args.number is not None:
             raise RocpkgInputError(("--channel", "applies to the plan of -c/-a; a built release records its channel"))
-        from rocpkg.build.version_order import out_order_problems
+        from rocpkg.builder.version_order import out_order_problems
         from rocpkg.verify.integrity import check_integrity
 
         report = verify_tree(args.out, formats=formats(args), release=args.release, lookup=args.kpack_lookup)
@@ -233,9 +233,9 @@ TREES = {"build": ("output",), "repo": ("out",), "verify": ("out",), "prune": ("
 
 def _repair_trees(args) -> None:
     """Before a command runs: an interrupted change of each tree it touches is rolled
-    back, the temporaries of dead runs swept (rocpkg.out.journal.recover), one line each on
+    back, the temporaries of dead runs swept (rocpkg.store.journal.recover), one line each on
     stderr (stdout may be JSON)."""
-    from rocpkg.out.journal import recover
+    from rocpkg.store.journal import recover
 
     for name in TREES.get(args.command, ()):
         tree = getattr(args, name, None)

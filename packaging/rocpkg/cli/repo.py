@@ -20,7 +20,7 @@ def _add_index_options(p) -> None:
 
 
 def _index_signer(args, out_dir: str):
-    from rocpkg.out.dates import published_source_date_epoch
+    from rocpkg.store.dates import published_source_date_epoch
 
     return signer_of_args(args, published_source_date_epoch(out_dir))
 

@@ -17,7 +17,7 @@ sorts a numeric segment above an alphabetic one, so a form starting with letters
 for the other. Starting with the date, builds of one series sort by date in both; on one
 date dev ('~' sorts before the end) < nightly < prerelease ('.rcN' is more than the end).
 
-rocpkg.build.version_order checks that a new release sorts above those OUT holds.
+rocpkg.builder.version_order checks that a new release sorts above those OUT holds.
 """
 from __future__ import annotations
 

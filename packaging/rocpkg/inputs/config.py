@@ -24,7 +24,7 @@ from rocpkg.inputs.config_strings import VERSION_RE, definition_string_problems,
 from rocpkg.formats.compression import KINDS as COMPRESSIONS, level_problem
 from rocpkg import strict_json
 from rocpkg.errors import RocpkgInputError
-from rocpkg.out.files import kind_of
+from rocpkg.store.files import kind_of
 
 # Keys of a package definition and the type each must have. "bool" accepts TheRock's
 # string booleans ("True"/"False") as well as real ones.

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from kpack import targets as kt
 from rocpkg.errors import RocpkgInputError
 from rocpkg.formats.preflight import printable
-from rocpkg.out.files import read_json
-from rocpkg.out.manifest_schema import check_manifest
+from rocpkg.store.files import read_json
+from rocpkg.store.manifest_schema import check_manifest
 
 TOPOLOGY = os.path.join("class", "kfd", "kfd", "topology", "nodes")
 

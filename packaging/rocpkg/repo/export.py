@@ -9,8 +9,8 @@ SOURCE_DATE_EPOCH, owner root) and DEST.tar.sha256 beside it. Dependencies no pa
 the release provides (libc6, libc.so.6()(64bit)) are the installing system's.
 
 OUT is read as every command reads it: under its lock, after an interrupted change was
-rolled back (rocpkg.out.journal.recover), its package files opened as OUT's own
-(rocpkg.out.files: no symlink followed, regular files only) and hashed as they are copied:
+rolled back (rocpkg.store.journal.recover), its package files opened as OUT's own
+(rocpkg.store.files: no symlink followed, regular files only) and hashed as they are copied:
 a file whose bytes are not the ones manifest.json recorded, or that an index of OUT lists
 with other bytes, is refused, never bundled, indexed or signed.
 
@@ -36,13 +36,13 @@ from rocpkg.formats.sign import ARMORED_KEY_NAME, KEYRING_NAME
 from rocpkg.formats.streams import HashingWriter, copy_stream
 from rocpkg.formats.urls import keyring_path, source_url
 from rocpkg.inputs.config import relation_names
-from rocpkg.out import releases
-from rocpkg.out.dates import published_source_date_epoch
-from rocpkg.out.digest_cache import DigestCache
-from rocpkg.out.files import open_file
-from rocpkg.out.indexes import published_entries
-from rocpkg.out.journal import recover
-from rocpkg.out.outdir import OutLock
+from rocpkg.store import releases
+from rocpkg.store.dates import published_source_date_epoch
+from rocpkg.store.digest_cache import DigestCache
+from rocpkg.store.files import open_file
+from rocpkg.store.indexes import published_entries
+from rocpkg.store.journal import recover
+from rocpkg.store.outdir import OutLock
 
 
 @dataclass
@@ -97,7 +97,7 @@ def _check_places(out_dir: str, dest: str) -> None:
 
 def _release_entries(doc: dict) -> list[list[dict]]:
     """The package entries of each release manifest.json records, newest release first
-    (rocpkg.out.releases.release_order); the setup packages belong to none."""
+    (rocpkg.store.releases.release_order); the setup packages belong to none."""
     by_file = {e["file"]: e for e in doc["packages"] if e.get("kind") != releases.SETUP_KIND}
     return [[by_file[f] for f in record.files if f in by_file]
             for record in reversed(releases.manifest_releases(doc))]
@@ -238,7 +238,7 @@ def _fill(out_dir: str, staging: str, urls: dict[str, str], closure: dict[str, l
 
 
 def _copy_recorded(out_dir: str, staging: str, entry: dict) -> list[tuple[str, str]]:
-    """Copy one package file of OUT into staging, read as OUT's own (rocpkg.out.files) and
+    """Copy one package file of OUT into staging, read as OUT's own (rocpkg.store.files) and
     hashed as it is copied; problems when its bytes are not those manifest.json recorded."""
     source = os.path.join(out_dir, entry["file"])
     try:

@@ -2,7 +2,7 @@
 client's repository, through the format's Repository (rocpkg.formats.plugin), signed with a
 key when given; the client snippets; and manifest.json kept in line with the files (shard
 parts joined, packages whose bytes changed in place rehashed), all as one journaled change
-of OUT (rocpkg.out.journal). The repository commands run through here, never through the
+of OUT (rocpkg.store.journal). The repository commands run through here, never through the
 builder."""
 from __future__ import annotations
 
@@ -16,12 +16,12 @@ from rocpkg.errors import RocpkgInputError
 from rocpkg.formats.registry import NAMES, REGISTERED
 from rocpkg.formats.sign import ARMORED_KEY_NAME
 from rocpkg.formats.streams import write_atomic
-from rocpkg.out import releases
-from rocpkg.out.files import kind_of, read_json
-from rocpkg.out.journal import Change
-from rocpkg.out.manifest_schema import check_manifest, read_parts
-from rocpkg.out.outdir import MANIFEST_PARTS
-from rocpkg.out.state import recorded_states, rewrite_states
+from rocpkg.store import releases
+from rocpkg.store.files import kind_of, read_json
+from rocpkg.store.journal import Change
+from rocpkg.store.manifest_schema import check_manifest, read_parts
+from rocpkg.store.outdir import MANIFEST_PARTS
+from rocpkg.store.state import recorded_states, rewrite_states
 from rocpkg.repo.urls import repository_url
 
 # A suite names an index (an APT suite is a directory under dists/ and a Release field; a
@@ -73,7 +73,7 @@ def publish_repositories(out_dir: str, *, suite: str, signer=None, source_date_e
     with the rest and copied to their stable names. Holds the OUT lock. Returns ({format:
     its snippet's path} for the formats present, and "<format>-setup": the stable-name
     copies; the manifest's path)."""
-    from rocpkg.out.digest_cache import DigestCache
+    from rocpkg.store.digest_cache import DigestCache
     from rocpkg.repo import setup as repo_setup
 
     if not os.path.isdir(out_dir):  # checked before the lock: nothing is created for a missing OUT
@@ -90,7 +90,7 @@ def publish_repositories(out_dir: str, *, suite: str, signer=None, source_date_e
         raise RocpkgInputError(*foreign)
     base = root if base_url is not None else None
     snippets: dict[str, str] = {}
-    # one journaled change (rocpkg.out.journal): indexes, signatures and snippets all new, or all as they were
+    # one journaled change (rocpkg.store.journal): indexes, signatures and snippets all new, or all as they were
     with Change(out_dir, "repo", {"suite": suite, "signed": signer is not None}) as change:
         present = [form for form in REGISTERED.values()
                    if os.path.isdir(os.path.join(out_dir, form.name, form.package_root))]
@@ -129,7 +129,7 @@ def sync_manifest(out_dir: str | os.PathLike) -> str | None:
     if doc is None:
         return None
     check_manifest(doc, path)
-    from rocpkg.out.digest_cache import DigestCache
+    from rocpkg.store.digest_cache import DigestCache
 
     _check_listed_files(out_dir, doc)
     changed, caches = False, {}

@@ -1,5 +1,5 @@
 """A repository's later life: prune old releases, promote a tested release into another
-channel. Each changes OUT (DST) as one journaled change (rocpkg.out.journal): it completes, or
+channel. Each changes OUT (DST) as one journaled change (rocpkg.store.journal): it completes, or
 OUT is left byte for byte as it was — packages, manifest, indexes, signatures, snippets
 and rocpkg's records — whether the change fails (a full disk, a missing key: undone on
 the way out) or is killed (undone by the next rocpkg command on that tree).
@@ -23,18 +23,18 @@ import shutil
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from rocpkg.out import releases
+from rocpkg.store import releases
 
 from rocpkg.repo import retention
-from rocpkg.out.dates import published_source_date_epoch
+from rocpkg.store.dates import published_source_date_epoch
 from rocpkg.repo.index import publish_repositories
 from rocpkg.repo.publish_record import refuse_overlap
 from rocpkg.errors import RocpkgInputError
-from rocpkg.out.journal import Change
-from rocpkg.out.state import forget as forget_states
+from rocpkg.store.journal import Change
+from rocpkg.store.state import forget as forget_states
 from rocpkg.formats.streams import AtomicOutput, HashingWriter, copy_stream
-from rocpkg.out.files import open_file
-from rocpkg.out.indexes import formats_present
+from rocpkg.store.files import open_file
+from rocpkg.store.indexes import formats_present
 from rocpkg.formats.registry import NAMES
 
 
@@ -194,7 +194,7 @@ def promote(src: str | os.PathLike, dst: str | os.PathLike, release_id: str, *, 
 
 
 def _hash_own(root: str, rel: str) -> HashingWriter:
-    """The digest of root/rel read as a file rocpkg owns (rocpkg.out.files.open_file): no
+    """The digest of root/rel read as a file rocpkg owns (rocpkg.store.files.open_file): no
     component a symlink, a regular file; RocpkgInputError naming it otherwise."""
     digest = HashingWriter(None)
     with open_file(root, rel) as fh:

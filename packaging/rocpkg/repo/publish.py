@@ -35,8 +35,8 @@ from rocpkg.errors import RocpkgInputError
 from rocpkg.formats.preflight import url_problem
 from rocpkg.formats.registry import NAMES, REGISTERED
 from rocpkg.formats.sign import ARMORED_KEY_NAME, KEYRING_NAME
-from rocpkg.out.files import SETUP_COPY_RE, open_dir, open_file, parts_of, read_file, wrong_type
-from rocpkg.out.outdir import TMP_RE
+from rocpkg.store.files import SETUP_COPY_RE, open_dir, open_file, parts_of, read_file, wrong_type
+from rocpkg.store.outdir import TMP_RE
 from rocpkg.repo.publish_record import RECORD, RECORD_LIMIT, parse_record, record_bytes, refuse_overlap
 from rocpkg.formats.streams import HashingWriter, copy_stream
 
@@ -85,7 +85,7 @@ def _order(f: LocalFile) -> tuple:
 def local_files(out_dir: str) -> list[LocalFile]:
     """What OUT publishes, in upload order: deb/, rpm/ and the keys, snippets and manifest
     (not control/, .rocpkg/ or unfinished temporaries). Read as OUT's own files are
-    (rocpkg.out.files): never through a symlink, regular files only."""
+    (rocpkg.store.files): never through a symlink, regular files only."""
     candidates = [n for n in PUBLISHED_FILES if os.path.isfile(os.path.join(out_dir, n))]
     candidates += sorted(n for n in os.listdir(out_dir) if SETUP_COPY_RE.fullmatch(n)
                          and os.path.isfile(os.path.join(out_dir, n)))
@@ -111,7 +111,7 @@ def local_files(out_dir: str) -> list[LocalFile]:
 
 class DirectoryDest:
     """A local directory (a web server's document root, a mounted share). Every path below
-    it is reached without following a symlink (rocpkg.out.files)."""
+    it is reached without following a symlink (rocpkg.store.files)."""
 
     def __init__(self, path: str):
         self.root = os.path.abspath(path)
@@ -343,7 +343,7 @@ def publish(out_dir: str | os.PathLike, dest, *, keep_removed: bool = False, che
     publish recorded in dest and OUT no longer has (rocpkg.repo.publish_record: nothing else in
     dest is ever removed). check: refuse an OUT that fails the integrity check (signatures
     against OUT/rocm.gpg when OUT has one). Every refusal comes before a byte is sent."""
-    from rocpkg.out.outdir import OutLock
+    from rocpkg.store.outdir import OutLock
 
     out_dir = os.path.abspath(os.fspath(out_dir))
     if not os.path.isdir(out_dir):

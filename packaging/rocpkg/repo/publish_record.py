@@ -21,7 +21,7 @@ import re
 import socket
 
 from rocpkg.errors import RocpkgInputError
-from rocpkg.out.files import parse_json, parts_of
+from rocpkg.store.files import parse_json, parts_of
 
 RECORD = ".rocpkg-publish.json"
 SCHEMA = "rocpkg-publish/1"

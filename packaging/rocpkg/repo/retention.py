@@ -23,8 +23,8 @@ from typing import Iterable
 
 from rocpkg.inputs.channels import CHANNELS, version_channel
 from rocpkg.errors import RocpkgInputError
-from rocpkg.out.dates import environment_epoch
-from rocpkg.out.releases import ReleaseRecord
+from rocpkg.store.dates import environment_epoch
+from rocpkg.store.releases import ReleaseRecord
 from rocpkg.formats.versions import DPKG, compare, evr
 
 DAY = 86400

@@ -35,8 +35,8 @@ from rocpkg.formats.streams import AtomicOutput, copy_stream, hash_file
 from rocpkg.formats.urls import source_url
 from rocpkg.inputs.config import relation_names
 from rocpkg.model import FILE, KIND_FILES, BuildOptions, FileEntry, PackageSpec
-from rocpkg.out import releases
-from rocpkg.out.journal import active_change
+from rocpkg.store import releases
+from rocpkg.store.journal import active_change
 
 DEFAULT_TOP = "rocm"        # an OUT whose manifest names no top meta-package
 _DIGEST_RE = re.compile(r"Files digest: ([0-9a-f]{64})")

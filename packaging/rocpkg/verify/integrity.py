@@ -22,7 +22,7 @@ The checks, each its own name in verify's report:
                     DNF metadata file whose name is the digest of its bytes (an older
                     generation of an index)
   name-clash        two releases hold one package file, or one package name in two build
-                    variants (one overwrote the other's package: rocpkg.out.releases.clashes)
+                    variants (one overwrote the other's package: rocpkg.store.releases.clashes)
   bad-signature     with a key: a signature the repository has over its indexes (InRelease,
                     Release.gpg, repomd.xml.asc, a database's and each package's .sig)
                     missing, not made by that key, or (InRelease) signing another text than
@@ -42,11 +42,11 @@ from typing import Iterable
 
 from rocpkg.formats.indexes import PackageRef
 from rocpkg.formats.registry import REGISTERED
-from rocpkg.out.indexes import formats_present, index_opener, package_files, published_entries
-from rocpkg.out.manifest_schema import read_parts
-from rocpkg.out.outdir import STAGING_DIR, TMP_RE
-from rocpkg.out.files import SETUP_COPY_RE, check_tree, open_file, own_top_files
-from rocpkg.out.releases import SETUP_KIND, clashes, owned_packages, read_manifest
+from rocpkg.store.indexes import formats_present, index_opener, package_files, published_entries
+from rocpkg.store.manifest_schema import read_parts
+from rocpkg.store.outdir import STAGING_DIR, TMP_RE
+from rocpkg.store.files import SETUP_COPY_RE, check_tree, open_file, own_top_files
+from rocpkg.store.releases import SETUP_KIND, clashes, owned_packages, read_manifest
 from rocpkg.verify.view import Problem
 from rocpkg.formats.streams import HashingWriter, copy_stream
 
@@ -62,7 +62,7 @@ UNRECORDED_FILE = ("OUT does not record it: not a package, nor an index file roc
 class _Digests:
     """(size, sha256) of files under OUT, each read at most once and always hashed: a
     verdict never takes a digest from a cache found in the tree it judges. Files are
-    opened as OUT's own are (rocpkg.out.files: no symlink, regular files only)."""
+    opened as OUT's own are (rocpkg.store.files: no symlink, regular files only)."""
 
     def __init__(self, out_dir: str):
         self.out_dir = out_dir
@@ -204,7 +204,7 @@ def foreign_setup_copies(out_dir: str, doc: dict | None) -> list[tuple[str, str]
 
 def unrecorded_files(out_dir: str, packages: dict[str, str], digests: _Digests) -> list[tuple[str, str]]:
     """(path relative to OUT, format) of every file under a format's tree that is neither a
-    package file (packages: rocpkg.out.indexes.package_files, judged against the manifest)
+    package file (packages: rocpkg.store.indexes.package_files, judged against the manifest)
     nor an index file its repository names (module doc, unrecorded-file); temporaries of an
     unfinished write are not published and not listed."""
     opener = index_opener(out_dir)

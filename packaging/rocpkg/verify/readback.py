@@ -27,8 +27,8 @@ from rocpkg.inputs.config import common_namespace, external_rule
 from rocpkg.errors import RocpkgInputError
 from rocpkg.formats import registry
 from rocpkg.formats.reading import why
-from rocpkg.out.outdir import STAGING_DIR
-from rocpkg.out.files import check_tree
+from rocpkg.store.outdir import STAGING_DIR
+from rocpkg.store.files import check_tree
 from rocpkg.formats.streams import read_exact, read_upto, skip_exact
 from rocpkg.verify.view import Problem, ReleaseView, looks_host_elf, payload
 

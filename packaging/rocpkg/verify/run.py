@@ -180,7 +180,7 @@ def verify_tree(out_dir: str | os.PathLike, *, formats: Iterable[str] = registry
     package is named for a target, pins a host package at its own version, and some
     meta-package pins both.
 
-    An OUT holding several releases (manifest.json, rocpkg.out.releases) is checked release by
+    An OUT holding several releases (manifest.json, rocpkg.store.releases) is checked release by
     release (or only `release`, `V-R`), then as a union: two releases must not ship one
     path under two package names unless their relations say one replaces the other."""
     out_dir = os.path.abspath(os.fspath(out_dir))
@@ -190,7 +190,7 @@ def verify_tree(out_dir: str | os.PathLike, *, formats: Iterable[str] = registry
         wanted = ", ".join(f"no {registry.get(f).suffix} under {f}/" for f in formats)
         raise RocpkgInputError((out_dir, f"{wanted}: nothing to verify"))
     report = VerifyReport(source=out_dir, formats=[f for f in registry.NAMES if found[f] and f in formats])
-    from rocpkg.out.releases import read_manifest
+    from rocpkg.store.releases import read_manifest
 
     doc = read_manifest(out_dir)
     groups = _release_groups(out_dir, doc, found, release)
@@ -219,7 +219,7 @@ def verify_tree(out_dir: str | os.PathLike, *, formats: Iterable[str] = registry
 def _recorded_lookups(doc: dict | None) -> dict[str, str]:
     """Release id -> the runtime lookup its record names ("" -> the one release's, when the
     manifest records exactly one)."""
-    from rocpkg.out.releases import manifest_releases
+    from rocpkg.store.releases import manifest_releases
 
     records = manifest_releases(doc)
     found = {r.id: r.kpack_lookup for r in records}
@@ -233,7 +233,7 @@ def _release_groups(out_dir: str, doc: dict | None, found: dict[str, list[str]],
     """(release id, {format: package files}) per release recorded in the manifest `doc`;
     files no release records form a group of their own ("unrecorded"). One group for an OUT
     of one release (or with no manifest)."""
-    from rocpkg.out.releases import find_release, manifest_releases
+    from rocpkg.store.releases import find_release, manifest_releases
 
     records = manifest_releases(doc)
     if wanted is not None:

@@ -13,7 +13,7 @@ from rocpkg import model as m
 from rocpkg.inputs.facts import ArchiveToc
 
 REPORT_SCHEMA = "rocpkg-verify/1"
-# The checks verify makes of a plan (and so the ones build refuses on, rocpkg.build.gate)
+# The checks verify makes of a plan (and so the ones build refuses on, rocpkg.builder.gate)
 PLAN_CHECKS = ("archive-missing", "variant-missing", "archive-target", "kernel-missing", "generic-binary",
                "empty-device", "target-depends", "meta-kernels", "meta-foreign-target", "file-conflict",
                "relation", "unreadable", "device-code-in-host", "misfiled-device-code", "runpath",

@@ -4,7 +4,7 @@ package files OUT holds. Read by the integrity check and by build's pre-write ch
 (releases).
 
 The indexes are OUT's own files read back, as hostile as any input: each format reads
-them through index_opener (rocpkg.out.files: no symlink, a regular file, bounded), and a
+them through index_opener (rocpkg.store.files: no symlink, a regular file, bounded), and a
 damaged one (not UTF-8, not XML, a size that is not a number, a truncated stream) is bad
 input naming the index and what is wrong, never a traceback. `rocpkg repo` writes them anew."""
 from __future__ import annotations
@@ -13,7 +13,7 @@ import os
 
 from rocpkg.formats.indexes import IndexEntry, Opener
 from rocpkg.formats.registry import REGISTERED
-from rocpkg.out.files import INDEX_LIMIT, open_file
+from rocpkg.store.files import INDEX_LIMIT, open_file
 
 
 def index_opener(out_dir: str) -> Opener:

@@ -6,7 +6,7 @@ Why staging: a package is written, and an RPM then signed, in OUT/.rocpkg/stagin
 moved to its place in the pool with one rename as soon as it is whole, so a package in
 the pool is always a finished one, whenever the build is killed; a killed build's staging
 area is removed by the next command that takes the lock. A build whose checks refuse it
-(rocpkg.build.gate, run before the first package is written) removes every directory it
+(rocpkg.builder.gate, run before the first package is written) removes every directory it
 made, OUT itself included: OUT is as it was.
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ import shutil
 import stat
 
 from rocpkg.errors import RocpkgInputError
-from rocpkg.out.files import OWN_DIRS, check_tree, kind_of, open_dir, own_top_file, refusal
+from rocpkg.store.files import OWN_DIRS, check_tree, kind_of, open_dir, own_top_file, refusal
 
 LOCK_FILE = os.path.join(".rocpkg", "lock")
 STAGING_DIR = os.path.join(".rocpkg", "staging")

@@ -8,7 +8,7 @@ signature) changes at least one of them. The cache is a plain JSON file under OU
 private `.rocpkg/` directory, written atomically.
 
 A cache is only ever a shortcut, so a damaged one is discarded, never an error: it is
-read as OUT's own files are (rocpkg.out.files: never through a symlink or from a FIFO,
+read as OUT's own files are (rocpkg.store.files: never through a symlink or from a FIFO,
 bounded), and a cache that is not a JSON object, or an entry that is not
 [size, mtime_ns, ctime_ns, inode, sha256] with integers and 64 hex digits, is dropped;
 those files are hashed again and the next save writes the cache anew.
@@ -22,7 +22,7 @@ import time
 
 from rocpkg.errors import RocpkgInputError
 from rocpkg.formats.streams import AtomicOutput, hash_file
-from rocpkg.out.files import read_json
+from rocpkg.store.files import read_json
 
 CACHE_DIR = ".rocpkg"
 RACY_NS = 1_000_000_000      # far above any filesystem's timestamp granularity

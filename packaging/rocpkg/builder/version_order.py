@@ -1,5 +1,5 @@
 """The version-order check (VERSION_ORDER, a name `build --allow` takes): within one series
-(MAJOR.MINOR, rocpkg.out.releases.release_series) a new release must sort above every release
+(MAJOR.MINOR, rocpkg.store.releases.release_series) a new release must sort above every release
 of that series already recorded in OUT, by the version order of each format either release
 is built in (Format.compare over Format.full_version: dpkg's for .deb, rpm's for .rpm,
 pacman's vercmp for pacman), or that format's client would never upgrade to it, and the
@@ -18,12 +18,12 @@ from __future__ import annotations
 from functools import cmp_to_key
 from typing import Iterable
 
-from rocpkg.build.gate import VERSION_ORDER, Refusal
+from rocpkg.builder.gate import VERSION_ORDER, Refusal
 from rocpkg.errors import RocpkgInputError
 from rocpkg.formats import registry
 from rocpkg.formats.plugin import Format
-from rocpkg.out.manifest_schema import read_parts
-from rocpkg.out.releases import SETUP_KIND, ReleaseRecord, manifest_releases, owned_packages, read_manifest
+from rocpkg.store.manifest_schema import read_parts
+from rocpkg.store.releases import SETUP_KIND, ReleaseRecord, manifest_releases, owned_packages, read_manifest
 from rocpkg.plan.naming import build_variant
 from rocpkg.verify.view import Problem
 from rocpkg.formats.versions import evr
@@ -33,7 +33,7 @@ def version_order_refusals(records: Iterable[ReleaseRecord], version: str, relea
                            epoch: int = 0, variant: str = "", formats: Iterable[str] = ()) -> list[Refusal]:
     """The version-order refusal of a new release `version`-`release` (epoch), to be built
     in `formats` (none: the default ones), against the releases OUT records
-    (rocpkg.out.releases.manifest_releases): one Refusal naming the newest release of its
+    (rocpkg.store.releases.manifest_releases): one Refusal naming the newest release of its
     series it does not sort above, by the tools that say so, and the rule; [] when it
     sorts above all of them or OUT already records it (a rebuild). A variant build (ASAN)
     is ordered against the releases of its own variant only."""

@@ -39,14 +39,14 @@ journal. What this means per command:
            it had signed are unsigned again): run repo again.
   build    its index step (--repo) goes back like repo; the packages it had already moved
            into the pool stay, recorded in its state journal, so that the build run again
-           keeps them (rocpkg.out.state) — that step of a build is resumed, not undone.
+           keeps them (rocpkg.store.state) — that step of a build is resumed, not undone.
 A change is complete the moment its journal.json is removed (one unlink): a journal.d
 left without one is only removed. Temporaries of dead runs (`*.tmp-PID`
 under rocpkg's parts of OUT) and a killed build's staging area are swept by the same
 step, under the OUT lock (every writer of OUT holds it, so none of them is alive).
 
 A journal read back is as hostile as any record of OUT, and a rollback deletes what it
-does not list: it is read bounded and never through a symlink (rocpkg.out.files), its
+does not list: it is read bounded and never through a symlink (rocpkg.store.files), its
 fields are checked whole (_check_journal), and it must agree with what it saved — every
 file in saved/ but a package file, and every package file its saved manifest lists, is in
 its file list (a change writes the manifest's packages into it, present or not). One that
@@ -64,9 +64,9 @@ from dataclasses import dataclass
 from rocpkg.formats.registry import REGISTERED
 from rocpkg.errors import RocpkgInputError
 from rocpkg.formats.streams import write_durable
-from rocpkg.out.files import OWN_DIRS, own_top_file, own_top_files, parse_json, parts_of, read_file, read_json
-from rocpkg.out.manifest_schema import SCHEMA as MANIFEST_SCHEMA, check_manifest
-from rocpkg.out.outdir import LOCK_FILE, MANIFEST_PARTS, STAGING_DIR, TMP_RE, OutLock, own_top_temporary, \
+from rocpkg.store.files import OWN_DIRS, own_top_file, own_top_files, parse_json, parts_of, read_file, read_json
+from rocpkg.store.manifest_schema import SCHEMA as MANIFEST_SCHEMA, check_manifest
+from rocpkg.store.outdir import LOCK_FILE, MANIFEST_PARTS, STAGING_DIR, TMP_RE, OutLock, own_top_temporary, \
     remove_staging
 
 JOURNAL = os.path.join(".rocpkg", "journal.json")
@@ -75,7 +75,7 @@ SAVED = os.path.join(JOURNAL_DIR, "saved")
 SCHEMA = "rocpkg-journal/1"
 # never listed, saved or restored: the lock, the journal itself
 _PRIVATE = (LOCK_FILE, JOURNAL, JOURNAL_DIR)
-# appended to in place (rocpkg.out.state): saved by copy, not by link
+# appended to in place (rocpkg.store.state): saved by copy, not by link
 _APPENDED = os.path.join(".rocpkg", "state") + os.sep
 # the manifest and its shard parts: the package files they list are never a change's own
 _MANIFESTS = re.compile(rf"manifest\.json|{MANIFEST_PARTS}/shard-\d+-of-\d+\.json")
@@ -133,7 +133,7 @@ def _write_journal(out_dir: str, doc: dict) -> None:
 
 
 def _read_journal(out_dir: str) -> dict | None:
-    """journal.json read as OUT's own files are (rocpkg.out.files: never through a symlink,
+    """journal.json read as OUT's own files are (rocpkg.store.files: never through a symlink,
     a regular file, at most RECORD_LIMIT bytes) and checked whole (_check_journal); None
     when there is none. A journal that is not one is bad input, never acted on."""
     path = os.path.join(out_dir, JOURNAL)
@@ -445,7 +445,7 @@ def needs_recovery(out_dir: str, sweep: bool = True) -> bool:
 def recover(out_dir: str | os.PathLike, sweep: bool = True) -> list[Recovery]:
     """What every rocpkg command does first with each tree it reads or writes: an
     interrupted change rolled back, the temporaries of dead runs swept (sweep=False:
-    looked for only with a journal; a build sweeps them itself, rocpkg.out.outdir.Staging),
+    looked for only with a journal; a build sweeps them itself, rocpkg.store.outdir.Staging),
     under the OUT lock; nothing (and no lock taken) when there is nothing to do. A tree
     that cannot be written (read-only, not ours to write) while it needs this is an
     error that says what is wrong."""

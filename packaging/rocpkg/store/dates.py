@@ -7,9 +7,9 @@ import os
 import re
 
 from rocpkg.errors import RocpkgInputError
-from rocpkg.out.files import read_json
-from rocpkg.out.manifest_schema import MAX_DATE, check_manifest
-from rocpkg.out.outdir import MANIFEST_PARTS
+from rocpkg.store.files import read_json
+from rocpkg.store.manifest_schema import MAX_DATE, check_manifest
+from rocpkg.store.outdir import MANIFEST_PARTS
 
 # Default SOURCE_DATE_EPOCH: 2024-01-01T00:00:00Z plus one minute per version step.
 EPOCH_BASE = 1704067200
@@ -37,7 +37,7 @@ def published_source_date_epoch(out_dir: str, environ=None) -> int | None:
         try:
             doc = check_manifest(read_json(out_dir, os.path.relpath(path, out_dir).replace(os.sep, "/")), path)
             settings = {"version": str(doc["version"]), "release": str(doc["release"])}
-            # the newest date a recorded release was built with (rocpkg.out.releases)
+            # the newest date a recorded release was built with (rocpkg.store.releases)
             dated = max((int(r.get("date") or 0) for r in doc.get("releases", [])), default=0) or None
             break
         except (OSError, ValueError, KeyError, TypeError, RocpkgInputError):

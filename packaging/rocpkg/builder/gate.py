@@ -14,14 +14,14 @@ from dataclasses import dataclass
 from kpack.errors import KpackFormatError
 from rocpkg import model as m
 from rocpkg.errors import RocpkgInputError
-from rocpkg.build.workers import starmap_here
+from rocpkg.builder.workers import starmap_here
 from rocpkg.plan.debug import DEBUG_CHECKS
 
 # Checks of the archives themselves (verify's own checks are listed in verify.CHECKS)
 KPACK_ARCHIVE = "kpack-archive"           # header, TOC, frame bounds, declared sizes
 CODE_OBJECT_TARGET = "code-object-target"  # a code object's e_flags say another target
 ARCHIVE_CHECKS = (KPACK_ARCHIVE, CODE_OBJECT_TARGET)
-# A check of the release against the releases OUT holds (rocpkg.build.version_order)
+# A check of the release against the releases OUT holds (rocpkg.builder.version_order)
 VERSION_ORDER = "version-order"            # apt or dnf would not upgrade to it
 
 

@@ -13,8 +13,8 @@ import re
 from rocpkg.formats.registry import NAMES as FORMATS
 from rocpkg.errors import RocpkgInputError
 from rocpkg.formats.preflight import deb_version_problem, rpm_version_problem
-from rocpkg.out.outdir import MANIFEST_PARTS
-from rocpkg.out.files import parts_of, read_json
+from rocpkg.store.outdir import MANIFEST_PARTS
+from rocpkg.store.files import parts_of, read_json
 
 SCHEMA = "rocpkg-manifest/1"
 MAX_SHARDS = 10_000             # build's --shard I/N takes the same bound

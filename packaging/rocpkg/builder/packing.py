@@ -1,5 +1,5 @@
 """One package, written by a worker process: the task the build hands out, what comes
-back, and the function that writes it. Apart from rocpkg.build.run (the parent's side: the
+back, and the function that writes it. Apart from rocpkg.builder.run (the parent's side: the
 checks, the hand-out, the moves, the manifest), so that a worker imports the
 writers and this alone, not build's release, index and check modules, before its
 first write."""
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from rocpkg.formats.registry import file_name, get as get_format
 from rocpkg import model as m
 from rocpkg.errors import RocpkgInputError
-from rocpkg.build.fingerprint import code_fingerprint, package_fingerprint, source_identities
+from rocpkg.builder.fingerprint import code_fingerprint, package_fingerprint, source_identities
 from rocpkg.formats.streams import hash_file
 
 
@@ -60,7 +60,7 @@ class Task:
     out_dir: str
     options: m.BuildOptions
     signer: object = None       # rocpkg.formats.sign.Signer: RPM header signatures
-    staging: str = ""           # where the package is written until it is whole (rocpkg.out.outdir)
+    staging: str = ""           # where the package is written until it is whole (rocpkg.store.outdir)
     build: str = ""             # this build's id: each writing process takes the code's fingerprint once per build
 
 
@@ -82,7 +82,7 @@ class Written:
 
     outcome: PackageOutcome
     metadata: str       # the rendered control file / spec
-    state: dict         # what the next build compares (rocpkg.build.run._up_to_date)
+    state: dict         # what the next build compares (rocpkg.builder.run._up_to_date)
     staged: str         # the whole package, until the parent moves it into place
 
 
@@ -94,7 +94,7 @@ def build_one(task: Task) -> Written | list[tuple[str, str]]:
     read no longer matches, so the next build writes the package again. Bad input comes
     back as a problem list (exceptions lose their structure crossing processes). The
     parent moves it into place and writes its rendered metadata and its state
-    (rocpkg.build.run._record): many workers creating small files at once spend more CPU in
+    (rocpkg.builder.run._record): many workers creating small files at once spend more CPU in
     the kernel's file system locks than on the files."""
     spec = task.spec
     started = time.perf_counter()

@@ -26,9 +26,9 @@ from typing import Iterable
 from kpack.loader import FALLTHROUGH
 from rocpkg.errors import RocpkgInputError
 from rocpkg.formats.indexes import PackageRef
-from rocpkg.out.indexes import published_entries
-from rocpkg.out.manifest_schema import check_manifest
-from rocpkg.out.files import read_json
+from rocpkg.store.indexes import published_entries
+from rocpkg.store.manifest_schema import check_manifest
+from rocpkg.store.files import read_json
 from rocpkg.formats.streams import AtomicOutput
 
 MANIFEST = "manifest.json"
@@ -125,7 +125,7 @@ def release_order(record: ReleaseRecord):
 
 def read_manifest(out_dir: str | os.PathLike) -> dict | None:
     """OUT/manifest.json, or None when OUT has none. Read as OUT's own files are (never
-    through a symlink, a regular file, bounded) and checked whole by rocpkg.out.manifest_schema:
+    through a symlink, a regular file, bounded) and checked whole by rocpkg.store.manifest_schema:
     a damaged one is bad input naming the field."""
     path = os.path.join(os.fspath(out_dir), MANIFEST)
     doc = read_json(os.fspath(out_dir), MANIFEST, "manifest")

@@ -124,7 +124,7 @@ def _start_worker(writers_loaded: bool, formats=DEFAULT_FORMATS) -> None:
     if not writers_loaded:
         from kpack import check, placement  # noqa: F401
         from rocpkg.inputs import host_code  # noqa: F401  (the host search)
-        from rocpkg.build import packing
+        from rocpkg.builder import packing
 
         for fmt in formats:
             importlib.import_module(get_format(fmt).writer_module)

@@ -8,7 +8,7 @@ from typing import Iterable
 
 from rocpkg import model as m
 from rocpkg.errors import RocpkgInputError
-from rocpkg.out.manifest_schema import MAX_SHARDS
+from rocpkg.store.manifest_schema import MAX_SHARDS
 
 # A package costs something to write even without payload (rendering, headers, fsync):
 # the shard balancer and the thread split count each as this many payload bytes more.

@@ -5,7 +5,7 @@ Layout written (README: Layout):
     OUT/deb/pool/main/<name>_<ver>_<arch>.deb       OUT/control/<name>.control
     OUT/rpm/<arch>/<name>-<ver>-<rel>.<arch>.rpm    OUT/control/<name>.spec
     OUT/manifest.json                               (a shard: OUT/manifest.d/shard-I-of-N.json)
-    OUT/.rocpkg/state/<format>.jsonl                what each output was built from (rocpkg.out.state)
+    OUT/.rocpkg/state/<format>.jsonl                what each output was built from (rocpkg.store.state)
 
 Why it is shaped this way:
 - packages are independent, so they are built by a process pool (`jobs`), biggest
@@ -18,13 +18,13 @@ Why it is shaped this way:
   thread count (rocpkg.formats.compression), so neither -j nor the machine changes a byte.
 - the plan is made once, whole, before any package is handed out: plain data, the
   search of the host ELFs for device code included (rocpkg.inputs.host_code, run on the
-  workers while the planner works). The checks a release must pass (rocpkg.build.gate:
+  workers while the planner works). The checks a release must pass (rocpkg.builder.gate:
   verify's checks of the plan, each packed archive's structure, the version order against
   the releases in OUT) run once, on it, the archives' on the workers while verify's run
   here; a refusal leaves OUT as it was, as nothing has been written yet.
 - then each package is written into the staging area until it is whole (an RPM signed
   there too), and moved into place as soon as its writer returns, its control file and
-  its state after it (rocpkg.out.outdir, rocpkg.out.state): a package counts as finished
+  its state after it (rocpkg.store.outdir, rocpkg.store.state): a package counts as finished
   once its state is recorded, so a build killed at any point keeps every package it
   finished, and run again writes only the rest. Writers write atomically and packages are
   independent, so the result is byte-identical to an uninterrupted build.
@@ -52,25 +52,25 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 from kpack.loader import FALLTHROUGH
-from rocpkg.build import gate
+from rocpkg.builder import gate
 from rocpkg.formats import compression
 from rocpkg.formats.compression import ZSTD_MAX_THREADS, usable_cores
 from rocpkg.formats.registry import file_name, get as get_format
 from rocpkg import model as m
-from rocpkg.out import releases
-from rocpkg.build.version_order import out_version_order_refusals
+from rocpkg.store import releases
+from rocpkg.builder.version_order import out_version_order_refusals
 from rocpkg.errors import RocpkgInputError
-from rocpkg.out.state import StateJournal, read_states, recorded_states, rewrite_states
-from rocpkg.build.schedule import assign_shards, start_order, zstd_threads
-from rocpkg.build.fingerprint import package_fingerprint
+from rocpkg.store.state import StateJournal, read_states, recorded_states, rewrite_states
+from rocpkg.builder.schedule import assign_shards, start_order, zstd_threads
+from rocpkg.builder.fingerprint import package_fingerprint
 from rocpkg.formats.streams import write_atomic
-from rocpkg.out.journal import recover
+from rocpkg.store.journal import recover
 from rocpkg.plan.naming import build_variant
-from rocpkg.out.outdir import MANIFEST_PARTS, Staging
-from rocpkg.out.manifest_schema import read_parts
-from rocpkg.build.workers import Workers
-from rocpkg.build import packing      # one package, as a worker writes it
-from rocpkg.build.packing import PackageOutcome, Task, Written
+from rocpkg.store.outdir import MANIFEST_PARTS, Staging
+from rocpkg.store.manifest_schema import read_parts
+from rocpkg.builder.workers import Workers
+from rocpkg.builder import packing      # one package, as a worker writes it
+from rocpkg.builder.packing import PackageOutcome, Task, Written
 
 MANIFEST_SCHEMA = "rocpkg-manifest/1"
 
@@ -195,11 +195,11 @@ def build_release(plan, out_dir: str | os.PathLike, *, formats: Iterable[str] | 
     manifest.json; signer: a rocpkg.formats.sign.Signer that signs every RPM's header; only: the
     (format, name) pairs to write (rocpkg.plan.subset.select), None for all; deep_check:
     decode every kernel of every packed archive before writing (gate.refusals); workers:
-    a rocpkg.build.workers.Workers already running (the caller's, which planned on it), else
+    a rocpkg.builder.workers.Workers already running (the caller's, which planned on it), else
     the build forks its own.
-    The checks of rocpkg.build.gate run once over the plan before any package is written:
+    The checks of rocpkg.builder.gate run once over the plan before any package is written:
     a problem whose check is not in `allow` raises RocpkgInputError with OUT as it was;
-    allowed ones are recorded with the release in the manifest (rocpkg.out.releases) and
+    allowed ones are recorded with the release in the manifest (rocpkg.store.releases) and
     in result.allowed. `config` decides which relation names are external (as for verify).
     Each package is then written into the staging area and moved into place, its state
     recorded, as soon as its writer returns (_publish).
@@ -223,7 +223,7 @@ def build_release(plan, out_dir: str | os.PathLike, *, formats: Iterable[str] | 
 
     # One set of worker processes: they check the archives while this process runs
     # verify's checks, then write the packages into the staging area, each moved into
-    # place as soon as it is written (rocpkg.out.outdir).
+    # place as soon as it is written (rocpkg.store.outdir).
     with contextlib.nullcontext(workers) if workers else Workers(max(1, min(jobs or cores, len(chosen))),
                                                                  chosen) as workers:
         with Staging(out_dir, formats) as staging:
@@ -259,7 +259,7 @@ def _stale_and_recorded(out_dir: str, order: list[m.PackageSpec], fingerprint_of
     """(the packages to write, the outcomes of those up to date, the conflicts): a stale
     package's fingerprint is taken while it is written (packing.build_one); published bytes
     never change under one name-version-release, and a package's name and file belong to one
-    release and build variant of OUT (rocpkg.out.releases), so a conflict leaves nothing to write."""
+    release and build variant of OUT (rocpkg.store.releases), so a conflict leaves nothing to write."""
     stale, recorded = [], []
     for spec in order:
         outcome = _up_to_date(spec, out_dir, fingerprint_of, states)
@@ -290,7 +290,7 @@ def _record_release(out_dir: str, plan, formats: list[str], options: m.BuildOpti
                                     channel=plan.settings.get("channel", ""), epoch=plan.settings["epoch"],
                                     variant=build_variant(plan.settings))
     if shard is None:
-        # the release joins the earlier ones in manifest.json (rocpkg.out.releases)
+        # the release joins the earlier ones in manifest.json (rocpkg.store.releases)
         manifest = releases.write_release(out_dir, record, entries)
         # the whole release is in manifest.json now; parts of an earlier split are stale
         shutil.rmtree(os.path.join(out_dir, MANIFEST_PARTS), ignore_errors=True)
@@ -391,7 +391,7 @@ def _collect(out_dir: str, order: list[m.PackageSpec], recorded: list[PackageOut
 def _remember_digests(out_dir: str, outcomes: list[PackageOutcome]) -> None:
     """Hand the sha256 each writer took to the repository indexers' digest cache
     (createrepo_c's model: hash while writing, never read a file twice)."""
-    from rocpkg.out.digest_cache import DigestCache
+    from rocpkg.store.digest_cache import DigestCache
 
     for fmt in sorted({o.format for o in outcomes}):
         root = os.path.join(out_dir, fmt)
