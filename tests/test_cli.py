@@ -159,7 +159,7 @@ def test_install_prefix_places_a_therock_list_form_release(shared_dir, tmp_path)
                         "--install-prefix", "/opt/rocm/core")
     assert result.returncode == 0, result.stderr
     paths = [f["path"] for p in json.loads(result.stdout)["packages"] for f in p["file_list"]]
-    # /opt/rocm itself is owned by every package that installs under it (rocpkg.formats.layout)
+    # /opt/rocm itself is owned by every package that installs under it (rocpkg.plan.layout)
     assert paths and all(p.startswith("/opt/rocm/core/") or p in ("/opt/rocm/core", "/opt/rocm") for p in paths)
 
 

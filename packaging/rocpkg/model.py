@@ -44,6 +44,17 @@ class FileEntry:
     identity: tuple[int, int] = (0, 0)   # (st_dev, st_ino) the catalog read; the writer opens the same file
 
 
+@dataclass(frozen=True)
+class Alternative:
+    """One update-alternatives link group: `link` -> `target`, with slave links that
+    follow the master (made only when their target exists)."""
+
+    name: str
+    link: str
+    target: str
+    slaves: tuple[tuple[str, str, str], ...] = ()   # (link, name, target)
+
+
 @dataclass
 class PackageSpec:
     """One output package of one format, fully resolved: names and relations are already
@@ -90,9 +101,12 @@ class PackageSpec:
     # Install prefix of the release (/opt/rocm/core-7.1), for maintainer scripts; a package
     # without files (meta) has no other way to know it. "" = longest common dir of files.
     prefix: str = ""
-    # The release's build variant ("asan"), "" for the normal build: a variant's scripts
-    # manage only its own links (rocpkg.formats.layout.alternatives)
+    # The release's build variant ("asan"), "" for the normal build
     variant: str = ""
+    # The links this package's scripts manage with update-alternatives (the release's links
+    # package: rocpkg.plan.layout.alternatives), at this priority (the newest release wins)
+    links: list[Alternative] = field(default_factory=list)
+    link_priority: int = 0
     # The lines of a `shlibs` control file (`libfoo 1 pkg (>= 7.1.0)`), one per shared library
     # with a SONAME it ships, for a format that has one (Format.library_metadata fills them);
     # [] writes no such file.

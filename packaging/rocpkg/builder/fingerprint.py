@@ -103,6 +103,7 @@ def _spec_fields(spec: m.PackageSpec) -> dict:
     """Every field of a spec, files as lists of their fields: what dataclasses.asdict
     gives, without its deep copies (which cost more than writing a small package)."""
     fields = {name: getattr(spec, name) for name in _SPEC_FIELDS}
+    fields["links"] = [dataclasses.astuple(link) for link in spec.links]
     fields["files"] = [[getattr(entry, name) for name in _FILE_FIELDS] for entry in spec.files]
     return fields
 

@@ -26,7 +26,6 @@ import jinja2
 
 from rocpkg import bundled_dir
 
-from rocpkg.formats import layout
 from rocpkg.errors import RocpkgInputError
 from rocpkg.model import DIR, FILE, BuildOptions, PackageSpec
 from rocpkg.formats.preflight import control_problem
@@ -274,8 +273,8 @@ def script_context(spec: PackageSpec, options: BuildOptions, fmt: str) -> dict:
         "prefix": prefix,
         "link": link,
         "link_target": link_target,
-        "alternatives": layout.alternatives(prefix, shared=not spec.variant) if prefix else [],
-        "priority": layout.priority(spec.version),
+        "alternatives": spec.links,
+        "priority": spec.link_priority,
     }
 
 

@@ -20,7 +20,7 @@ from rocpkg.inputs.config import Config, Definition, relation_names, validate_se
 from rocpkg.errors import RocpkgInputError
 from rocpkg.plan.debug import DEBUG_COMPONENT, debug_packages, index_debug_files, shipped_findings
 from rocpkg.plan.graphs import strongly_connected
-from rocpkg.formats.layout import alternatives, owned_ancestors
+from rocpkg.plan.layout import alternatives, owned_ancestors, priority
 from rocpkg.plan.naming import Namer, abi_of, build_variant, variant_prefix
 from rocpkg.formats.preflight import check_plan, printable
 from rocpkg.formats.registry import DEFAULT as DEFAULT_FORMATS, get as get_format
@@ -521,6 +521,7 @@ class _PlanBuilder:
                           summary_note="links", long_note=f"Points {', '.join(a.link for a in self._alternatives())} "
                                                           f"at the newest release installed (update-alternatives).")
         spec.scripts = dict(SCRIPT_TEMPLATES)
+        spec.links, spec.link_priority = self._alternatives(), priority(self.version)
         for name in sorted(closures[owner.name]):
             cls = self.classes[name]
             if cls in (LIBRARY, PER_TARGET) and any(fe.type != m.DIR for fe in files[(name, "")]):

@@ -6,26 +6,15 @@ from __future__ import annotations
 
 import posixpath
 import re
-from dataclasses import dataclass
 
 from rocpkg.formats.filelist import SYSTEM_DIRS
+from rocpkg.model import Alternative
 
 # What TheRock's core postinst links beside the prefix (/opt/rocm/bin -> core-7.1/bin)
 # and into /usr/bin; a link is made only where the release has the target.
 SUBDIRS = ("bin", "lib", "include", "llvm", "amdgcn", "libexec", "share")
 TOOLS = ("hipcc", "hipconfig", "hipify-clang", "rocminfo", "amdclang", "amdclang++", "amdclang-cl",
          "amdclang-cpp", "amdflang", "amdlld")
-
-
-@dataclass(frozen=True)
-class Alternative:
-    """One update-alternatives link group: `link` -> `target`, with slave links that
-    follow the master (made only when their target exists)."""
-
-    name: str
-    link: str
-    target: str
-    slaves: tuple[tuple[str, str, str], ...] = ()   # (link, name, target)
 
 
 def owned_ancestors(prefix: str) -> list[str]:
