@@ -29,6 +29,7 @@ from rocpkg.errors import RocpkgInputError
 from rocpkg.formats.filelist import check_sources, checked_files, with_parents
 from rocpkg.model import DIR, FILE, SYMLINK, BuildOptions, BuiltPackage, FileEntry, PackageSpec
 from rocpkg.formats.render import render_deb
+from rocpkg.formats.tarinfo import root_tarinfo
 from rocpkg.formats.deb.plugin import FORMAT, file_name
 from rocpkg.formats.streams import CHUNK, AtomicOutput, DigestThread, Observe, SourceFile, digester, hash_open, observed_file
 
@@ -98,15 +99,7 @@ def _md5sums(tree: list[_DataEntry], digests: dict[str, str], conffiles: list[st
 
 
 def _tarinfo(name: str, kind: bytes, mode: int, mtime: int, size: int = 0, linkname: str = "") -> tarfile.TarInfo:
-    info = tarfile.TarInfo(name)
-    info.type = kind
-    info.mode = mode
-    info.mtime = mtime
-    info.size = size
-    info.linkname = linkname
-    info.uid = info.gid = 0
-    info.uname = info.gname = "root"
-    return info
+    return root_tarinfo(name, kind, mode, mtime, size, linkname)
 
 
 @functools.lru_cache(maxsize=4096)

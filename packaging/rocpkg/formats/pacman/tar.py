@@ -16,6 +16,7 @@ from typing import BinaryIO, Iterator
 
 from rocpkg.errors import RocpkgInputError
 from rocpkg.formats.streams import read_exact, read_upto, skip_exact
+from rocpkg.formats.tarinfo import root_tarinfo
 
 BLOCK = tarfile.BLOCKSIZE
 RECORD = tarfile.RECORDSIZE
@@ -26,14 +27,7 @@ REG, DIR, SYM = tarfile.REGTYPE, tarfile.DIRTYPE, tarfile.SYMTYPE
 @functools.lru_cache(maxsize=4096)
 def header(name: str, kind: bytes, mode: int, mtime: int, size: int = 0, linkname: str = "") -> bytes:
     """The header block(s) of one member (a directory's name gets its trailing '/')."""
-    info = tarfile.TarInfo(name + "/" if kind == DIR and not name.endswith("/") else name)
-    info.type = kind
-    info.mode = mode
-    info.mtime = mtime
-    info.size = size
-    info.linkname = linkname
-    info.uid = info.gid = 0
-    info.uname = info.gname = "root"
+    info = root_tarinfo(name + "/" if kind == DIR and not name.endswith("/") else name, kind, mode, mtime, size, linkname)
     return info.tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape")
 
 
