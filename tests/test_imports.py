@@ -103,8 +103,8 @@ def test_no_private_name_is_imported_across_modules():
 
 def test_the_writers_are_pure_functions_of_a_spec():
     """The .deb and .rpm writers, and everything they import, know nothing of ROCm: no
-    kpack, no host-code search, no catalog, plan or build. What a build wants to see of
-    a file's bytes reaches them as an observer (rocpkg.formats.streams.Observe)."""
+    kpack, no host-code search, no catalog, plan or build. A writer is a function of
+    (spec, out_dir, options) alone: the host-code search is done before any write."""
     known = modules("rocpkg")
     graph = {name: imported(path, set(known)) for name, path in known.items()}
     reached, todo = set(), ["rocpkg.formats.deb.package", "rocpkg.formats.rpm.write"]

@@ -12,6 +12,7 @@ import pytest
 
 from rocpkg.builder import run as build
 from rocpkg.formats.deb import read_deb_control_file, write_deb
+from rocpkg.formats.pacman import write_pacman
 from rocpkg.model import DIR, FILE, BuildOptions, FileEntry, PackageSpec
 from rocpkg.formats.rpm import write_rpm
 from rocpkg.formats.streams import DigestThread
@@ -84,11 +85,12 @@ def test_rpm_reports_the_sha256_of_each_source_and_rpm_checks_every_digest(tmp_p
     assert "MD5" not in checked.stdout
 
 
-@pytest.mark.parametrize("fmt, passes_over_the_package", [("deb", 1), ("rpm", 1)])
+@pytest.mark.parametrize("fmt, passes_over_the_package", [("deb", 1), ("rpm", 1), ("pacman", 1)])
 def test_each_source_byte_is_read_once(fmt, passes_over_the_package, tmp_path, sources):
-    """What the process reads: every source byte once, plus the one pass over the
-    compressed package that its whole-file sha256 needs, and nothing else of any size."""
-    writer = write_deb if fmt == "deb" else write_rpm
+    """What the process reads: every source byte once, plus one pass over the compressed
+    package (a .deb's and an .rpm's whole-file sha256; pacman's files, compressed aside
+    and copied in after the .MTREE), and nothing else of any size."""
+    writer = {"deb": write_deb, "rpm": write_rpm, "pacman": write_pacman}[fmt]
     spec = _spec(fmt, _files(tmp_path, sources))
     writer(spec, str(tmp_path / "warm"), _options())  # imports and templates loaded before counting
     before = _rchar()

@@ -226,27 +226,6 @@ def test_a_spec_not_in_pacman_syntax_is_refused_and_writes_nothing(tmp_path, cha
     assert not (tmp_path / "out").exists() or os.listdir(tmp_path / "out") == []
 
 
-class Counter:
-    """A StreamObserver that counts the bytes it sees."""
-
-    def start(self, handle):
-        self.count = 0
-
-    def watch(self, chunks):
-        for chunk in chunks:
-            self.count += len(chunk)
-            yield chunk
-
-    def result(self, handle, where):
-        return self.count
-
-
-def test_the_observe_hook_sees_each_source_once(tmp_path):
-    spec = full_spec(tmp_path)
-    built = write_pacman(spec, str(tmp_path / "out"), OPTIONS, observe=lambda source: Counter())
-    assert sorted(built.observed) == sorted((e.source, e.size) for e in spec.files if e.type == FILE)
-
-
 def test_a_source_changed_since_planning_leaves_no_file(tmp_path):
     spec = full_spec(tmp_path)
     (tmp_path / "src" / "lib").write_bytes(b"shorter")

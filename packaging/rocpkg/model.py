@@ -147,4 +147,3 @@ class BuiltPackage:
     sha256: str
     installed_size: int = 0     # bytes of payload
     metadata: str = ""          # the rendered metadata (Format.metadata_suffix), for OUT/control
-    observed: tuple = ()        # (source, what its StreamObserver saw) of each source file watched while read

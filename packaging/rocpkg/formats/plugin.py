@@ -40,7 +40,7 @@ class Format:
     arch:            (arch_independent, definition fields, settings) -> the architecture name
     file_name:       spec -> the package's file name
     pool:            spec -> the directory under OUT/<name>/ that holds the package file
-    writer:          "module:function" of the writer, f(spec, out_dir, options, observe) -> BuiltPackage
+    writer:          "module:function" of the writer, f(spec, out_dir, options) -> BuiltPackage
     name_rule:       a regular expression a package name must fully match
     arch_rule:       a regular expression an architecture name must fully match
     version_problem: evr -> why the format cannot carry it ("" when it can)
@@ -126,9 +126,9 @@ class Format:
         module, _, attr = reference.partition(":")
         return getattr(importlib.import_module(module), attr)
 
-    def write(self, spec: m.PackageSpec, out_dir: str, options: m.BuildOptions, observe=None) -> m.BuiltPackage:
+    def write(self, spec: m.PackageSpec, out_dir: str, options: m.BuildOptions) -> m.BuiltPackage:
         """Write one package of this format (the format's writer)."""
-        return self.load(self.writer)(spec, out_dir, options, observe)
+        return self.load(self.writer)(spec, out_dir, options)
 
     def full_version(self, version: str, release: str, epoch: int = 0) -> str:
         """A release's `[epoch:]version-release` in the format's spelling (what `compare`

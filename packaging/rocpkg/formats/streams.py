@@ -8,7 +8,7 @@ import os
 import stat
 import queue
 import threading
-from typing import BinaryIO, Callable, Iterable, Iterator, Protocol
+from typing import BinaryIO, Iterable, Iterator
 
 from rocpkg.errors import RocpkgInputError
 
@@ -308,29 +308,6 @@ def patch_chunks(chunks: Iterable[bytes | memoryview], patches) -> Iterator[byte
         position = end
 
 
-class StreamObserver(Protocol):
-    """What a build hands a writer to see one source file's bytes as they stream past
-    (Observe): the writer knows nothing of what it looks for. start() gets the open file
-    before its first byte; watch() wraps the chunks the writer reads (it may not change
-    them); result() is asked once the file is read, with the file still open, and what it
-    returns is recorded in BuiltPackage.observed."""
-
-    def start(self, handle: BinaryIO) -> None: ...
-
-    def watch(self, chunks: Iterator[bytes]) -> Iterator[bytes]: ...
-
-    def result(self, handle: BinaryIO, where: str) -> object: ...
-
-
-# Source path -> the observer of that file's bytes, or None for a file nobody watches.
-Observe = Callable[[str], "StreamObserver | None"]
-
-
-def observed_file(observe: "Observe | None", source: str) -> "StreamObserver | None":
-    """The observer `observe` gives `source` (None without one)."""
-    return observe(source) if observe is not None else None
-
-
 class SourceFile:
     """One planned source file, opened for its single read: both writers read their
     sources through chunks() and nowhere else, so the planned byte patches
@@ -338,10 +315,8 @@ class SourceFile:
     any digest sees the bytes. A file that vanished, can't be read, or is not the planned
     size (before or while it is read) is bad input naming `where` and the file."""
 
-    def __init__(self, where: str, source: str, size: int, patches=(), identity: tuple[int, int] = (0, 0),
-                 watch: "StreamObserver | None" = None):
+    def __init__(self, where: str, source: str, size: int, patches=(), identity: tuple[int, int] = (0, 0)):
         self.where, self.source, self.size, self.patches = where, source, size, patches
-        self.watch = watch     # sees the file's own bytes as they pass (a StreamObserver)
         try:  # never through a symlink swapped in since the catalog read the file
             fd = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         except FileNotFoundError:
@@ -373,11 +348,7 @@ class SourceFile:
         """Exactly the planned bytes, in chunks of at most CHUNK that are never reused
         afterwards (a digest thread may still hold one)."""
         try:
-            chunks = _chunks(self.handle, self.size)
-            if self.watch is not None:
-                self.watch.start(self.handle)
-                chunks = self.watch.watch(chunks)
-            yield from patch_chunks(chunks, self.patches)
+            yield from patch_chunks(_chunks(self.handle, self.size), self.patches)
         except _SourceChanged as exc:
             raise self._error(f"the source file changed while packing: {exc}") from None
         except OSError as exc:

@@ -31,7 +31,7 @@ from rocpkg.model import DIR, FILE, SYMLINK, BuildOptions, BuiltPackage, FileEnt
 from rocpkg.formats.render import render_deb
 from rocpkg.formats.tarinfo import root_tarinfo
 from rocpkg.formats.deb.plugin import FORMAT, file_name
-from rocpkg.formats.streams import CHUNK, AtomicOutput, DigestThread, Observe, SourceFile, digester, hash_open, observed_file
+from rocpkg.formats.streams import CHUNK, AtomicOutput, DigestThread, SourceFile, digester, hash_open
 
 AR_MAGIC = b"!<arch>\n"
 AR_HEADER_SIZE = 60
@@ -191,13 +191,11 @@ def _normalised_mode(mode: int) -> int:
     return mode & 0o7755
 
 
-def _write_payload_file(tar_out, md5: DigestThread, spec: PackageSpec, entry: FileEntry, sde: int,
-                        observe: Observe | None, found: list) -> int:
-    """Header + bytes of one source file (its md5 taken beside, by the digest thread; what
-    observe's observer of the file saw, into found); returns the tar bytes written."""
+def _write_payload_file(tar_out, md5: DigestThread, spec: PackageSpec, entry: FileEntry, sde: int) -> int:
+    """Header + bytes of one source file (its md5 taken beside, by the digest thread);
+    returns the tar bytes written."""
     where = f"{spec.name}: {entry.path}"
-    observer = observed_file(observe, entry.source)
-    with SourceFile(where, entry.source, entry.size, entry.patches, entry.identity, observer) as source:
+    with SourceFile(where, entry.source, entry.size, entry.patches, entry.identity) as source:
         header = _tar_header((_tar_name(entry.path), tarfile.REGTYPE,
                                       _normalised_mode(entry.mode), min(source.mtime, sde), entry.size))
         tar_out.write(header)
@@ -206,15 +204,12 @@ def _write_payload_file(tar_out, md5: DigestThread, spec: PackageSpec, entry: Fi
             tar_out.write(chunk)
             md5.write(chunk)
         md5.end(entry.path)
-        if observer is not None:
-            found.append((entry.source, observer.result(source.handle, where)))
     padding = _tar_padding(entry.size)
     tar_out.write(padding)
     return len(header) + entry.size + len(padding)
 
 
-def _write_data_tar(tar_out, spec: PackageSpec, tree: list[_DataEntry], sde: int, threads: int,
-                    observe: Observe | None = None, found: list | None = None) -> dict[str, str]:
+def _write_data_tar(tar_out, spec: PackageSpec, tree: list[_DataEntry], sde: int, threads: int) -> dict[str, str]:
     """Stream the whole data.tar into tar_out (a compressor); returns the md5 of every
     source file, taken on the way (streams.digester: md5 is slower than zstd -3, so
     beside the compressor's own workers when the package has cores to spare)."""
@@ -222,7 +217,7 @@ def _write_data_tar(tar_out, spec: PackageSpec, tree: list[_DataEntry], sde: int
     md5 = digester("md5", threads)
     try:
         for item in tree:
-            offset += _write_data_item(tar_out, md5, spec, item, sde, observe, found)
+            offset += _write_data_item(tar_out, md5, spec, item, sde)
     except BaseException:
         md5.abandon()
         raise
@@ -230,13 +225,12 @@ def _write_data_tar(tar_out, spec: PackageSpec, tree: list[_DataEntry], sde: int
     return md5.close()
 
 
-def _write_data_item(tar_out, md5: DigestThread, spec: PackageSpec, item: _DataEntry, sde: int,
-                     observe: Observe | None, found: list | None) -> int:
+def _write_data_item(tar_out, md5: DigestThread, spec: PackageSpec, item: _DataEntry, sde: int) -> int:
     """One data.tar member; returns the bytes written."""
     entry = item.entry
     name = _tar_name(entry.path)
     if entry.type == FILE and item.content is None:
-        return _write_payload_file(tar_out, md5, spec, entry, sde, observe, found)
+        return _write_payload_file(tar_out, md5, spec, entry, sde)
     if entry.type == FILE:
         header = _tar_header((name, tarfile.REGTYPE, _normalised_mode(entry.mode), sde, len(item.content)))
         block = header + item.content + _tar_padding(len(item.content))
@@ -272,11 +266,9 @@ def _ar_member(out: BinaryIO, name: str, data: bytes, mtime: int) -> None:
 # -- the writer -------------------------------------------------------------------------
 
 
-def write_deb(spec: PackageSpec, out_dir: str, options: BuildOptions,
-              observe: Observe | None = None) -> BuiltPackage:
+def write_deb(spec: PackageSpec, out_dir: str, options: BuildOptions) -> BuiltPackage:
     """Write `out_dir/<file_name(spec)>` atomically; bad input raises RocpkgInputError and
-    leaves no file behind. observe: gives the observer of a source file's bytes as they
-    are read (rocpkg.formats.streams.StreamObserver; what each saw: BuiltPackage.observed)."""
+    leaves no file behind."""
     if spec.format != FORMAT.name:
         raise RocpkgInputError((spec.name, f"a {spec.format!r} spec given to the .deb writer"))
     if options.compression not in compression.SUFFIXES:
@@ -294,10 +286,9 @@ def write_deb(spec: PackageSpec, out_dir: str, options: BuildOptions,
                                               conffiles, options.source_date_epoch, spec.shlibs), stored=has_sources)
 
     path = os.path.join(out_dir, file_name(spec))
-    found: list = []
     with AtomicOutput(path, "w+b") as out:
         try:
-            _write_ar(out, spec, control_member, tree, options, observe, found)
+            _write_ar(out, spec, control_member, tree, options)
         except _MemberTooLarge as exc:
             raise RocpkgInputError((f"{spec.name}: {file_name(spec)}", str(exc))) from None
         # The .deb's sha256 (the Packages index and the manifest carry it) covers
@@ -308,11 +299,10 @@ def write_deb(spec: PackageSpec, out_dir: str, options: BuildOptions,
         size = hash_open(out, 0, sha256)
     installed = spec.payload_size + sum(len(d) for d in rendered.doc_files.values())
     return BuiltPackage(spec=spec, path=path, size=size, sha256=sha256.hexdigest(),
-                        installed_size=installed, metadata=rendered.control, observed=tuple(found))
+                        installed_size=installed, metadata=rendered.control)
 
 
-def _write_ar(out: BinaryIO, spec: PackageSpec, control_member, tree: list[_DataEntry],
-              options: BuildOptions, observe: Observe | None = None, found: list | None = None) -> None:
+def _write_ar(out: BinaryIO, spec: PackageSpec, control_member, tree: list[_DataEntry], options: BuildOptions) -> None:
     """The ar archive: debian-binary, control.tar.gz with placeholder md5sums, then
     data.tar.* compressed straight into `out`; then the data member's size and the real
     md5sums are patched in place (both keep their length)."""
@@ -327,8 +317,7 @@ def _write_ar(out: BinaryIO, spec: PackageSpec, control_member, tree: list[_Data
     out.write(_ar_header(data_name, 0, sde))
     data_at = data_header_at + AR_HEADER_SIZE
     compressor = compression.compressor(options.compression, out, options, compression.DEB)
-    digests = _write_data_tar(compressor, spec, tree, sde, compression.writer_threads(options.threads),
-                              observe, found)
+    digests = _write_data_tar(compressor, spec, tree, sde, compression.writer_threads(options.threads))
     compressor.close()
     data_size = out.tell() - data_at
     # no source file, no md5 to fill in: the placeholder is the member (not compressed again)

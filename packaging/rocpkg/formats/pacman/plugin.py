@@ -48,13 +48,13 @@ def _problem(check, text: str) -> str:
     return ""
 
 
-def write_package(spec, out_dir, options, observe=None):
+def write_package(spec, out_dir, options):
     """write_pacman, zstd-compressed whatever the build's compression (the file name says zstd)."""
     from dataclasses import replace
 
     from rocpkg.formats.pacman.write import write_pacman
 
-    return write_pacman(spec, out_dir, replace(options, compression="zstd"), observe)
+    return write_pacman(spec, out_dir, replace(options, compression="zstd"))
 
 
 FORMAT = Format(

@@ -26,7 +26,7 @@ from rocpkg.formats.filelist import check_sources, checked_files
 from rocpkg.formats.pacman import mtree, rules, tar
 from rocpkg.formats.pacman.templates import render
 from rocpkg.formats.render import SCRIPT_NAMES, check_metadata, deb_synopsis, render_script
-from rocpkg.formats.streams import CHUNK, AtomicOutput, HashingWriter, Observe, SourceFile, digester, observed_file
+from rocpkg.formats.streams import CHUNK, AtomicOutput, HashingWriter, SourceFile, digester
 from rocpkg.model import DIR, FILE, SYMLINK, BuildOptions, BuiltPackage, FileEntry, PackageSpec
 
 # zstd as a run of independent frames (threads do not change the bytes), each with its
@@ -141,8 +141,8 @@ def _mode(entry: FileEntry) -> int:
     return 0o777 if entry.type == SYMLINK else entry.mode & 0o7755
 
 
-def _write_files(sink, spec: PackageSpec, tree: list[FileEntry], sde: int, threads: int,
-                 observe: Observe | None, found: list) -> tuple[list[mtree.MtreeEntry], int]:
+def _write_files(sink, spec: PackageSpec, tree: list[FileEntry], sde: int,
+                 threads: int) -> tuple[list[mtree.MtreeEntry], int]:
     """The files' tar members into sink; returns their mtree entries and the bytes written."""
     md5, sha256 = digester("md5", threads), digester("sha256", threads)
     entries, offset, mtimes = [], 0, {}
@@ -154,7 +154,7 @@ def _write_files(sink, spec: PackageSpec, tree: list[FileEntry], sde: int, threa
             elif entry.type == SYMLINK:
                 block = tar.header(name, tar.SYM, 0o777, sde, 0, entry.link_target)
             else:
-                offset += _write_file(sink, spec, entry, sde, md5, sha256, observe, found, mtimes)
+                offset += _write_file(sink, spec, entry, sde, md5, sha256, mtimes)
                 continue
             sink.write(block)
             offset += len(block)
@@ -171,11 +171,9 @@ def _write_files(sink, spec: PackageSpec, tree: list[FileEntry], sde: int, threa
     return entries, offset
 
 
-def _write_file(sink, spec: PackageSpec, entry: FileEntry, sde: int, md5, sha256, observe: Observe | None,
-                found: list, mtimes: dict) -> int:
+def _write_file(sink, spec: PackageSpec, entry: FileEntry, sde: int, md5, sha256, mtimes: dict) -> int:
     where = f"{spec.name}: {entry.path}"
-    observer = observed_file(observe, entry.source)
-    with SourceFile(where, entry.source, entry.size, entry.patches, entry.identity, observer) as source:
+    with SourceFile(where, entry.source, entry.size, entry.patches, entry.identity) as source:
         mtime = mtimes[entry.path] = min(source.mtime, sde)
         header = tar.header(entry.path[1:], tar.REG, _mode(entry), mtime, entry.size)
         sink.write(header)
@@ -187,8 +185,6 @@ def _write_file(sink, spec: PackageSpec, entry: FileEntry, sde: int, md5, sha256
             sha256.write(chunk)
         md5.end(entry.path)
         sha256.end(entry.path)
-        if observer is not None:
-            found.append((entry.source, observer.result(source.handle, where)))
     pad = tar.padding(entry.size)
     sink.write(pad)
     return len(header) + entry.size + len(pad)
@@ -202,12 +198,9 @@ def _meta_members(texts: dict[str, bytes], files: list[mtree.MtreeEntry], sde: i
     return b"".join(tar.member(name, members[name], sde) for name in META_MEMBERS if name in members)
 
 
-def write_pacman(spec: PackageSpec, out_dir: str, options: BuildOptions,
-                 observe: Observe | None = None) -> BuiltPackage:
+def write_pacman(spec: PackageSpec, out_dir: str, options: BuildOptions) -> BuiltPackage:
     """Write `out_dir/<filename(spec, options)>` atomically; bad input raises
-    RocpkgInputError and leaves no file behind. observe: gives the observer of a source
-    file's bytes as they are read (formats.streams.StreamObserver; what each saw:
-    BuiltPackage.observed). metadata is the .PKGINFO text."""
+    RocpkgInputError and leaves no file behind. metadata is the .PKGINFO text."""
     if spec.format != rules.FORMAT:
         raise RocpkgInputError((spec.name, f"a {spec.format!r} spec given to the pacman writer"))
     if options.compression not in compression.SUFFIXES:
@@ -224,11 +217,10 @@ def write_pacman(spec: PackageSpec, out_dir: str, options: BuildOptions,
         texts[".INSTALL"] = script.encode("utf-8")
     threads = compression.writer_threads(options.threads)
     path = os.path.join(out_dir, filename(spec, options))
-    found: list = []
     os.makedirs(out_dir, exist_ok=True)
     with tempfile.TemporaryFile(dir=out_dir) as payload:
         compressor = compression.compressor(options.compression, payload, options, PACMAN)
-        listed, size = _write_files(compressor, spec, tree, sde, threads, observe, found)
+        listed, size = _write_files(compressor, spec, tree, sde, threads)
         meta = _meta_members(texts, listed, sde)
         compressor.write(tar.end(len(meta) + size))
         compressor.close()
@@ -241,4 +233,4 @@ def write_pacman(spec: PackageSpec, out_dir: str, options: BuildOptions,
             while chunk := payload.read(CHUNK):
                 whole.write(chunk)
     return BuiltPackage(spec=spec, path=path, size=whole.count, sha256=whole.hexdigest(),
-                        installed_size=info.size, metadata=texts[".PKGINFO"].decode("utf-8"), observed=tuple(found))
+                        installed_size=info.size, metadata=texts[".PKGINFO"].decode("utf-8"))

@@ -21,7 +21,7 @@ from rocpkg.formats.rpm.spec import RELATION_KEYS, SCRIPT_SENSE, ParsedSpec, par
 from rocpkg.formats.rpm.tags import (LARGE_SIZE, PGPHASHALGO_SHA256, RPMFILE_CONFIG, RPMFILE_NONE,
                              RPMFILE_NOREPLACE, RPMVERIFY_ALL, TYPE_I18NSTRING,
                              TYPE_INT16, TYPE_INT32, TYPE_INT64, TYPE_STRING, TYPE_STRING_ARRAY, Tag)
-from rocpkg.formats.streams import AtomicOutput, Observe, SourceFile, Tee, digester, hash_open, observed_file
+from rocpkg.formats.streams import AtomicOutput, SourceFile, Tee, digester, hash_open
 
 BUILDHOST = "localhost"
 RPMVERSION = "4.18.0"       # the rpm feature level this writer follows
@@ -231,12 +231,10 @@ def _all_relation_tags(parsed: ParsedSpec, provides: list, requires: list) -> di
     return tags
 
 
-def _stream_payload(spec, files, payload_sink, large: bool, mtime: int, threads: int,
-                    observe: Observe | None = None, found: list | None = None) -> dict[str, str]:
+def _stream_payload(spec, files, payload_sink, large: bool, mtime: int, threads: int) -> dict[str, str]:
     """The cpio archive of every entry, file bytes streamed from the sources; returns the
     SHA-256 of each regular file (the header's FILEDIGESTS), taken on the way
-    (streams.digester: beside the writer when the package has cores to spare); what
-    observe's observer of each file saw goes into found."""
+    (streams.digester: beside the writer when the package has cores to spare)."""
     sha256 = digester("sha256", threads)
     cpio = CpioWriter(payload_sink, stripped=large)
     try:
@@ -247,15 +245,12 @@ def _stream_payload(spec, files, payload_sink, large: bool, mtime: int, threads:
                 cpio.write_data(entry.link_target.encode("utf-8", "surrogateescape"))
             elif entry.type == FILE:
                 where = f"{spec.name}: {entry.path}"
-                observer = observed_file(observe, entry.source)
-                with SourceFile(where, entry.source, size, entry.patches, entry.identity, observer) as source:
+                with SourceFile(where, entry.source, size, entry.patches, entry.identity) as source:
                     sha256.begin(entry.path)
                     for chunk in source.chunks():
                         cpio.write_data(chunk)
                         sha256.write(chunk)
                     sha256.end(entry.path)
-                    if observer is not None:
-                        found.append((entry.source, observer.result(source.handle, where)))
         cpio.finish()
     except BaseException:
         sha256.abandon()
@@ -263,17 +258,14 @@ def _stream_payload(spec, files, payload_sink, large: bool, mtime: int, threads:
     return sha256.close()
 
 
-def write_rpm(spec: PackageSpec, out_dir: str, options: BuildOptions,
-              observe: Observe | None = None) -> BuiltPackage:
+def write_rpm(spec: PackageSpec, out_dir: str, options: BuildOptions) -> BuiltPackage:
     """Write out_dir/<file_name(spec)>, streaming: (1) check the sources; (2) lead,
     placeholder signature, placeholder header (every digest zeros: digests are fixed-length
     hex, so the header's length does not depend on them), then the compressed cpio while
     taking each file's sha256 and the compressed payload's; (3) rewrite the header with
     the real digests (same length) and the signature in its fixed-size slot; (4) one pass
     over the compressed payload for the whole file's sha256. Each source is read once.
-    Written through AtomicOutput: a failure leaves no partial file. observe: gives the
-    observer of a source file's bytes as they are read (rocpkg.formats.streams.StreamObserver;
-    what each saw: BuiltPackage.observed).
+    Written through AtomicOutput: a failure leaves no partial file.
 
     The digest scheme is rpm >= 4.14's: header SHA256 (and SHA1) in the signature, the
     payload's SHA256 in the header (PAYLOADDIGEST), each file's SHA256 (FILEDIGESTS). Not
@@ -310,9 +302,7 @@ def write_rpm(spec: PackageSpec, out_dir: str, options: BuildOptions,
         compressor = compression.compressor(options.compression, compressed, options, compression.RPM)
         uncompressed = Tee(compressor)
         try:
-            found: list = []
-            digests = _stream_payload(spec, files, uncompressed, large, options.source_date_epoch, threads,
-                                      observe, found)
+            digests = _stream_payload(spec, files, uncompressed, large, options.source_date_epoch, threads)
             compressor.close()
         except BaseException:
             compressed_digest.abandon()
@@ -336,5 +326,4 @@ def write_rpm(spec: PackageSpec, out_dir: str, options: BuildOptions,
         whole = hashlib.sha256(encode_lead(nevr) + sig + final_header)
         size = payload_start + hash_open(out, payload_start, whole)
     return BuiltPackage(spec=spec, path=path, size=size, sha256=whole.hexdigest(),
-                        installed_size=sum(_entry_size(e) for e in files), metadata=spec_text,
-                        observed=tuple(found))
+                        installed_size=sum(_entry_size(e) for e in files), metadata=spec_text)
