@@ -19,6 +19,7 @@ from datetime import datetime, timezone
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rocpkg.plan.layout import alternatives, priority
 from rocpkg.formats.deb import package as deb
 from rocpkg.formats.deb import iter_deb_members, list_deb_files, read_deb_control, read_deb_control_file, write_deb
 from rocpkg.errors import RocpkgInputError
@@ -104,7 +105,8 @@ def scripted(sources: Path) -> PackageSpec:
         FileEntry(PREFIX, DIR, 0o755),
         payload_file(sources, "release", f"{PREFIX}/.info-version", 0o644),
     ], arch="all", prefix=PREFIX,
-        scripts={"postinst": "postinst.j2", "prerm": "prerm.j2", "postrm": "postrm.j2"})
+        scripts={"postinst": "postinst.j2", "prerm": "prerm.j2", "postrm": "postrm.j2"},
+        links=alternatives(PREFIX), link_priority=priority("7.1.0"))
 
 
 def build(spec: PackageSpec, out_dir: Path, **options) -> Path:

@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 import rpmfile
 import zstandard
 
+from rocpkg.plan.layout import alternatives, priority
 from rocpkg.formats import rpm
 from rocpkg.formats.rpm import write as rpm_write
 from rocpkg.errors import RocpkgInputError
@@ -127,7 +128,8 @@ def tool_spec(src_dir) -> PackageSpec:
         file_entry(f"{PREFIX}/share/empty.conf", empty),
     ]
     return spec("rocm-core7.1", files, depends=["glibc >= 2.28"], provides=["rocm-core-abi = 1"],
-                prefix=PREFIX, scripts={"postinst": "postinst.j2", "postrm": "postrm.j2"})
+                prefix=PREFIX, scripts={"postinst": "postinst.j2", "postrm": "postrm.j2"},
+                links=alternatives(PREFIX), link_priority=priority("7.1.0"))
 
 
 def hooks_spec(src_dir) -> PackageSpec:
@@ -135,7 +137,8 @@ def hooks_spec(src_dir) -> PackageSpec:
     conf = source(src_dir, "rocm.conf", b"/opt/rocm-7.1.0/lib\n")
     files = [FileEntry(f"{PREFIX}/etc", DIR, 0o755), file_entry(f"{PREFIX}/etc/rocm.conf", conf)]
     return spec("rocm-hooks7.1", files, prefix=PREFIX, depends=["rocm-core7.1 = 7.1.0-1"],
-                scripts={"postinst": "postinst.j2", "prerm": "prerm.j2"})
+                scripts={"postinst": "postinst.j2", "prerm": "prerm.j2"},
+                links=alternatives(PREFIX), link_priority=priority("7.1.0"))
 
 
 def meta_spec() -> PackageSpec:
