@@ -67,7 +67,6 @@ from rocpkg.formats.streams import write_atomic
 from rocpkg.store.journal import recover
 from rocpkg.plan.naming import build_variant
 from rocpkg.store.outdir import MANIFEST_PARTS, Staging
-from rocpkg.store.manifest_schema import read_parts
 from rocpkg.builder.workers import Workers
 from rocpkg.builder import packing      # one package, as a worker writes it
 from rocpkg.builder.packing import PackageOutcome, Task, Written
@@ -228,15 +227,16 @@ def build_release(plan, out_dir: str | os.PathLike, *, formats: Iterable[str] | 
                                                                  chosen) as workers:
         with Staging(out_dir, formats) as staging:
             try:
-                releases.read_manifest(out_dir)     # a damaged manifest is refused before a byte is written
+                records = releases.read_recorded(out_dir)   # a damaged manifest is refused before a byte is written
                 archives = gate.archive_checks(plan, formats, whole_kernels=deep_check,
                                                starmap_async=workers.starmap_async)
                 states = recorded_states(out_dir, formats)
                 order = sorted(chosen, key=lambda s: (-s.payload_size, s.format, s.name))
-                stale, recorded, conflicts = _stale_and_recorded(out_dir, order, fingerprint_of, states, plan.settings)
+                stale, recorded, conflicts = _stale_and_recorded(out_dir, order, fingerprint_of, states, plan.settings,
+                                                                    records.owned)
                 result = BuildResult(out_dir, "", shard=shard)
                 result.allowed = gate.enforce(gate.refusals(plan, formats, config=config, archives=archives)
-                                              + out_version_order_refusals(out_dir, plan.settings, formats), allow)
+                                              + out_version_order_refusals(records, plan.settings, formats), allow)
                 if conflicts:
                     raise RocpkgInputError(*conflicts)
                 tasks = _tasks(stale, options, signer, staging, result, jobs or cores, cores, build)
@@ -255,11 +255,12 @@ def build_release(plan, out_dir: str | os.PathLike, *, formats: Iterable[str] | 
     return result
 
 
-def _stale_and_recorded(out_dir: str, order: list[m.PackageSpec], fingerprint_of, states, settings: dict):
+def _stale_and_recorded(out_dir: str, order: list[m.PackageSpec], fingerprint_of, states, settings: dict, owned):
     """(the packages to write, the outcomes of those up to date, the conflicts): a stale
     package's fingerprint is taken while it is written (packing.build_one); published bytes
     never change under one name-version-release, and a package's name and file belong to one
-    release and build variant of OUT (rocpkg.store.releases), so a conflict leaves nothing to write."""
+    release and build variant of OUT (rocpkg.store.releases), so a conflict leaves nothing to write.
+    owned: the package files each release of OUT owns (rocpkg.store.releases.Recorded)."""
     stale, recorded = [], []
     for spec in order:
         outcome = _up_to_date(spec, out_dir, fingerprint_of, states)
@@ -271,7 +272,6 @@ def _stale_and_recorded(out_dir: str, order: list[m.PackageSpec], fingerprint_of
     planned = [releases.Planned(s.format, s.name, s.version, s.release, s.arch,
                                 packing.outcome(s, 0, "", True).file, rewrite=id(s) in writes) for s in order]
     new = releases.ReleaseRecord(settings["version"], settings["release"], variant=build_variant(settings))
-    owned = releases.owned_packages(releases.read_manifest(out_dir), [doc for _, doc in read_parts(out_dir)])
     conflicts = releases.name_clashes(out_dir, planned, new, owned) + releases.conflicting_rebuilds(out_dir, planned)
     return ([] if conflicts else stale), recorded, conflicts
 

@@ -22,8 +22,7 @@ from rocpkg.builder.gate import VERSION_ORDER, Refusal
 from rocpkg.errors import RocpkgInputError
 from rocpkg.formats import registry
 from rocpkg.formats.plugin import Format
-from rocpkg.store.manifest_schema import read_parts
-from rocpkg.store.releases import SETUP_KIND, ReleaseRecord, manifest_releases, owned_packages, read_manifest
+from rocpkg.store.releases import SETUP_KIND, Recorded, ReleaseRecord, manifest_releases, read_manifest
 from rocpkg.plan.naming import build_variant
 from rocpkg.verify.view import Problem
 from rocpkg.formats.versions import evr
@@ -52,13 +51,11 @@ def version_order_refusals(records: Iterable[ReleaseRecord], version: str, relea
     return [Refusal(VERSION_ORDER, f"release {_full(new)}", _sentence(new, record, orders) + more)]
 
 
-def recorded_releases(out_dir, variant: str = "") -> list[ReleaseRecord]:
-    """Every release whose packages OUT records (module doc). A release known only from its
-    package entries carries their version-release, and `variant`: which build it was is
-    not recorded, so every build is held to it."""
-    doc = read_manifest(out_dir)
-    parts = [part for _, part in read_parts(out_dir)]
-    owned = owned_packages(doc, parts)
+def recorded_releases(recorded: Recorded, variant: str = "") -> list[ReleaseRecord]:
+    """Every release whose packages OUT records (module doc; recorded: OUT's records, read
+    once). A release known only from its package entries carries their version-release, and
+    `variant`: which build it was is not recorded, so every build is held to it."""
+    doc, owned = recorded.manifest, recorded.owned
     records: dict[str, ReleaseRecord] = {}
     for record in manifest_releases(doc) + [r for r, _ in owned]:
         records.setdefault(record.id, record)
@@ -73,12 +70,12 @@ def recorded_releases(out_dir, variant: str = "") -> list[ReleaseRecord]:
     return list(records.values())
 
 
-def out_version_order_refusals(out_dir, settings: dict, formats: Iterable[str] = ()) -> list[Refusal]:
+def out_version_order_refusals(recorded: Recorded, settings: dict, formats: Iterable[str] = ()) -> list[Refusal]:
     """version_order_refusals of the release a plan's settings describe (version, release,
-    epoch), built in `formats`, against every release OUT records (recorded_releases).
-    Reads OUT, writes nothing."""
+    epoch), built in `formats`, against every release OUT records (recorded_releases;
+    recorded: rocpkg.store.releases.read_recorded of OUT)."""
     variant = build_variant(settings)
-    return version_order_refusals(recorded_releases(out_dir, variant), settings["version"], settings["release"],
+    return version_order_refusals(recorded_releases(recorded, variant), settings["version"], settings["release"],
                                   settings.get("epoch", 0), variant, formats)
 
 

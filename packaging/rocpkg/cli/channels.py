@@ -51,10 +51,11 @@ def release_of_args(args, config, formats=()) -> None:
     from rocpkg.builder import gate
     from rocpkg.builder.version_order import out_version_order_refusals
     from rocpkg.plan.make import release_settings
+    from rocpkg.store.releases import read_recorded
 
     settings = release_settings(config, args.pkg_version, args.release)
     if not getattr(args, "shard", None):
-        gate.enforce(out_version_order_refusals(args.output, settings, formats),
+        gate.enforce(out_version_order_refusals(read_recorded(args.output), settings, formats),
                      gate.check_allow(args.allow or ()))
 
 

@@ -41,7 +41,7 @@ RPM_ARCH = re.compile(r"^[A-Za-z0-9_]+\Z")
 # A library name or symbol version that can stand in a control file line and an rpm
 # dependency without quoting (fullmatch: no trailing newline).
 LIBRARY_NAME = re.compile(r"[A-Za-z0-9_.+@-]+")
-_SUITE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")      # one directory name under deb/dists/
+_SUITE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")      # one directory name: dists/<suite>/, <suite>.db
 _DEB_UPSTREAM = re.compile(r"^[0-9][A-Za-z0-9.+~]*\Z")             # hyphens only with a revision
 _DEB_UPSTREAM_WITH_REVISION = re.compile(r"^[0-9][A-Za-z0-9.+~-]*\Z")
 _DEB_REVISION = re.compile(r"^[A-Za-z0-9.+~]+\Z")

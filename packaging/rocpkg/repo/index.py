@@ -9,10 +9,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import re
 import stat
 
 from rocpkg.errors import RocpkgInputError
+from rocpkg.formats.preflight import suite_problem
 from rocpkg.formats.registry import NAMES, REGISTERED
 from rocpkg.formats.sign import ARMORED_KEY_NAME
 from rocpkg.formats.streams import write_atomic
@@ -24,9 +24,6 @@ from rocpkg.store.outdir import MANIFEST_PARTS
 from rocpkg.store.state import recorded_states, rewrite_states
 from rocpkg.repo.urls import repository_url
 
-# A suite names an index (an APT suite is a directory under dists/ and a Release field; a
-# pacman database is <suite>.db): no separators, no dots first
-_SUITE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 
 def assemble_manifest(out_dir: str | os.PathLike) -> str | None:
@@ -78,9 +75,8 @@ def publish_repositories(out_dir: str, *, suite: str, signer=None, source_date_e
 
     if not os.path.isdir(out_dir):  # checked before the lock: nothing is created for a missing OUT
         raise RocpkgInputError((out_dir, "no such directory: build a release into it first"))
-    if not _SUITE_RE.fullmatch(suite):
-        raise RocpkgInputError(("--suite", f"{suite!r} is not a suite name (letters, digits, '.', '_', '-'; "
-                                          "it becomes a directory under deb/dists/)"))
+    if problem := suite_problem(suite):
+        raise RocpkgInputError(("--suite", problem))
     from rocpkg.verify.integrity import unrecorded_packages
 
     root = repository_url(out_dir, base_url)      # every source line's URL, checked before anything is written

@@ -27,7 +27,7 @@ from kpack.loader import FALLTHROUGH
 from rocpkg.errors import RocpkgInputError
 from rocpkg.formats.indexes import PackageRef
 from rocpkg.store.indexes import published_entries
-from rocpkg.store.manifest_schema import check_manifest
+from rocpkg.store.manifest_schema import check_manifest, read_parts
 from rocpkg.store.files import read_json
 from rocpkg.formats.streams import AtomicOutput
 
@@ -236,6 +236,24 @@ def _document(records: list[ReleaseRecord], packages: Iterable[dict], newest: Re
 
 
 # -- one owner per package name and file ------------------------------------------------------
+
+@dataclass(frozen=True)
+class Recorded:
+    """What OUT records, read once for a build's checks: manifest.json (None before the
+    first release), the shard parts not yet joined (manifest.d), and the package files
+    each release of either owns (owned_packages)."""
+
+    manifest: dict | None
+    parts: list[dict]
+    owned: list[tuple[ReleaseRecord, dict]]
+
+
+def read_recorded(out_dir: str | os.PathLike) -> Recorded:
+    """OUT's manifest.json and shard parts, each read and checked once (bad input refused)."""
+    doc = read_manifest(out_dir)
+    parts = [part for _, part in read_parts(os.fspath(out_dir))]
+    return Recorded(doc, parts, owned_packages(doc, parts))
+
 
 def owned_packages(doc: dict | None, parts: Iterable[dict] = ()) -> list[tuple[ReleaseRecord, dict]]:
     """(release, package entry) for each package file a release in OUT records: those of

@@ -58,11 +58,10 @@ def write_package(spec, out_dir, options):
 
 
 FORMAT = Format(
-    name="pacman", title="Arch Linux", suffix=SUFFIX, client="pacman", dialect="deb", metadata_suffix="PKGINFO",
+    name=rules.FORMAT, title="Arch Linux", suffix=SUFFIX, client="pacman", dialect="deb", metadata_suffix="PKGINFO",
     pin=_pin, external=_external, arch=_arch, file_name=file_name, pool=_pool, version=_version,
     writer="rocpkg.formats.pacman.plugin:write_package", reader="rocpkg.formats.pacman.reader:READER",
-    name_rule=re.compile(r"[a-z0-9@_+][a-z0-9@._+-]*"),
-    arch_rule=re.compile(r"[a-z0-9_]+"),
+    name_rule=rules.NAME, arch_rule=re.compile(r"[a-z0-9_]+"),
     version_problem=lambda evr: _problem(rules.split_full_version, evr),
     relation_problem=lambda relation: _problem(rules.relation, relation),
     templates=("pacman/PKGINFO.j2", "pacman/BUILDINFO.j2", "pacman/INSTALL.j2"), default_build=False,

@@ -49,7 +49,7 @@ ROOT = "pacman"                 # OUT/pacman/<arch>/
 DEFAULT_ARCH = "x86_64"
 ANY = "any"
 
-_NAME = re.compile(r"[a-z0-9@_+][a-z0-9@._+-]*")
+NAME = re.compile(r"[a-z0-9@_+][a-z0-9@._+-]*")    # makepkg's lint_pkgname, lower case
 _PKGVER = re.compile(r"[A-Za-z0-9._+]+")
 _PKGREL = re.compile(r"[0-9]+(\.[0-9]+)?")
 _OPERATORS = ("<=", ">=", "=", "<", ">")
@@ -68,7 +68,7 @@ def _refuse(where: str, what: str) -> RocpkgInputError:
 
 def name_problem(name: str) -> str:
     """Why `name` is no pacman package name ("" when it is one)."""
-    if _NAME.fullmatch(name):
+    if NAME.fullmatch(name):
         return ""
     return (f"{name!r} is not a pacman package name: lower-case letters, digits and @._+- only, "
             "not starting with - or .")
