@@ -231,7 +231,7 @@ def suite_problem(suite: str) -> str:
     at most 64): never '/', '.' or '..', a space or a control character."""
     if isinstance(suite, str) and _SUITE.fullmatch(suite):
         return ""
-    return f"{printable(str(suite))!r} is not a suite name (letters, digits, '.', '_', '-'; it becomes a " \
+    return f"{str(suite)!r} is not a suite name (letters, digits, '.', '_', '-'; it becomes a " \
            f"directory under deb/dists/)"
 
 
