@@ -17,6 +17,7 @@ from rocpkg.cli.common import (add_plan_options, add_subset_options, formats,
                                load_plan, print_snippets,
                                selected_packages, verbosity, warn_if_unsigned)
 from rocpkg.cli.channels import add_channel_options, release_of_args
+from rocpkg.cli.signing import add_signing_options, signer_of_args
 from rocpkg.errors import RocpkgInputError
 
 
@@ -122,19 +123,6 @@ def print_summary(result, stream=None) -> None:
     rate = f"{human_bytes(doc['payload_rate'])}/s of payload" if doc["payload_rate"] else "nothing rewritten"
     print(f"{len(result.packages)} packages in {result.seconds:.1f} s ({rate}) "
           f"with {result.concurrency}{shard}; manifest {result.manifest}", file=stream)
-
-
-def signer_of_args(args, source_date_epoch: int):
-    if args.gpg_home and not args.sign_key:
-        raise RocpkgInputError(("--gpg-home", "given without --sign-key"))
-    if not args.sign_key:
-        return None
-    from rocpkg.formats.sign import Signer
-
-    home = args.gpg_home or os.environ.get("GNUPGHOME") or os.path.expanduser("~/.gnupg")
-    signer = Signer(home, args.sign_key, signature_time=source_date_epoch)
-    signer.fingerprint  # an unusable key is bad input before anything is built  # noqa: B018
-    return signer
 
 
 def _cmd_build(args) -> int:
@@ -365,8 +353,7 @@ def register(sub) -> None:
     p.add_argument("--suite", default=None, help="with --repo: APT suite (default settings.suite)")
     p.add_argument("--base-url", default=None, help="with --repo: URL OUT is served at, for rocm.list/rocm.repo "
                                                     "(default file://OUT)")
-    p.add_argument("--gpg-home", default=None, help="GnuPG home of the signing key (default $GNUPGHOME)")
-    p.add_argument("--sign-key", default=None, help="sign RPM headers (and, with --repo, the repositories)")
+    add_signing_options(p, what="the RPM headers (and, with --repo, the repositories)")
     p.add_argument("--allow", action="append", default=None, metavar="CHECK",
                    help="build even though check CHECK fails (repeatable); recorded in manifest.json. "
                         "Checks: see `rocpkg verify` and README 'What build refuses'")

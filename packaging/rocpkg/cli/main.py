@@ -12,6 +12,7 @@ import sys
 
 import rocpkg
 from rocpkg.cli.channels import add_channel_options
+from rocpkg.cli.signing import add_signing_options
 from rocpkg.cli.common import (add_plan_options, add_subset_options, add_verbosity_options, formats, human_bytes, load_config_of, load_plan,
                                print_error, selected_packages, split_list, verbosity, warn_if_unsigned)
 from rocpkg.errors import RocpkgInputError
@@ -90,19 +91,14 @@ def _cmd_sample_artifacts(args) -> int:
 
 def _cmd_repo(args) -> int:
     """Index (and with a key, sign) each format's tree in OUT, and write the client snippets."""
+    from rocpkg.cli.signing import signer_of_args
     from rocpkg.formats.registry import REGISTERED
-    from rocpkg.formats.sign import Signer
     from rocpkg.store.dates import published_source_date_epoch
     from rocpkg.repo.index import publish_repositories
 
     out = args.out
-    if args.gpg_home and not args.sign_key:
-        raise RocpkgInputError(("--gpg-home", "given without --sign-key"))
     sde = published_source_date_epoch(out)
-    signer = None
-    if args.sign_key:
-        home = args.gpg_home or os.environ.get("GNUPGHOME") or os.path.expanduser("~/.gnupg")
-        signer = Signer(home, args.sign_key, signature_time=sde)
+    signer = signer_of_args(args, sde)
     snippets, manifest = publish_repositories(out, suite=args.suite, signer=signer, source_date_epoch=sde,
                                               base_url=args.base_url)
     signed = f", signed by {signer.fingerprint}" if signer else ", unsigned"
@@ -202,8 +198,7 @@ def _register_commands(sub) -> None:
 
     p = sub.add_parser("repo", help="index and sign the repositories under OUT (APT, DNF, pacman)")
     p.add_argument("out", metavar="OUT", help="a tree written by `rocpkg build`")
-    p.add_argument("--gpg-home", default=None, help="GnuPG home holding the signing key (default $GNUPGHOME)")
-    p.add_argument("--sign-key", default=None, help="key id, fingerprint or user id to sign with")
+    add_signing_options(p)
     p.add_argument("--suite", default="stable", help="APT suite, pacman database name (default stable)")
     p.add_argument("--base-url", default=None, help="URL OUT is served at, for the client snippets "
                                                     "(default file://OUT)")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from rocpkg.cli.build import signer_of_args
+from rocpkg.cli.signing import add_signing_options, signer_of_args
 from rocpkg.cli.channels import add_policy_option, prune_policy
 from rocpkg.cli.common import human_bytes, print_snippets
 from rocpkg.repo.urls import repository_url
@@ -14,8 +14,7 @@ from rocpkg.repo.urls import repository_url
 def _add_index_options(p) -> None:
     """What re-indexing needs, as `rocpkg repo` takes it."""
     p.add_argument("--suite", default="stable", help="APT suite (default stable)")
-    p.add_argument("--gpg-home", default=None, help="GnuPG home of the signing key (default $GNUPGHOME)")
-    p.add_argument("--sign-key", default=None, help="key to re-sign the indexes with (required when they are signed)")
+    add_signing_options(p, what="the indexes again (required when they are signed)")
     p.add_argument("--base-url", default=None, help="URL the repository is served at, for rocm.list/rocm.repo")
 
 
@@ -97,8 +96,7 @@ def register(sub) -> None:
     p.add_argument("dest", metavar="DEST", help="a new directory, outside OUT")
     p.add_argument("names", metavar="NAME", nargs="+", help="packages as users name them, e.g. rocm-gfx110x")
     p.add_argument("--suite", default="stable", help="APT suite (default stable)")
-    p.add_argument("--gpg-home", default=None, help="GnuPG home of the signing key (default $GNUPGHOME)")
-    p.add_argument("--sign-key", default=None, help="key to sign the bundle's indexes with")
+    add_signing_options(p, what="the bundle's indexes")
     p.set_defaults(func=_cmd_export)
 
     p = sub.add_parser("publish", help="upload OUT's repositories to a directory or s3://bucket/prefix, "

@@ -84,13 +84,17 @@ def publish_apt(out_dir: str | os.PathLike, *, suite: str = "stable", codename: 
             listed.append((f"{index_dir}/{name}", data))
             written += _write_by_hash(os.path.join(suite_dir, index_dir), data)
 
+    valid_for = getattr(signer, "valid_for", None)
     release = _release(listed, suite=suite, codename=codename or suite, origin=origin,
-                       label=label or origin, arches=arches, date=date)
+                       label=label or origin, arches=arches, date=date,
+                       valid_until=max(date, int(time.time())) + valid_for if valid_for else None)
     release_bytes = release.dump().encode("utf-8")
     signed = []
     if signer is not None:      # before anything is renamed: a signing failure changes nothing
         signed = [("Release.gpg", signer.detached_armored(release_bytes)),
                   ("InRelease", signer.clearsign(release_bytes))]
+        if not signed[1][1]:    # a signer without text-mode signatures: apt reads Release + Release.gpg
+            signed.pop()
 
     # Indexes renamed into place only once every by-hash copy exists, the Release files last.
     for rel, data in listed + [("Release", release_bytes)] + signed:
@@ -98,6 +102,8 @@ def publish_apt(out_dir: str | os.PathLike, *, suite: str = "stable", codename: 
     if signer is None:
         _remove_stale_signatures(suite_dir)
     else:
+        if len(signed) == 1:
+            _remove_stale_signatures(suite_dir, ("InRelease",))
         written += signer.export_public_keys(out_dir)
     digests.save()
     return written
@@ -260,13 +266,15 @@ def _refuse_conflicts(deb_root: str, stanzas: list[deb822.Packages],
 # -- index files -----------------------------------------------------------------------
 
 def _release(listed: list[tuple[str, bytes]], *, suite: str, codename: str, origin: str,
-             label: str, arches: list[str], date: int) -> deb822.Release:
+             label: str, arches: list[str], date: int, valid_until: int | None = None) -> deb822.Release:
     release = deb822.Release()
     release["Origin"] = origin
     release["Label"] = label
     release["Suite"] = suite
     release["Codename"] = codename
     release["Date"] = formatdate(date, usegmt=True)
+    if valid_until is not None:
+        release["Valid-Until"] = formatdate(valid_until, usegmt=True)
     release["Architectures"] = " ".join(arches)
     release["Components"] = COMPONENT
     release["Acquire-By-Hash"] = "yes"
@@ -304,9 +312,10 @@ def _write(path: str, data: bytes) -> str:
     return path
 
 
-def _remove_stale_signatures(suite_dir: str) -> None:
-    """An unsigned publish must not leave a signature over some older Release behind."""
-    for name in ("InRelease", "Release.gpg"):
+def _remove_stale_signatures(suite_dir: str, names=("InRelease", "Release.gpg")) -> None:
+    """An unsigned publish (or one without InRelease) must not leave a signature over some
+    older Release behind."""
+    for name in names:
         try:
             os.unlink(os.path.join(suite_dir, name))
         except FileNotFoundError:

@@ -110,8 +110,11 @@ class AptRepository:
         found = []
         for suite in suites(out_dir):
             top = f"{ROOT}/dists/{suite}"
-            found += [Signature(f"{top}/Release.gpg", f"{top}/Release"),
-                      Signature(f"{top}/InRelease", f"{top}/Release", clearsigned=True)]
+            found.append(Signature(f"{top}/Release.gpg", f"{top}/Release"))
+            # no InRelease beside a Release.gpg: a signer without text-mode signatures (rocpkg.formats.sign)
+            if os.path.exists(os.path.join(out_dir, top, "InRelease")) or \
+                    not os.path.exists(os.path.join(out_dir, top, "Release.gpg")):
+                found.append(Signature(f"{top}/InRelease", f"{top}/Release", clearsigned=True))
         return found
 
     def named_by_digest(self, rel):
