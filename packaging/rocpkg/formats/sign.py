@@ -39,6 +39,7 @@ clients enforce before anything is written.
 from __future__ import annotations
 
 import base64
+import copy
 import json
 import os
 import shutil
@@ -152,6 +153,20 @@ class Signer:
         given of those created at the same time)."""
         keys = self.keys()
         return max(keys, key=lambda f: (f.created, -keys.index(f)))
+
+    @property
+    def oldest(self) -> KeyFacts:
+        """The least recently created key (the first given of those created at the same time)."""
+        keys = self.keys()
+        return min(keys, key=lambda f: (f.created, keys.index(f)))
+
+    def only(self, fingerprint: str) -> "Signer":
+        """A copy of this signer that signs with one of its keys."""
+        one = copy.copy(self)
+        one.key_ids, one.key_id = (fingerprint,), fingerprint
+        one._facts = tuple(f for f in self.keys() if f.fingerprint == fingerprint)
+        one._exported = {}
+        return one
 
     @property
     def fingerprint(self) -> str:

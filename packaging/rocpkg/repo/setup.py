@@ -1,7 +1,8 @@
-"""The setup package of a signed repository, `<top>-repo` (top: the release's top
-meta-package, `amdrocm` for TheRock's config), one of each format that has one (its
-Repository's setup_files: none for pacman): installing it is the whole of a client's
-setup, signature checks on.
+"""The setup package of a signed repository, `<top>-repo-<channel>` (top: the release's top
+meta-package, `amdrocm` for TheRock's config; channel: that of OUT's newest release,
+rocpkg.inputs.channels; `<top>-repo` when no release names one), one of each format that
+has one (its Repository's setup_files: none for pacman): installing it is the whole of a
+client's setup, signature checks on.
 
   deb: /etc/apt/sources.list.d/<top>.sources (deb822, Signed-By the keyring it ships)
        /usr/share/keyrings/<top>-archive-keyring.gpg (binary; a name apart from the
@@ -15,8 +16,18 @@ format (deb/pool/main/, rpm/noarch/), so a new key reaches clients by `apt upgra
 `dnf upgrade`; manifest.json records them with kind "setup", in no release. Their version is a counter: a setup package whose files would
 be the same is left as it is (its description carries a digest of its files), one whose
 files change (a new key, URL or suite) is written as the next version and replaces the
-old one. Copies under stable names, OUT/<top>-repo.<format> (OUT/rocm-repo.deb), are the
-first download. An unsigned repository gets none: a setup package never turns checks off.
+old one. Its files are every signing key (a key rotation ships the old and the new), and
+with several keys its RPM header is signed by the oldest, the one every client set up
+before the rotation already trusts. Copies under stable names,
+OUT/<name>.<format> (OUT/rocm-repo-nightly.deb), are the first download. An unsigned
+repository gets none: a setup package never turns checks off.
+
+Identity: the setup packages of one top for different channels configure the same files,
+so each conflicts with, replaces and obsoletes the others (and the channel-less
+`<top>-repo`): installing another channel's setup package is an ordinary install that moves
+the machine over (apt, dnf and zypper remove the one it replaces). One name and version
+is never two contents: within OUT the version is a counter over the files' digest (the
+relations included), and each channel's name is its own.
 """
 from __future__ import annotations
 
@@ -33,6 +44,7 @@ from rocpkg.formats.registry import REGISTERED
 from rocpkg.formats.sign import Signer
 from rocpkg.formats.streams import AtomicOutput, copy_stream, hash_file
 from rocpkg.formats.urls import source_url
+from rocpkg.inputs.channels import CHANNELS
 from rocpkg.inputs.config import relation_names
 from rocpkg.model import FILE, KIND_FILES, BuildOptions, FileEntry, PackageSpec
 from rocpkg.store import releases
@@ -101,10 +113,32 @@ def write_setup_packages(out_dir: str, *, formats: list[str], base_url: str, sui
                                               "give --sign-key, or leave out --base-url"))
     top = top_metapackage(out_dir)
     files = {fmt: setup_files(fmt, top, base_url=base_url, suite=suite, signer=signer) for fmt in formats}
-    packages = [_write_one(out_dir, REGISTERED[fmt], top, files[fmt], source_date_epoch)
+    identity = setup_identity(top, out_channel(out_dir))
+    packages = [_write_one(out_dir, REGISTERED[fmt], identity, files[fmt], source_date_epoch, signer)
                 for fmt in formats if files[fmt]]
     _set_entries(out_dir, packages, [])      # the versions replaced are gone before anything reads the manifest
     return packages
+
+
+@dataclass(frozen=True)
+class SetupIdentity:
+    """A setup package's name and the names of the setup packages it takes the place of."""
+
+    name: str
+    replaces: tuple[str, ...]
+
+
+def out_channel(out_dir: str) -> str:
+    """The channel of OUT's newest release ("" when it names none, or OUT has no release)."""
+    records = releases.manifest_releases(releases.read_manifest(out_dir))
+    return max(records, key=releases.release_order).channel if records else ""
+
+
+def setup_identity(top: str, channel: str) -> SetupIdentity:
+    """`<top>-repo-<channel>` (`<top>-repo` without a channel), replacing the other channels'."""
+    names = [f"{top}-repo"] + [f"{top}-repo-{c}" for c in CHANNELS]
+    name = f"{top}-repo-{channel}" if channel else f"{top}-repo"
+    return SetupIdentity(name, tuple(n for n in names if n != name) if channel else ())
 
 
 def copy_stable_names(out_dir: str, packages: list[SetupPackage]) -> list[str]:
@@ -118,10 +152,11 @@ def copy_stable_names(out_dir: str, packages: list[SetupPackage]) -> list[str]:
     return paths
 
 
-def _write_one(out_dir: str, form: Format, top: str, files: dict[str, bytes],
-               source_date_epoch: int | None) -> SetupPackage:
-    name, digest = f"{top}-repo", files_digest(files)
-    probe = _spec(form, name, "0", files, digest, "")
+def _write_one(out_dir: str, form: Format, identity: SetupIdentity, files: dict[str, bytes],
+               source_date_epoch: int | None, signer: Signer) -> SetupPackage:
+    name = identity.name
+    digest = files_digest({**files, "\0replaces": " ".join(identity.replaces).encode()} if identity.replaces else files)
+    probe = _spec(form, identity, "0", files, digest, "")
     pool = os.path.join(out_dir, form.name, form.pool(probe))
     existing = _existing(pool, form, name)
     current = next((p for p in existing if p[2] == digest), None)
@@ -129,7 +164,9 @@ def _write_one(out_dir: str, form: Format, top: str, files: dict[str, bytes],
         path, version = current[0], current[1]
     else:
         version = max((int(v) for _, v, _ in existing if v.isdigit()), default=0) + 1
-        path = _build(pool, form, name, str(version), files, digest, source_date_epoch)
+        path = _build(pool, form, identity, str(version), files, digest, source_date_epoch)
+        if len(signer.fingerprints) > 1 and form.sign_in_place:   # by the key every client holds
+            form.load(form.sign_in_place)(path, signer.only(signer.oldest.fingerprint))
     change = active_change(out_dir)
     for old, _, _ in existing:
         if old != path:
@@ -158,11 +195,13 @@ def _existing(pool: str, form: Format, name: str) -> list[tuple[str, str, str]]:
     return found
 
 
-def _spec(form: Format, name: str, version: str, files: dict[str, bytes], digest: str, staging: str) -> PackageSpec:
+def _spec(form: Format, identity: SetupIdentity, version: str, files: dict[str, bytes], digest: str,
+          staging: str) -> PackageSpec:
     """The setup package as the format's writer takes it: architecture-independent, owning
     its files only (staged as staging/<n>), none of the system directories they are in."""
     entries = [FileEntry(path, FILE, 0o644, os.path.join(staging, str(index)), len(data))
                for index, (path, data) in enumerate(sorted(files.items()))]
+    name, others = identity.name, list(identity.replaces)
     return PackageSpec(
         format=form.name, name=name, version=version, release="1", arch=form.arch(True, {}, {}), kind=KIND_FILES,
         summary=f"{name.removesuffix('-repo')} package repository configuration and signing key",
@@ -170,10 +209,10 @@ def _spec(form: Format, name: str, version: str, files: dict[str, bytes], digest
                      f"this repository, with its signing key, every signature check on.\n\n"
                      f"Files digest: {digest}"),
         maintainer="rocpkg <rocpkg@localhost>", vendor="rocpkg", license="MIT", section="admin",
-        files=entries)
+        conflicts=others, replaces=others, obsoletes=others, files=entries)
 
 
-def _build(pool: str, form: Format, name: str, version: str, files: dict[str, bytes], digest: str,
+def _build(pool: str, form: Format, identity: SetupIdentity, version: str, files: dict[str, bytes], digest: str,
            source_date_epoch: int | None) -> str:
     """Write the package with the format's writer, its files staged in a temporary directory."""
     os.makedirs(pool, exist_ok=True)
@@ -182,7 +221,7 @@ def _build(pool: str, form: Format, name: str, version: str, files: dict[str, by
         for index, (_path, data) in enumerate(sorted(files.items())):
             with open(os.path.join(staging, str(index)), "wb") as fh:
                 fh.write(data)
-        spec = _spec(form, name, version, files, digest, staging)
+        spec = _spec(form, identity, version, files, digest, staging)
         return form.write(spec, pool, BuildOptions(source_date_epoch=source_date_epoch or 0)).path
     finally:
         shutil.rmtree(staging, ignore_errors=True)
