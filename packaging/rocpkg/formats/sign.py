@@ -145,7 +145,11 @@ class Signer:
 
     @property
     def fingerprints(self) -> tuple[str, ...]:
-        return tuple(f.fingerprint for f in self.keys())
+        """The keys' fingerprints, oldest first: the order of the signatures in a document
+        signed by all of them (libzypp 17.25 reads the first signature's key only, and every
+        client set up before a rotation holds the oldest)."""
+        keys = self.keys()
+        return tuple(f.fingerprint for f in sorted(keys, key=lambda f: (f.created, keys.index(f))))
 
     @property
     def newest(self) -> KeyFacts:
