@@ -267,3 +267,23 @@ def test_rpm_headers_carry_the_newest_keys_signature_only(via_program, tmp_path)
                    check=True)
     assert "signatures OK" in subprocess.run(["rpm", "--root", str(tmp_path), "-K", str(rpm)],
                                              capture_output=True, text=True).stdout
+
+
+def test_a_signer_is_plain_data_that_signs_in_another_process(via_program, tmp_path):
+    """Build workers sign RPM headers through a pickled copy of the Signer."""
+    import pickle
+    from concurrent.futures import ProcessPoolExecutor
+
+    from rocpkg.formats.sign import Signer
+
+    out, keys, old, new = via_program
+    signer = Signer(None, [old, new], program=str(out.parent / "signer"),
+                    public_keys=[out.parent / "old.asc", out.parent / "new.asc"])
+    assert signer.newest.fingerprint == new and signer.fingerprints == (old, new)
+    copy = pickle.loads(pickle.dumps(signer))
+    with ProcessPoolExecutor(1) as pool:
+        signature = pool.submit(copy.detached_binary, b"header bytes").result()
+    (tmp_path / "data").write_bytes(b"header bytes")
+    (tmp_path / "data.sig").write_bytes(signature)
+    ring = export_key(keys, new, tmp_path / "new.gpg", armored=False)
+    assert sqv(ring, tmp_path / "data.sig", tmp_path / "data").returncode == 0
