@@ -259,3 +259,13 @@ def test_a_key_or_url_change_is_a_new_version_and_one_version_is_one_content(tmp
     run_repo(out, home, key, other, base_url="https://example.org/rocm/nightly")
     assert package_from_header(read_rpm(str(out / "rocm-repo-nightly.rpm"))).version == "3"
     assert sorted(p.name for p in (out / "rpm/noarch").glob("rocm-repo-*.rpm")) == ["rocm-repo-nightly-3-1.noarch.rpm"]
+    # the stable-name copies are OUT's own files: checked by verify, sent by publish
+    from rocpkg.verify.integrity import check_integrity
+
+    assert check_integrity(str(out), keyring=str(out / "rocm.gpg"), formats=["deb", "rpm"]) == []
+    (out / "rocm-repo-nightly.deb").write_bytes(b"tampered")
+    assert any("rocm-repo-nightly.deb" in str(p) for p in check_integrity(str(out), keyring=None, formats=["deb"]))
+    run_repo(out, home, key, other, base_url="https://example.org/rocm/nightly")      # puts the copy back
+    published = rocpkg("publish", out, tmp_path / "www")
+    assert published.returncode == 0, published.stderr
+    assert (tmp_path / "www/rocm-repo-nightly.deb").read_bytes() == (out / "rocm-repo-nightly.deb").read_bytes()

@@ -120,14 +120,15 @@ class Signer:
         """Facts of each key, in the order given; a missing or ambiguous key is bad input."""
         if self._facts is None:
             if self.backend == GPG:
-                self._facts = tuple(self._find(self.gnupg_home, k, secret=True) for k in self.key_ids)
+                facts = tuple(self._find(self.gnupg_home, k, secret=True) for k in self.key_ids)
             else:
                 with self._public_home() as home:
-                    self._facts = tuple(self._find(home, k, secret=False) for k in self.key_ids)
-            seen = [f.fingerprint for f in self._facts]
+                    facts = tuple(self._find(home, k, secret=False) for k in self.key_ids)
+            seen = [f.fingerprint for f in facts]
             twice = sorted({f for f in seen if seen.count(f) > 1})
             if twice:
                 raise RocpkgInputError(("--sign-key", f"key {twice[0]} given more than once"))
+            self._facts = facts
         return self._facts
 
     def _find(self, home: str, key_id: str, *, secret: bool) -> KeyFacts:

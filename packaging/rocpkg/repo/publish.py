@@ -4,7 +4,7 @@ keeps every reader consistent while the copy runs:
 
   1. content-addressed files: packages, APT by-hash indexes, DNF `<sha256>-*.xml.gz`,
      the public keys — nothing names them yet — and the setup packages' stable-name
-     copies (OUT/<top>-repo.deb, .rpm: no index names them);
+     copies (OUT/<top>-repo[-<channel>].deb, .rpm: no index names them);
   2. the other index files (Packages, Packages.gz/.xz: apt fetches them by hash);
   3. the roots that name everything else, last, format by format, each in its
      Repository's order (Release, Release.gpg, InRelease; repomd.xml.asc, repomd.xml;

@@ -30,9 +30,9 @@ FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 OWN_DIRS = (".rocpkg", *FORMAT_NAMES, "control", "manifest.d")
 # (the keys: rocpkg.formats.sign's KEYRING_NAME, ARMORED_KEY_NAME; each format's client snippet)
 OWN_FILES = ("manifest.json", "rocm.gpg", "rocm.asc", *(f.snippet for f in REGISTERED.values() if f.snippet))
-# and the setup packages' stable-name copies, <top>-repo.<format> (rocpkg.repo.setup), whose
-# <top>, the release's top meta-package, is a lower-case package name
-SETUP_COPY_RE = re.compile(r"[a-z0-9][a-z0-9+.-]*-repo\.(?:%s)" % "|".join(map(re.escape, FORMAT_NAMES)))
+# and the setup packages' stable-name copies, <top>-repo[-<channel>].<format> (rocpkg.repo.setup),
+# whose <top>, the release's top meta-package, is a lower-case package name
+SETUP_COPY_RE = re.compile(r"[a-z0-9][a-z0-9+.-]*-repo(?:-[a-z]+)?\.(?:%s)" % "|".join(map(re.escape, FORMAT_NAMES)))
 RECORD_LIMIT = 256 << 20        # manifest.json, shard parts, journals, caches, publish records
 INDEX_LIMIT = 1 << 30           # an index file read back (Release, Packages, repomd.xml)
 
