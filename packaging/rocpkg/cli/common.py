@@ -190,3 +190,17 @@ def print_snippets(snippets: dict, signer) -> None:
         print(f"repositories: {', '.join(snippets.values())}"
               + (f", signed by {signer.fingerprint}" if signer else ", unsigned"))
         warn_if_unsigned(signer)
+
+
+def print_json(doc: dict) -> None:
+    """A command's --json document on stdout (its "schema" names it, README lists them);
+    warnings and progress stay on stderr."""
+    import json
+
+    json.dump(doc, sys.stdout, indent=1)
+    sys.stdout.write("\n")
+
+
+def plural(count: int, word: str, many: str | None = None) -> str:
+    """"1 release", "2 releases" (many: the plural when it is not word + "s")."""
+    return f"{count} {word if count == 1 else many or word + 's'}"

@@ -29,6 +29,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_verbosity_options(parser, top=True)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _register_commands(sub)
+    from rocpkg.cli.examples import add_examples
+
+    add_examples(sub.choices)
+    parser.set_defaults(root_parser=parser)    # `rocpkg completion` and `rocpkg man` are generated from it
     for command in sub.choices.values():  # `rocpkg build -q` as well as `rocpkg -q build`
         add_verbosity_options(command, top=False)
     return parser
@@ -224,11 +228,16 @@ def _register_commands(sub) -> None:
     from rocpkg.cli import repo as cli_repo  # prune, promote, publish
 
     cli_repo.register(sub)
+    from rocpkg.cli import contents as cli_contents, shell as cli_shell  # ls, show, diff, rm; completion, man
+
+    cli_contents.register(sub)
+    cli_shell.register(sub)
 
 
 # the trees each command reads or writes, by argument name: repaired before it runs
 TREES = {"build": ("output",), "repo": ("out",), "verify": ("out",), "prune": ("out",),
-         "promote": ("src", "dst"), "publish": ("out",), "export": ("out",)}
+         "promote": ("src", "dst"), "publish": ("out",), "export": ("out",),
+         "ls": ("out",), "show": ("out",), "diff": ("out",), "rm": ("out",)}
 
 
 def _repair_trees(args) -> None:

@@ -11,7 +11,7 @@ from rocpkg.cli.common import human_bytes, print_snippets
 from rocpkg.repo.urls import repository_url
 
 
-def _add_index_options(p) -> None:
+def add_index_options(p) -> None:
     """What re-indexing needs, as `rocpkg repo` takes it."""
     p.add_argument("--suite", default="stable", help="APT suite (default stable)")
     p.add_argument("--gpg-home", default=None, help="GnuPG home of the signing key (default $GNUPGHOME)")
@@ -19,7 +19,7 @@ def _add_index_options(p) -> None:
     p.add_argument("--base-url", default=None, help="URL the repository is served at, for rocm.list/rocm.repo")
 
 
-def _index_signer(args, out_dir: str):
+def index_signer(args, out_dir: str):
     from rocpkg.store.dates import published_source_date_epoch
 
     return signer_of_args(args, published_source_date_epoch(out_dir))
@@ -30,7 +30,7 @@ def _cmd_prune(args) -> int:
 
     policy = prune_policy(args)     # --policy (rocpkg.cli.channels), or None for --keep
     repository_url(os.path.abspath(args.out), args.base_url)   # refused before anything is moved
-    signer = None if args.dry_run else _index_signer(args, args.out)
+    signer = None if args.dry_run else index_signer(args, args.out)
     result = prune(args.out, keep=args.keep, keep_list=args.keep_release or [], suite=args.suite, signer=signer,
                    base_url=args.base_url, dry_run=args.dry_run, policy=policy)
     verb = "would remove" if args.dry_run else "removed"
@@ -44,7 +44,7 @@ def _cmd_prune(args) -> int:
 def _cmd_promote(args) -> int:
     from rocpkg.repo.lifecycle import promote
 
-    signer = _index_signer(args, args.src)
+    signer = index_signer(args, args.src)
     repository_url(os.path.abspath(args.dst), args.base_url)   # refused before anything is copied
     result = promote(args.src, args.dst, args.release, suite=args.suite, signer=signer, base_url=args.base_url)
     print(f"promoted {args.release}: {len(result.files)} package files copied into {args.dst}; "
@@ -66,7 +66,7 @@ def _cmd_publish(args) -> int:
 def _cmd_export(args) -> int:
     from rocpkg.repo.export import export_closure
 
-    signer = _index_signer(args, args.out)
+    signer = index_signer(args, args.out)
     result = export_closure(args.out, args.dest, args.names, signer=signer, suite=args.suite)
     counts = ", ".join(f"{fmt}: {len(names)}" for fmt, names in result.packages.items())
     print(f"exported {counts} packages into {result.dest}" + (f", signed by {signer.fingerprint}" if signer else ", unsigned"))
@@ -81,14 +81,14 @@ def register(sub) -> None:
     add_policy_option(p)
     p.add_argument("--keep-release", action="append", metavar="V-R", help="also keep this release (repeatable)")
     p.add_argument("--dry-run", action="store_true", help="only say what would be removed")
-    _add_index_options(p)
+    add_index_options(p)
     p.set_defaults(func=_cmd_prune)
 
     p = sub.add_parser("promote", help="copy a tested release's packages into another repository and re-index it")
     p.add_argument("src", metavar="SRC", help="the repository tree the tested release is in")
     p.add_argument("dst", metavar="DST", help="the repository tree of the channel it goes to (created if absent)")
     p.add_argument("--release", required=True, metavar="V-R", help="the release to promote, e.g. 7.1.0-1")
-    _add_index_options(p)
+    add_index_options(p)
     p.set_defaults(func=_cmd_promote)
 
     p = sub.add_parser("export", help="write an offline bundle: the named packages' dependency closure as a "
