@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 
 from rocpkg.cli.common import human_bytes, plural, print_json, print_snippets, verbosity
-from rocpkg.cli.repo import add_index_options, index_signer
+from rocpkg.cli.repo import add_index_options, index_signer, lifecycle_json
 from rocpkg.formats import registry
 
 
@@ -131,10 +131,7 @@ def _cmd_rm(args) -> int:
     result = remove_release(args.out, args.release, suite=args.suite, signer=signer, base_url=args.base_url,
                             dry_run=args.dry_run, allow_newest=args.allow_newest)
     if args.json:
-        print_json({"schema": "rocpkg-rm/1", "out": os.path.abspath(args.out), "release": args.release,
-                    "dry_run": args.dry_run, "files": result.files, "kept": result.kept,
-                    "repositories": sorted(result.snippets.values())})
-        return 0
+        return lifecycle_json("rocpkg-rm/1", args.out, result, release=args.release, dry_run=args.dry_run)
     verb = "would remove" if args.dry_run else "removed"
     print(f"{verb} release {args.release}: {plural(len(result.files), 'package file')}; "
           f"OUT {'would hold' if args.dry_run else 'holds'} {', '.join(result.kept) or 'no release'}")

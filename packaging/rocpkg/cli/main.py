@@ -13,7 +13,8 @@ import sys
 import rocpkg
 from rocpkg.cli.channels import add_channel_options
 from rocpkg.cli.common import (add_plan_options, add_subset_options, add_verbosity_options, formats, human_bytes, load_config_of, load_plan,
-                               print_error, selected_packages, split_list, verbosity, warn_if_unsigned)
+                               plural, print_error, print_json, selected_packages, split_list, verbosity,
+                               warn_if_unsigned)
 from rocpkg.errors import RocpkgInputError
 from rocpkg.formats.preflight import printable
 
@@ -109,6 +110,14 @@ def _cmd_repo(args) -> int:
         signer = Signer(home, args.sign_key, signature_time=sde)
     snippets, manifest = publish_repositories(out, suite=args.suite, signer=signer, source_date_epoch=sde,
                                               base_url=args.base_url)
+    if args.json:
+        print_json({"schema": "rocpkg-repo/1", "out": os.path.abspath(out), "suite": args.suite,
+                    "signed_by": signer.fingerprint if signer else None,
+                    "snippets": {k: v for k, v in snippets.items() if k in REGISTERED},
+                    "setup": {k[:-len("-setup")]: v for k, v in snippets.items() if k.endswith("-setup")},
+                    "manifest": manifest})
+        warn_if_unsigned(signer)
+        return 0
     signed = f", signed by {signer.fingerprint}" if signer else ", unsigned"
     for name, form in REGISTERED.items():
         if name in snippets:
@@ -149,6 +158,8 @@ def _cmd_verify(args) -> int:
     if args.json:
         json.dump(report.to_dict(), sys.stdout, indent=1)
         sys.stdout.write("\n")
+    elif verbosity(args) < 0:     # -q: the verdict only
+        print("OK: no problem found" if report.ok else f"FAILED: {plural(len(report.problems), 'problem')}")
     else:
         _print_verify_summary(report)
     for line in report.warnings:
@@ -164,9 +175,10 @@ def _print_verify_summary(report) -> None:
         c = report.counts.get(fmt, {})
         ids = "; ".join(f"{t}: {', '.join(v)}" for t, v in report.targets.get(fmt, {}).items()) or "-"
         mine = sum(1 for p in report.problems if p.format == fmt)
-        print(f"== {fmt}: {c.get('packages', 0)} packages, {c.get('host_binaries', 0)} host binaries with kernels, "
-              f"{c.get('archives', 0)} archives, {c.get('lookups', 0)} archive lookups, "
-              f"{c.get('kernels_checked', 0)} kernels checked, {mine} problems")
+        print(f"== {fmt}: {plural(c.get('packages', 0), 'package')}, "
+              f"{plural(c.get('host_binaries', 0), 'host binary', 'host binaries')} with kernels, "
+              f"{plural(c.get('archives', 0), 'archive')}, {plural(c.get('lookups', 0), 'archive lookup')}, "
+              f"{plural(c.get('kernels_checked', 0), 'kernel')} checked, {plural(mine, 'problem')}")
         print(f"  target IDs: {ids}")
         mine = [c for c in report.closures if c.format == fmt]
         print(f"  {len(mine)} meta-package closures computed; per family alias:")
@@ -176,7 +188,7 @@ def _print_verify_summary(report) -> None:
                 for target, names in closure.devices.items():
                     print(f"      {target}: {', '.join(names)}")
         print(f"  external: {', '.join(report.externals.get(fmt, [])) or '-'}")
-    print("OK: no problem found" if report.ok else f"FAILED: {len(report.problems)} problems")
+    print("OK: no problem found" if report.ok else f"FAILED: {plural(len(report.problems), 'problem')}")
 
 
 def _register_commands(sub) -> None:
@@ -211,6 +223,8 @@ def _register_commands(sub) -> None:
     p.add_argument("--suite", default="stable", help="APT suite, pacman database name (default stable)")
     p.add_argument("--base-url", default=None, help="URL OUT is served at, for the client snippets "
                                                     "(default file://OUT)")
+    p.add_argument("--json", action="store_true", help="the snippets, setup packages and signer as JSON "
+                                                       "(schema rocpkg-repo/1)")
     p.set_defaults(func=_cmd_repo)
 
     p = sub.add_parser("verify", help="prove every host binary finds its kernels, before or after building")
