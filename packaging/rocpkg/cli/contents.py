@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-from rocpkg.cli.common import human_bytes, plural, print_json, print_snippets, verbosity
+from rocpkg.cli.common import human_bytes, plural, print_json, print_snippets, shortened, verbosity
 from rocpkg.cli.repo import add_index_options, index_signer, lifecycle_json
 from rocpkg.formats import registry
 
@@ -44,8 +44,7 @@ def _cmd_ls(args) -> int:
     if rows:
         table = [("release", "channel", "date", "size", *formats, "targets")]
         for r in rows:
-            targets = ", ".join(r.targets) if verbosity(args) > 0 or len(r.targets) <= 4 else \
-                f"{', '.join(r.targets[:3])} and {len(r.targets) - 3} more"
+            targets = shortened(r.targets, verbosity(args), shown=4)
             table.append((r.id + (" *" if r.newest else ""), r.channel or "-", r.date or "-", human_bytes(r.size),
                           *(str(r.packages.get(f, "-")) for f in formats), targets or "-"))
         for line in _table(table, right={3, *range(4, 4 + len(formats))}):

@@ -12,9 +12,9 @@ import sys
 
 import rocpkg
 from rocpkg.cli.channels import add_channel_options
-from rocpkg.cli.common import (add_plan_options, add_subset_options, add_verbosity_options, formats, human_bytes, load_config_of, load_plan,
-                               plural, print_error, print_json, selected_packages, split_list, verbosity,
-                               warn_if_unsigned)
+from rocpkg.cli.common import (Activity, add_plan_options, add_subset_options, add_verbosity_options, formats, human_bytes, load_config_of, load_plan,
+                               plural, print_error, print_json, print_problems, selected_packages, shortened,
+                               split_list, verbosity, warn_if_unsigned)
 from rocpkg.errors import RocpkgInputError
 from rocpkg.formats.preflight import printable
 
@@ -66,8 +66,8 @@ def _cmd_plan(args) -> int:
             rows.append((s.name, s.kind, s.target or s.family, str(files), human_bytes(s.payload_size),
                          ", ".join(s.depends)))
         widths = [max(len(r[i]) for r in rows) for i in range(5)]
-        print(f"== {fmt}: {len(specs)} packages, version {plan.settings['version']}-{plan.settings['release']}, "
-              f"targets {', '.join(plan.targets) or '-'}")
+        print(f"== {fmt}: {plural(len(specs), 'package')}, version {plan.settings['version']}-"
+              f"{plan.settings['release']}, targets {shortened(plan.targets, verbosity(args)) or '-'}")
         for r in rows:
             print("  ".join(c.ljust(w) for c, w in zip(r[:5], widths)) + "  " + r[5])
         print()
@@ -108,14 +108,16 @@ def _cmd_repo(args) -> int:
     if args.sign_key:
         home = args.gpg_home or os.environ.get("GNUPGHOME") or os.path.expanduser("~/.gnupg")
         signer = Signer(home, args.sign_key, signature_time=sde)
-    snippets, manifest = publish_repositories(out, suite=args.suite, signer=signer, source_date_epoch=sde,
-                                              base_url=args.base_url)
+    with Activity(f"indexing {out}", args):
+        snippets, manifest = publish_repositories(out, suite=args.suite, signer=signer, source_date_epoch=sde,
+                                                  base_url=args.base_url)
     if args.json:
         print_json({"schema": "rocpkg-repo/1", "out": os.path.abspath(out), "suite": args.suite,
                     "signed_by": signer.fingerprint if signer else None,
-                    "snippets": {k: v for k, v in snippets.items() if k in REGISTERED},
-                    "setup": {k[:-len("-setup")]: v for k, v in snippets.items() if k.endswith("-setup")},
-                    "manifest": manifest})
+                    "snippets": {k: os.path.abspath(v) for k, v in snippets.items() if k in REGISTERED},
+                    "setup": {k[:-len("-setup")]: os.path.abspath(v) for k, v in snippets.items()
+                              if k.endswith("-setup")},
+                    "manifest": manifest and os.path.abspath(manifest)})
         warn_if_unsigned(signer)
         return 0
     signed = f", signed by {signer.fingerprint}" if signer else ", unsigned"
@@ -147,9 +149,11 @@ def _cmd_verify(args) -> int:
         from rocpkg.builder.version_order import out_order_problems
         from rocpkg.verify.integrity import check_integrity
 
-        report = verify_tree(args.out, formats=formats(args), release=args.release, lookup=args.kpack_lookup)
-        report.problems += check_integrity(args.out, keyring=args.keyring, formats=formats(args))
-        report.problems += out_order_problems(args.out)    # releases that apt or dnf would not upgrade to
+        with Activity(f"verifying {args.out}", args) as activity:
+            report = verify_tree(args.out, formats=formats(args), release=args.release, lookup=args.kpack_lookup)
+            activity.update("packages read; hashing files and checking indexes")
+            report.problems += check_integrity(args.out, keyring=args.keyring, formats=formats(args))
+            report.problems += out_order_problems(args.out)    # releases that apt or dnf would not upgrade to
     elif args.artifacts:
         config = load_config_of(args)
         report = verify_plan(load_plan(args, config), config)
@@ -282,8 +286,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.flush()  # a closed pipe shows up here when the output fits the buffer
         return status
     except RocpkgInputError as exc:
-        for where, what in exc.problems:
-            print_error(where, what)
+        print_problems(exc.problems, verbosity(args))
         return 2
     except BrokenPipeError:  # `rocpkg plan | head`: the reader left, nothing is wrong
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -7,7 +7,7 @@ import os
 
 from rocpkg.cli.build import signer_of_args
 from rocpkg.cli.channels import add_policy_option, prune_policy
-from rocpkg.cli.common import human_bytes, plural, print_json, print_snippets, verbosity
+from rocpkg.cli.common import Activity, human_bytes, plural, print_json, print_snippets, verbosity
 from rocpkg.repo.urls import repository_url
 
 
@@ -71,7 +71,15 @@ def _cmd_publish(args) -> int:
     from rocpkg.repo.publish import destination, publish
 
     dest = destination(args.dest, args.endpoint_url, allow_bucket_root=args.allow_bucket_root)
-    result = publish(args.out, dest, keep_removed=args.keep_removed, check=not args.no_check)
+    with Activity(f"publishing {args.out} to {args.dest}", args) as activity:
+        sent = [0, 0]
+
+        def progress(what: str, item) -> None:
+            if what == "sent":
+                sent[0], sent[1] = sent[0] + 1, sent[1] + item.size
+                activity.update(f"{plural(sent[0], 'file')} sent ({human_bytes(sent[1])})")
+
+        result = publish(args.out, dest, keep_removed=args.keep_removed, check=not args.no_check, progress=progress)
     if args.json:
         print_json({"schema": "rocpkg-publish/1", "out": os.path.abspath(args.out), "dest": result.dest,
                     "sent": result.sent, "bytes_sent": result.bytes_sent, "unchanged": result.unchanged,
@@ -86,7 +94,8 @@ def _cmd_export(args) -> int:
     from rocpkg.repo.export import export_closure
 
     signer = index_signer(args, args.out)
-    result = export_closure(args.out, args.dest, args.names, signer=signer, suite=args.suite)
+    with Activity(f"exporting {', '.join(args.names)} into {args.dest}", args):
+        result = export_closure(args.out, args.dest, args.names, signer=signer, suite=args.suite)
     if args.json:
         print_json({"schema": "rocpkg-export/1", "out": os.path.abspath(args.out), "dest": result.dest,
                     "packages": result.packages, "tarball": result.tarball, "size": result.size,
