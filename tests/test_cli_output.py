@@ -86,6 +86,14 @@ def test_detect_speaks_json(tmp_path, two_releases):  # noqa: F811
 
 # -- -q -------------------------------------------------------------------------------------------
 
+def test_repo_prune_and_rm_quiet_say_the_result_only(out):
+    done = ok("repo", out, "-q")
+    assert done.stdout == "" and done.stderr.startswith("warning: unsigned repository")
+    assert ok("prune", out, "--keep", "2", "-q").stdout.splitlines() == [f"removed 0 releases (none), 0 package "
+                                                                        f"files; kept {R1}, {R2}"]
+    assert ok("rm", out, R1, "-q").stdout.splitlines() == [f"removed release {R1}: 26 package files; OUT holds {R2}"]
+
+
 def test_verify_quiet_says_the_verdict_only(two_releases):  # noqa: F811
     done = ok("verify", two_releases / "out", "-q")
     assert done.stdout.splitlines() == ["OK: no problem found"]

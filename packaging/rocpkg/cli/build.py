@@ -191,7 +191,7 @@ def _build(args, shard, workers) -> int:
         snippets, _ = publish_repositories(os.path.abspath(args.output), suite=args.suite or settings["suite"],
                                              signer=signer, source_date_epoch=sde, base_url=args.base_url)
         summary["repositories"] = sorted(snippets.values())
-        if args.json:
+        if args.json or verbosity(args) < 0:
             warn_if_unsigned(signer)
         else:
             print_snippets(snippets, signer)

@@ -120,6 +120,9 @@ def _cmd_repo(args) -> int:
                     "manifest": manifest and os.path.abspath(manifest)})
         warn_if_unsigned(signer)
         return 0
+    if verbosity(args) < 0:        # -q: the warnings only
+        warn_if_unsigned(signer)
+        return 0
     signed = f", signed by {signer.fingerprint}" if signer else ", unsigned"
     for name, form in REGISTERED.items():
         if name in snippets:
