@@ -125,6 +125,18 @@ def test_a_rebuild_with_changed_inputs_is_one_line_with_a_count(out, two_release
     assert snapshot(out) == before
 
 
+def test_a_promote_conflict_is_one_line_with_a_count(out, tmp_path):
+    dst = tmp_path / "stable"
+    ok("promote", out, dst, "--release", R1, "-q")
+    for package in [*dst.glob("deb/pool/main/*.deb"), *dst.glob("rpm/*/*.rpm")]:
+        package.write_bytes(package.read_bytes() + b"\0")         # other bytes under the same names
+    before = snapshot(dst)
+    errors = refusal_lines(run("promote", out, dst, "--release", R1), ["DST already has"])
+    assert len(errors) == 2 and errors[1] == "error: ... and 25 more like it (-v shows every one)"
+    assert len(refusal_lines(run("promote", out, dst, "--release", R1, "-v"), ["DST already has"])) == 26
+    assert snapshot(dst) == before
+
+
 def test_an_unknown_target_names_the_closest_not_the_whole_table(two_releases):  # noqa: F811
     done = run("plan", "-c", two_releases / "package.json", "-a", two_releases / "artifacts", "--targets", "gfx1110")
     (line,) = refusal_lines(done, ["--targets", "gfx1110", "closest: gfx1100, gfx1101"])
