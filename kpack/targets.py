@@ -306,10 +306,37 @@ def release_target_problem(target: str, families: dict[str, list[str]] | None = 
 _LIST_SEPARATORS = re.compile(r"[,;\s]+")
 
 
-def _known_names(families: dict[str, list[str]]) -> str:
-    processors = [name for name in MACH_BY_PROCESSOR if not name.endswith("-generic")]
-    return (f"known families: {', '.join(families)}; known processors: {', '.join(processors)} "
-            f"(optionally with :xnack± / :sramecc±, or as ROCr's {ISA_PREFIX}<target>)")
+def _known_names(families: dict[str, list[str]], name: str = "") -> str:
+    """What a refusal of `name` suggests: the closest known family and processor names
+    (_closest), else the families; never the whole processor table."""
+    processors = [p for p in MACH_BY_PROCESSOR if not p.endswith("-generic")]
+    head = split_target(strip_isa_prefix(name))[0] if name else ""
+    near = _closest(head, [*dict.fromkeys([*processors, *families])]) if head else []
+    said = f"closest: {', '.join(near)}" if near else f"known families: {', '.join(families)}"
+    return (f"{said} ({len(processors)} processors and {len(families)} families are known; a target may carry "
+            f":xnack± / :sramecc±, or be ROCr's {ISA_PREFIX}<target>)")
+
+
+def _closest(word: str, names: list[str], count: int = 4) -> list[str]:
+    """The `count` names most like `word` (difflib's ratio at least 0.6), nearest first by
+    the longest common start, then the ratio, then the distance of their numbers
+    (gfx1110 -> gfx1101, gfx1100 before gfx1310); listed in the table's order."""
+    import difflib
+    import os.path
+
+    def number(text: str) -> int | None:
+        digits = text.lower().removeprefix("gfx")
+        return int(digits, 16) if digits and all(c in "0123456789abcdef" for c in digits) else None
+
+    def rank(name: str):
+        ratio = difflib.SequenceMatcher(None, word.lower(), name.lower()).ratio()
+        a, b = number(word), number(name)
+        return (-len(os.path.commonprefix([word.lower(), name.lower()])), -ratio,
+                abs(a - b) if a is not None and b is not None else 1 << 32)
+
+    near = [n for n in names if difflib.SequenceMatcher(None, word.lower(), n.lower()).ratio() >= 0.6]
+    chosen = set(sorted(near, key=rank)[:count])
+    return [n for n in names if n in chosen]
 
 
 def parse_target_list(text: str, families: dict[str, list[str]] | None = None) -> list[str]:
@@ -345,9 +372,10 @@ def _expand_name(name: str, families: dict[str, list[str]]) -> list[str]:
         lowered = name.lower()
         if lowered != name and (is_target(lowered) or _lookup(families, lowered)):
             raise InvalidTargetError(f"unknown target {name!r} (did you mean {lowered!r}?)") from None
-        raise InvalidTargetError(f"unknown target {name!r}; {_known_names(families)}") from None
+        raise InvalidTargetError(f"unknown target {name!r}; {_known_names(families, name)}") from None
     if tid.processor not in MACH_BY_PROCESSOR:
-        raise InvalidTargetError(f"unknown processor {tid.processor!r} in {name!r}; {_known_names(families)}")
+        raise InvalidTargetError(f"unknown processor {tid.processor!r} in {name!r}; "
+                                 f"{_known_names(families, tid.processor)}")
     unsupported = sorted(set(tid.features) - supported_features(tid.processor))
     if unsupported:
         raise InvalidTargetError(f"{name!r}: {tid.processor} has no {' or '.join(unsupported)} feature "

@@ -45,7 +45,8 @@ def test_anything_else_is_refused_naming_the_value_and_what_is_known(text, messa
     assert "\n" not in str(caught.value)
 
 
-def test_the_refusal_lists_the_known_families_and_processors():
+def test_the_refusal_names_the_closest_targets_not_the_whole_table():
     with pytest.raises(InvalidTargetError) as caught:
-        parse_target_list("gfx11")
-    assert "gfx110X" in str(caught.value) and "gfx1201" in str(caught.value)
+        parse_target_list("gfx1110")
+    assert "closest: gfx1100, gfx1101, gfx1102, gfx1103 (" in str(caught.value)
+    assert "gfx600" not in str(caught.value) and len(str(caught.value)) < 300

@@ -14,7 +14,7 @@ from kpack import targets as kt
 from rocpkg.formats import compression, registry
 from rocpkg.cli.common import (add_plan_options, add_subset_options, formats,
                                human_bytes, interactive, load_config_of,
-                               load_plan, print_snippets,
+                               load_plan, print_json, print_snippets,
                                selected_packages, verbosity, warn_if_unsigned)
 from rocpkg.cli.channels import add_channel_options, release_of_args
 from rocpkg.cli.signing import add_signing_options, signer_of_args
@@ -179,7 +179,7 @@ def _build(args, shard, workers) -> int:
         snippets, _ = publish_repositories(os.path.abspath(args.output), suite=args.suite or settings["suite"],
                                              signer=signer, source_date_epoch=sde, base_url=args.base_url)
         summary["repositories"] = sorted(snippets.values())
-        if args.json:
+        if args.json or verbosity(args) < 0:
             warn_if_unsigned(signer)
         else:
             print_snippets(snippets, signer)
@@ -270,21 +270,24 @@ def _cmd_demo(args) -> int:
         result = run_demo(args.out, jobs=args.jobs, progress=display)
     finally:
         display.close()
-    print_summary(result.build)
-    for name, seconds in result.steps:
-        print(f"  {name}: {seconds:.1f} s")
-    if result.key_fingerprint:
-        print(f"signed with throwaway demo key {result.key_fingerprint} (GnuPG home {result.gnupg_home})")
-    else:
-        print("unsigned: gpg is not installed")
+    quiet = verbosity(args) < 0         # -q: the verdict and the problems only
+    if not quiet:
+        print_summary(result.build)
+        for name, seconds in result.steps:
+            print(f"  {name}: {seconds:.1f} s")
+        if result.key_fingerprint:
+            print(f"signed with throwaway demo key {result.key_fingerprint} (GnuPG home {result.gnupg_home})")
+        else:
+            print("unsigned: gpg is not installed")
     if result.verify is not None:
         problems = getattr(result.verify, "problems", None)
         ok = getattr(result.verify, "ok", not problems)
         print(f"verify: {'ok' if ok else 'PROBLEMS'}")
         for problem in problems or []:
             print(f"  {problem.line() if hasattr(problem, 'line') else problem}")
-    print(f"demo done in {time.perf_counter() - started:.1f} s")
-    print("\n".join(_install_instructions(result)))
+    if not quiet:
+        print(f"demo done in {time.perf_counter() - started:.1f} s")
+        print("\n".join(_install_instructions(result)))
     return 0 if result.verify is None or getattr(result.verify, "ok", True) else 1
 
 
@@ -302,7 +305,7 @@ def _cmd_detect(args) -> int:
     config = load_config_of(args)
     settings = config.settings
     gpus = detect.detect_gpus(args.sysfs, settings["families"])
-    if not gpus:
+    if not gpus and not args.json:
         print(f"no AMD GPU found (no KFD GPU node under {args.sysfs}/class/kfd/kfd/topology/nodes)")
         return 0
     # what can really be installed: the packages of a built tree or of a plan, if given
@@ -316,21 +319,32 @@ def _cmd_detect(args) -> int:
     # the formats a user can install from: the tree's or the plan's, else the default ones
     shown = [(fmt, form) for fmt, form in registry.REGISTERED.items()
              if (fmt in available if available is not None else form.default_build)]
+    found = []
     for gpu in gpus:
-        name = f" ({gpu.name})" if gpu.name and gpu.name != gpu.target else ""
-        if gpu.family is None:
-            print(f"node {gpu.node}: {gpu.target}{name}: in no family of this release's table, no package for it")
+        row = {"node": gpu.node, "target": gpu.target, "name": gpu.name or "", "family": gpu.family, "install": []}
+        found.append(row)
+        if gpu.family is not None:
+            alias = _alias_name(gpu.family, settings, abi)
+            row["install"] = [{"format": fmt, "package": form.install_name(alias),
+                               "command": form.install_command.format(form.install_name(alias))}
+                              for fmt, form in shown if available is None or alias.lower() in available.get(fmt, ())]
+            if not row["install"]:
+                row["served"] = sorted(f for f in settings["families"] or kt.FAMILIES
+                                       if any(_alias_name(f, settings, abi).lower() in names
+                                              for names in available.values()))
+    if args.json:
+        print_json({"schema": "rocpkg-detect/1", "checked_against": source or None, "gpus": found})
+        return 0
+    for row in found:
+        name = f" ({row['name']})" if row["name"] and row["name"] != row["target"] else ""
+        if row["family"] is None:
+            print(f"node {row['node']}: {row['target']}{name}: in no family of this release's table, no package for it")
             continue
-        alias = _alias_name(gpu.family, settings, abi)
-        print(f"node {gpu.node}: {gpu.target}{name}, family {gpu.family}")
-        lines = [form.install_command.format(form.install_name(alias)) for fmt, form in shown
-                 if available is None or alias.lower() in available.get(fmt, ())]
-        for line in lines:
-            print(f"  {line}")
-        if not lines:
-            served = sorted(f for f in settings["families"] or kt.FAMILIES
-                            if any(_alias_name(f, settings, abi).lower() in names for names in available.values()))
-            print(f"  {source} has no package for {gpu.family} (it serves: {', '.join(served) or 'no family'})")
+        print(f"node {row['node']}: {row['target']}{name}, family {row['family']}")
+        for item in row["install"]:
+            print(f"  {item['command']}")
+        if "served" in row:
+            print(f"  {source} has no package for {row['family']} (it serves: {', '.join(row['served']) or 'no family'})")
     if available is None and verbosity(args) >= 0:
         print("note: names not checked against a repository: give --repo OUT or -a ARTIFACTS", file=sys.stderr)
     return 0
@@ -373,4 +387,6 @@ def register(sub) -> None:
     p.add_argument("--repo", default=None, metavar="OUT", help="suggest only packages this built tree has "
                                                                 "(its manifest.json)")
     add_plan_options(p, artifacts_required=False)
+    p.add_argument("--json", action="store_true", help="the GPUs found and what to install, as JSON "
+                                                       "(schema rocpkg-detect/1)")
     p.set_defaults(func=_cmd_detect)

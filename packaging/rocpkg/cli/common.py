@@ -190,3 +190,91 @@ def print_snippets(snippets: dict, signer) -> None:
         print(f"repositories: {', '.join(snippets.values())}"
               + (f", signed by {signer.fingerprint}" if signer else ", unsigned"))
         warn_if_unsigned(signer)
+
+
+def print_json(doc: dict) -> None:
+    """A command's --json document on stdout (its "schema" names it, README lists them);
+    warnings and progress stay on stderr."""
+    import json
+
+    json.dump(doc, sys.stdout, indent=1)
+    sys.stdout.write("\n")
+
+
+def plural(count: int, word: str, many: str | None = None) -> str:
+    """"1 release", "2 releases" (many: the plural when it is not word + "s")."""
+    return f"{count} {word if count == 1 else many or word + 's'}"
+
+
+ALIKE_SHOWN = 4     # a cause with this many problems or more is said once, with a count
+
+
+def alike(a: str, b: str) -> bool:
+    """Whether two problem texts say one cause of different things: as many words, at
+    least six, differing in a few of them (the names, versions, paths they are about)."""
+    x, y = a.split(), b.split()
+    if len(x) != len(y) or len(x) < 6:
+        return False
+    return sum(1 for p, q in zip(x, y) if p != q) <= max(2, len(x) // 6)
+
+
+def print_problems(problems, verbosity_level: int = 0) -> None:
+    """The `error:` lines of a refusal: each problem once; of problems that say one cause
+    (alike) ALIKE_SHOWN or more times, the first and a count ("... and 201 more like it"),
+    every one with -v."""
+    groups: list[list[tuple[str, str]]] = []
+    for problem in problems:
+        group = next((g for g in groups if alike(g[0][1], problem[1])), None)
+        if group is None:
+            groups.append([problem])
+        else:
+            group.append(problem)
+    for group in groups:
+        if len(group) < ALIKE_SHOWN or verbosity_level > 0:
+            for where, what in group:
+                print_error(where, what)
+        else:
+            print_error(*group[0])
+            print_error("", f"... and {len(group) - 1} more like it (-v shows every one)")
+
+
+def shortened(names, verbosity_level: int = 0, shown: int = 6) -> str:
+    """A list of names as one line says it: all of them with -v or when few, else the first
+    few and how many more ("gfx900, gfx906, ... and 18 more")."""
+    names = list(names)
+    if verbosity_level > 0 or len(names) <= shown:
+        return ", ".join(names)
+    return f"{', '.join(names[:shown - 1])}, ... and {len(names) - shown + 1} more (-v lists all)"
+
+
+class Activity:
+    """Progress of a long command on a terminal: one transient rich line on stderr (a
+    spinner, what is being done, what update() last said, the time taken), gone when
+    the command ends. Nothing at all in a pipe, in CI, under -q or -v (whose lines it
+    would garble): captured output never holds it."""
+
+    def __init__(self, label: str, args=None):
+        self.label = label
+        self.on = interactive() and verbosity(args) == 0
+        self.bar = None
+
+    def __enter__(self) -> "Activity":
+        if self.on:
+            from rich.console import Console
+            from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+            self.bar = Progress(SpinnerColumn(), TextColumn("{task.description}"), TextColumn("{task.fields[detail]}"),
+                                TimeElapsedColumn(), console=Console(stderr=True), transient=True)
+            self.bar.start()
+            self.task = self.bar.add_task(self.label, total=None, detail="")
+        return self
+
+    def update(self, detail: str) -> None:
+        if self.bar is not None:
+            self.bar.update(self.task, detail=detail)
+
+    def __exit__(self, *exc) -> bool:
+        if self.bar is not None:
+            self.bar.stop()
+            self.bar = None
+        return False

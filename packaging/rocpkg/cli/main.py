@@ -13,8 +13,9 @@ import sys
 import rocpkg
 from rocpkg.cli.channels import add_channel_options
 from rocpkg.cli.signing import add_signing_options
-from rocpkg.cli.common import (add_plan_options, add_subset_options, add_verbosity_options, formats, human_bytes, load_config_of, load_plan,
-                               print_error, selected_packages, split_list, verbosity, warn_if_unsigned)
+from rocpkg.cli.common import (Activity, add_plan_options, add_subset_options, add_verbosity_options, formats, human_bytes, load_config_of, load_plan,
+                               plural, print_error, print_json, print_problems, selected_packages, shortened,
+                               split_list, verbosity, warn_if_unsigned)
 from rocpkg.errors import RocpkgInputError
 from rocpkg.formats.preflight import printable
 
@@ -30,6 +31,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_verbosity_options(parser, top=True)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _register_commands(sub)
+    from rocpkg.cli.examples import add_examples
+
+    add_examples(sub.choices)
+    parser.set_defaults(root_parser=parser)    # `rocpkg completion` and `rocpkg man` are generated from it
     for command in sub.choices.values():  # `rocpkg build -q` as well as `rocpkg -q build`
         add_verbosity_options(command, top=False)
     return parser
@@ -62,8 +67,8 @@ def _cmd_plan(args) -> int:
             rows.append((s.name, s.kind, s.target or s.family, str(files), human_bytes(s.payload_size),
                          ", ".join(s.depends)))
         widths = [max(len(r[i]) for r in rows) for i in range(5)]
-        print(f"== {fmt}: {len(specs)} packages, version {plan.settings['version']}-{plan.settings['release']}, "
-              f"targets {', '.join(plan.targets) or '-'}")
+        print(f"== {fmt}: {plural(len(specs), 'package')}, version {plan.settings['version']}-"
+              f"{plan.settings['release']}, targets {shortened(plan.targets, verbosity(args)) or '-'}")
         for r in rows:
             print("  ".join(c.ljust(w) for c, w in zip(r[:5], widths)) + "  " + r[5])
         print()
@@ -99,8 +104,21 @@ def _cmd_repo(args) -> int:
     out = args.out
     sde = published_source_date_epoch(out)
     signer = signer_of_args(args, sde)
-    snippets, manifest = publish_repositories(out, suite=args.suite, signer=signer, source_date_epoch=sde,
-                                              base_url=args.base_url)
+    with Activity(f"indexing {out}", args):
+        snippets, manifest = publish_repositories(out, suite=args.suite, signer=signer, source_date_epoch=sde,
+                                                  base_url=args.base_url)
+    if args.json:
+        print_json({"schema": "rocpkg-repo/1", "out": os.path.abspath(out), "suite": args.suite,
+                    "signed_by": signer.fingerprint if signer else None,
+                    "snippets": {k: os.path.abspath(v) for k, v in snippets.items() if k in REGISTERED},
+                    "setup": {k[:-len("-setup")]: os.path.abspath(v) for k, v in snippets.items()
+                              if k.endswith("-setup")},
+                    "manifest": manifest and os.path.abspath(manifest)})
+        warn_if_unsigned(signer)
+        return 0
+    if verbosity(args) < 0:        # -q: the warnings only
+        warn_if_unsigned(signer)
+        return 0
     signed = f", signed by {signer.fingerprint}" if signer else ", unsigned"
     for name, form in REGISTERED.items():
         if name in snippets:
@@ -130,9 +148,11 @@ def _cmd_verify(args) -> int:
         from rocpkg.builder.version_order import out_order_problems
         from rocpkg.verify.integrity import check_integrity
 
-        report = verify_tree(args.out, formats=formats(args), release=args.release, lookup=args.kpack_lookup)
-        report.problems += check_integrity(args.out, keyring=args.keyring, formats=formats(args))
-        report.problems += out_order_problems(args.out)    # releases that apt or dnf would not upgrade to
+        with Activity(f"verifying {args.out}", args) as activity:
+            report = verify_tree(args.out, formats=formats(args), release=args.release, lookup=args.kpack_lookup)
+            activity.update("packages read; hashing files and checking indexes")
+            report.problems += check_integrity(args.out, keyring=args.keyring, formats=formats(args))
+            report.problems += out_order_problems(args.out)    # releases that apt or dnf would not upgrade to
     elif args.artifacts:
         config = load_config_of(args)
         report = verify_plan(load_plan(args, config), config)
@@ -141,6 +161,8 @@ def _cmd_verify(args) -> int:
     if args.json:
         json.dump(report.to_dict(), sys.stdout, indent=1)
         sys.stdout.write("\n")
+    elif verbosity(args) < 0:     # -q: the verdict only
+        print("OK: no problem found" if report.ok else f"FAILED: {plural(len(report.problems), 'problem')}")
     else:
         _print_verify_summary(report)
     for line in report.warnings:
@@ -156,9 +178,10 @@ def _print_verify_summary(report) -> None:
         c = report.counts.get(fmt, {})
         ids = "; ".join(f"{t}: {', '.join(v)}" for t, v in report.targets.get(fmt, {}).items()) or "-"
         mine = sum(1 for p in report.problems if p.format == fmt)
-        print(f"== {fmt}: {c.get('packages', 0)} packages, {c.get('host_binaries', 0)} host binaries with kernels, "
-              f"{c.get('archives', 0)} archives, {c.get('lookups', 0)} archive lookups, "
-              f"{c.get('kernels_checked', 0)} kernels checked, {mine} problems")
+        print(f"== {fmt}: {plural(c.get('packages', 0), 'package')}, "
+              f"{plural(c.get('host_binaries', 0), 'host binary', 'host binaries')} with kernels, "
+              f"{plural(c.get('archives', 0), 'archive')}, {plural(c.get('lookups', 0), 'archive lookup')}, "
+              f"{plural(c.get('kernels_checked', 0), 'kernel')} checked, {plural(mine, 'problem')}")
         print(f"  target IDs: {ids}")
         mine = [c for c in report.closures if c.format == fmt]
         print(f"  {len(mine)} meta-package closures computed; per family alias:")
@@ -168,7 +191,7 @@ def _print_verify_summary(report) -> None:
                 for target, names in closure.devices.items():
                     print(f"      {target}: {', '.join(names)}")
         print(f"  external: {', '.join(report.externals.get(fmt, [])) or '-'}")
-    print("OK: no problem found" if report.ok else f"FAILED: {len(report.problems)} problems")
+    print("OK: no problem found" if report.ok else f"FAILED: {plural(len(report.problems), 'problem')}")
 
 
 def _register_commands(sub) -> None:
@@ -202,6 +225,8 @@ def _register_commands(sub) -> None:
     p.add_argument("--suite", default="stable", help="APT suite, pacman database name (default stable)")
     p.add_argument("--base-url", default=None, help="URL OUT is served at, for the client snippets "
                                                     "(default file://OUT)")
+    p.add_argument("--json", action="store_true", help="the snippets, setup packages and signer as JSON "
+                                                       "(schema rocpkg-repo/1)")
     p.set_defaults(func=_cmd_repo)
 
     p = sub.add_parser("verify", help="prove every host binary finds its kernels, before or after building")
@@ -219,11 +244,16 @@ def _register_commands(sub) -> None:
     from rocpkg.cli import repo as cli_repo  # prune, promote, publish
 
     cli_repo.register(sub)
+    from rocpkg.cli import contents as cli_contents, shell as cli_shell  # ls, show, diff, rm; completion, man
+
+    cli_contents.register(sub)
+    cli_shell.register(sub)
 
 
 # the trees each command reads or writes, by argument name: repaired before it runs
 TREES = {"build": ("output",), "repo": ("out",), "verify": ("out",), "prune": ("out",),
-         "promote": ("src", "dst"), "publish": ("out",), "export": ("out",)}
+         "promote": ("src", "dst"), "publish": ("out",), "export": ("out",),
+         "ls": ("out",), "show": ("out",), "diff": ("out",), "rm": ("out",)}
 
 
 def _repair_trees(args) -> None:
@@ -254,8 +284,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.flush()  # a closed pipe shows up here when the output fits the buffer
         return status
     except RocpkgInputError as exc:
-        for where, what in exc.problems:
-            print_error(where, what)
+        print_problems(exc.problems, verbosity(args))
         return 2
     except BrokenPipeError:  # `rocpkg plan | head`: the reader left, nothing is wrong
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -9,6 +9,7 @@ the keep list; the others' package files leave the pool, the manifest forgets th
 the indexes are rewritten, all under the OUT lock. The files are first set aside into the
 journal (rename, same filesystem), so that the indexers, which index what the pool holds,
 do not list them; they are deleted with the journal once the new indexes are in place.
+rm (remove_release) removes one release by its id the same way.
 
 promote: the release's package files are copied byte for byte (no rebuild) from SRC into
 DST at the same paths, after checking them against SRC's manifest; DST's manifest
@@ -26,6 +27,7 @@ from typing import Iterable
 from rocpkg.store import releases
 
 from rocpkg.repo import retention
+from rocpkg.repo.contents import find_record
 from rocpkg.store.dates import published_source_date_epoch
 from rocpkg.repo.index import publish_repositories
 from rocpkg.repo.publish_record import refuse_overlap
@@ -106,6 +108,34 @@ def prune(out_dir: str | os.PathLike, *, keep: int | None = None, keep_list: Ite
         raise RocpkgInputError(("--keep", "give the number of releases kept per series, or a policy"))
     else:
         doomed = releases_to_prune(releases.manifest_releases(doc), keep, keep_list)
+    return _forget(out_dir, doc, doomed, "prune", suite=suite, signer=signer, base_url=base_url, dry_run=dry_run)
+
+
+def remove_release(out_dir: str | os.PathLike, release_id: str, *, suite: str = "stable", signer=None,
+                   base_url: str | None = None, dry_run: bool = False, allow_newest: bool = False) -> LifecycleResult:
+    """Remove one release by its id from OUT and re-index it, as one journaled change, as
+    prune removes releases (its package files leave the pool, the manifest forgets it).
+    The newest release of a series (its users' upgrade target) only with allow_newest.
+    dry_run: only say what would go."""
+    out_dir = os.path.abspath(os.fspath(out_dir))
+    if not os.path.isdir(out_dir):
+        raise RocpkgInputError((out_dir, "no such directory"))
+    doc = releases.read_manifest(out_dir)
+    if doc is None:
+        raise RocpkgInputError((os.path.join(out_dir, releases.MANIFEST), "missing: OUT has no releases to remove"))
+    records = releases.manifest_releases(doc)
+    record = find_record(records, release_id, "RELEASE")
+    later = [r for r in records if r.series == record.series and releases.release_order(r) > releases.release_order(record)]
+    if not later and not allow_newest:
+        raise RocpkgInputError(("RELEASE", f"{release_id} is the newest release of series {record.series}: its users "
+                                           f"would be left with an older one; give --allow-newest to remove it"))
+    return _forget(out_dir, doc, [record], "rm", suite=suite, signer=signer, base_url=base_url, dry_run=dry_run)
+
+
+def _forget(out_dir: str, doc: dict, doomed: list, command: str, *, suite: str, signer, base_url: str | None,
+            dry_run: bool) -> LifecycleResult:
+    """The releases `doomed` leave OUT in one journaled change `command`: their package
+    files set aside, the manifest without them, OUT re-indexed (dry_run: only the result)."""
     new_doc, dropped = releases.forget_releases(doc, [r.id for r in doomed])
     result = LifecycleResult(kept=[r.id for r in releases.manifest_releases(new_doc)],
                              removed=[r.id for r in doomed], files=dropped)
@@ -113,7 +143,7 @@ def prune(out_dir: str | os.PathLike, *, keep: int | None = None, keep_list: Ite
         return result
     _require_signer_if_signed(out_dir, signer)
     intent = {"remove": [_described(doc, rel) for rel in dropped], "releases": result.removed}
-    with Change(out_dir, "prune", intent) as change:
+    with Change(out_dir, command, intent) as change:
         for rel in dropped:
             if os.path.lexists(os.path.join(out_dir, rel)):
                 change.set_aside(os.path.join(out_dir, rel))
