@@ -12,7 +12,8 @@ import sys
 
 import rocpkg
 from rocpkg.cli.channels import add_channel_options
-from rocpkg.cli.common import (add_plan_options, add_subset_options, add_verbosity_options, formats, human_bytes, load_config_of, load_plan,
+from rocpkg.cli.common import (add_plan_options, add_subset_options, add_verbosity_options, counted, formats, human_bytes,
+                               load_config_of, load_plan,
                                print_error, selected_packages, split_list, verbosity, warn_if_unsigned)
 from rocpkg.errors import RocpkgInputError
 from rocpkg.formats.preflight import printable
@@ -61,7 +62,7 @@ def _cmd_plan(args) -> int:
             rows.append((s.name, s.kind, s.target or s.family, str(files), human_bytes(s.payload_size),
                          ", ".join(s.depends)))
         widths = [max(len(r[i]) for r in rows) for i in range(5)]
-        print(f"== {fmt}: {len(specs)} packages, version {plan.settings['version']}-{plan.settings['release']}, "
+        print(f"== {fmt}: {counted(len(specs), 'package')}, version {plan.settings['version']}-{plan.settings['release']}, "
               f"targets {', '.join(plan.targets) or '-'}")
         for r in rows:
             print("  ".join(c.ljust(w) for c, w in zip(r[:5], widths)) + "  " + r[5])
@@ -83,28 +84,24 @@ def _cmd_sample_artifacts(args) -> int:
     summary = make_sample_artifacts(args.dir, config, targets=split_list(args.targets), layout=args.layout,
                                     size_mb=args.size_mb, seed=args.seed, clean=args.clean,
                                     overlays=args.xnack_overlays)
-    print(f"{summary.root}: {len(summary.dirs)} artifact dirs, {summary.files} files, "
+    print(f"{summary.root}: {counted(len(summary.dirs), 'artifact dir')}, {counted(summary.files, 'file')}, "
           f"{human_bytes(summary.bytes)}, targets {', '.join(summary.targets)} ({summary.layout} layout)")
     return 0
 
 
 def _cmd_repo(args) -> int:
     """Index (and with a key, sign) each format's tree in OUT, and write the client snippets."""
+    from rocpkg.cli.build import signer_of_args
+    from rocpkg.cli.repo_settings import use_settings
     from rocpkg.formats.registry import REGISTERED
-    from rocpkg.formats.sign import Signer
     from rocpkg.store.dates import published_source_date_epoch
-    from rocpkg.repo.index import publish_repositories
+    from rocpkg.repo.lifecycle import index_recorded
 
     out = args.out
-    if args.gpg_home and not args.sign_key:
-        raise RocpkgInputError(("--gpg-home", "given without --sign-key"))
+    settings = use_settings(args, out)      # what OUT recorded, unless given (rocpkg.store.settings)
     sde = published_source_date_epoch(out)
-    signer = None
-    if args.sign_key:
-        home = args.gpg_home or os.environ.get("GNUPGHOME") or os.path.expanduser("~/.gnupg")
-        signer = Signer(home, args.sign_key, signature_time=sde)
-    snippets, manifest = publish_repositories(out, suite=args.suite, signer=signer, source_date_epoch=sde,
-                                              base_url=args.base_url)
+    signer = signer_of_args(args, sde)
+    snippets, manifest = index_recorded(out, settings, signer=signer, source_date_epoch=sde)
     signed = f", signed by {signer.fingerprint}" if signer else ", unsigned"
     for name, form in REGISTERED.items():
         if name in snippets:
@@ -135,18 +132,23 @@ def _cmd_verify(args) -> int:
         from rocpkg.verify.integrity import check_integrity
 
         report = verify_tree(args.out, formats=formats(args), release=args.release, lookup=args.kpack_lookup)
-        report.problems += check_integrity(args.out, keyring=args.keyring, formats=formats(args))
+        keyring, signatures = _verify_keyring(args, report)
+        report.problems += check_integrity(args.out, keyring=keyring, formats=formats(args))
         report.problems += out_order_problems(args.out)    # releases that apt or dnf would not upgrade to
     elif args.artifacts:
         config = load_config_of(args)
         report = verify_plan(load_plan(args, config), config)
+        signatures = None
     else:
         raise RocpkgInputError(("verify", "give OUT (a built tree) or -a ARTIFACTS (a plan)"))
     if args.json:
-        json.dump(report.to_dict(), sys.stdout, indent=1)
+        doc = report.to_dict()
+        if signatures is not None:
+            doc["signatures"] = signatures
+        json.dump(doc, sys.stdout, indent=1)
         sys.stdout.write("\n")
     else:
-        _print_verify_summary(report)
+        _print_verify_summary(report, signatures)
     for line in report.warnings:
         print(f"warning: {line}", file=sys.stderr)
     for problem in report.problems:
@@ -154,25 +156,59 @@ def _cmd_verify(args) -> int:
     return 2 if report.problems else 0
 
 
-def _print_verify_summary(report) -> None:
+def _verify_keyring(args, report) -> tuple[str | None, dict]:
+    """The key verify OUT checks the index signatures against: --keyring, else OUT's own
+    (rocm.gpg / rocm.asc, which repo exports); and what the report says of it
+    (schema rocpkg-verify/1's "signatures"). A tree signed with no key to check is a
+    bad-signature problem; an unsigned tree is said to be one."""
+    from rocpkg.verify.integrity import index_signatures, key_fingerprints, own_keyring
+    from rocpkg.verify.view import Problem
+
+    keyring = args.keyring or own_keyring(os.path.abspath(args.out))
+    signed = index_signatures(os.path.abspath(args.out))
+    if keyring is None:
+        if signed:
+            report.problems.append(Problem("bad-signature", "index", os.path.relpath(signed[0], args.out), "-",
+                                           "the indexes are signed and OUT has no rocm.gpg or rocm.asc to check "
+                                           "them against: give --keyring"))
+        return None, {"checked": False, "keyring": None, "fingerprints": [], "signed": bool(signed)}
+    return keyring, {"checked": True, "keyring": keyring, "fingerprints": key_fingerprints(keyring),
+                     "signed": bool(signed), "own_key": args.keyring is None}
+
+
+def _signature_line(signatures: dict) -> str:
+    if not signatures["checked"]:
+        return "unsigned: signatures not checked" if not signatures["signed"] else \
+            "signatures not checked: no key (give --keyring)"
+    whose = "OUT's own key" if signatures["own_key"] else "the key"
+    return f"signatures checked against {whose} {signatures['keyring']} " \
+           f"({', '.join(signatures['fingerprints']) or 'no key gpg can read'})"
+
+
+def _print_verify_summary(report, signatures: dict | None = None) -> None:
     print(f"verify {report.source}: {', '.join(report.formats)}")
     for fmt in report.formats:
         c = report.counts.get(fmt, {})
         ids = "; ".join(f"{t}: {', '.join(v)}" for t, v in report.targets.get(fmt, {}).items()) or "-"
         mine = sum(1 for p in report.problems if p.format == fmt)
-        print(f"== {fmt}: {c.get('packages', 0)} packages, {c.get('host_binaries', 0)} host binaries with kernels, "
-              f"{c.get('archives', 0)} archives, {c.get('lookups', 0)} archive lookups, "
-              f"{c.get('kernels_checked', 0)} kernels checked, {mine} problems")
+        print(f"== {fmt}: {counted(c.get('packages', 0), 'package')}, "
+              f"{counted(c.get('host_binaries', 0), 'host binary', 'host binaries')} with kernels, "
+              f"{counted(c.get('archives', 0), 'archive')}, {counted(c.get('lookups', 0), 'archive lookup')}, "
+              f"{counted(c.get('kernels_checked', 0), 'kernel')} checked, {counted(mine, 'problem')}")
         print(f"  target IDs: {ids}")
         mine = [c for c in report.closures if c.format == fmt]
-        print(f"  {len(mine)} meta-package closures computed; per family alias:")
+        print(f"  {counted(len(mine), 'meta-package closure')} computed; per family alias:")
         for closure in mine:
             if closure.kind == "alias":
-                print(f"  {closure.family} <- {closure.root} ({len(closure.packages)} packages)")
+                print(f"  {closure.family} <- {closure.root} ({counted(len(closure.packages), 'package')})")
                 for target, names in closure.devices.items():
                     print(f"      {target}: {', '.join(names)}")
         print(f"  external: {', '.join(report.externals.get(fmt, [])) or '-'}")
-    print("OK: no problem found" if report.ok else f"FAILED: {len(report.problems)} problems")
+    if signatures is not None:
+        print(_signature_line(signatures))
+    ok = "OK: no problem found" + ("" if signatures is None or signatures["checked"] else
+                                    " (unsigned: signatures not checked)")
+    print(ok if report.ok else f"FAILED: {counted(len(report.problems), 'problem')}")
 
 
 def _register_commands(sub) -> None:
@@ -202,11 +238,14 @@ def _register_commands(sub) -> None:
 
     p = sub.add_parser("repo", help="index and sign the repositories under OUT (APT, DNF, pacman)")
     p.add_argument("out", metavar="OUT", help="a tree written by `rocpkg build`")
-    p.add_argument("--gpg-home", default=None, help="GnuPG home holding the signing key (default $GNUPGHOME)")
-    p.add_argument("--sign-key", default=None, help="key id, fingerprint or user id to sign with")
-    p.add_argument("--suite", default="stable", help="APT suite, pacman database name (default stable)")
-    p.add_argument("--base-url", default=None, help="URL OUT is served at, for the client snippets "
-                                                    "(default file://OUT)")
+    p.add_argument("--gpg-home", default=None, help="GnuPG home holding the signing key (default: what OUT "
+                                                    "recorded, else $GNUPGHOME)")
+    p.add_argument("--sign-key", default=None, help="key id, fingerprint or user id to sign with (default: the key "
+                                                    "OUT recorded)")
+    p.add_argument("--suite", default=None, help="APT suite, pacman database name (default: what OUT recorded, "
+                                                 "else stable)")
+    p.add_argument("--base-url", default=None, help="URL OUT is served at, for the client snippets (default: the "
+                                                    "URL OUT recorded, else file://OUT); OUT remembers it")
     p.set_defaults(func=_cmd_repo)
 
     p = sub.add_parser("verify", help="prove every host binary finds its kernels, before or after building")
@@ -241,10 +280,11 @@ def _repair_trees(args) -> None:
         tree = getattr(args, name, None)
         for done in recover(tree, sweep=args.command != "build") if tree else ():
             if done.action == "swept":
-                print(f"repaired: {tree}: removed {done.swept} temporaries of killed rocpkg runs", file=sys.stderr)
+                print(f"repaired: {tree}: removed {counted(done.swept, 'temporary', 'temporaries')} of killed rocpkg "
+                      f"runs", file=sys.stderr)
             else:
                 print(f"repaired: {tree}: rolled back an interrupted rocpkg {done.command} (pid {done.pid}): "
-                      f"{done.restored} files put back, {done.removed} removed; the tree is as it was "
+                      f"{counted(done.restored, 'file')} put back, {done.removed} removed; the tree is as it was "
                       f"before that command, run it again", file=sys.stderr)
 
 

@@ -4,19 +4,24 @@ and `rocpkg publish` (they print). cli._register_commands calls register().
 from __future__ import annotations
 
 import os
+import sys
 
 from rocpkg.cli.build import signer_of_args
 from rocpkg.cli.channels import add_policy_option, prune_policy
-from rocpkg.cli.common import human_bytes, print_snippets
+from rocpkg.cli.common import counted, human_bytes, print_snippets, verbosity
+from rocpkg.cli.repo_settings import use_settings
 from rocpkg.repo.urls import repository_url
 
 
 def _add_index_options(p) -> None:
     """What re-indexing needs, as `rocpkg repo` takes it."""
-    p.add_argument("--suite", default="stable", help="APT suite (default stable)")
-    p.add_argument("--gpg-home", default=None, help="GnuPG home of the signing key (default $GNUPGHOME)")
-    p.add_argument("--sign-key", default=None, help="key to re-sign the indexes with (required when they are signed)")
-    p.add_argument("--base-url", default=None, help="URL the repository is served at, for rocm.list/rocm.repo")
+    p.add_argument("--suite", default=None, help="APT suite (default: what OUT recorded, else stable)")
+    p.add_argument("--gpg-home", default=None, help="GnuPG home of the signing key (default: what OUT recorded, "
+                                                    "else $GNUPGHOME)")
+    p.add_argument("--sign-key", default=None, help="key to re-sign the indexes with (default: the key OUT recorded; "
+                                                    "required when they are signed)")
+    p.add_argument("--base-url", default=None, help="URL the repository is served at, for rocm.list/rocm.repo "
+                                                    "(default: the URL OUT recorded)")
 
 
 def _index_signer(args, out_dir: str):
@@ -29,13 +34,17 @@ def _cmd_prune(args) -> int:
     from rocpkg.repo.lifecycle import prune
 
     policy = prune_policy(args)     # --policy (rocpkg.cli.channels), or None for --keep
+    settings = use_settings(args, args.out, quiet_changes=args.dry_run)
     repository_url(os.path.abspath(args.out), args.base_url)   # refused before anything is moved
     signer = None if args.dry_run else _index_signer(args, args.out)
     result = prune(args.out, keep=args.keep, keep_list=args.keep_release or [], suite=args.suite, signer=signer,
-                   base_url=args.base_url, dry_run=args.dry_run, policy=policy)
+                   base_url=args.base_url, dry_run=args.dry_run, policy=policy, allow_empty=args.allow_empty,
+                   settings=settings)
     verb = "would remove" if args.dry_run else "removed"
-    print(f"{verb} {len(result.removed)} releases ({', '.join(result.removed) or 'none'}), "
-          f"{len(result.files)} package files; kept {', '.join(result.kept) or 'none'}")
+    print(f"{verb} {counted(len(result.removed), 'release')} ({', '.join(result.removed) or 'none'}), "
+          f"{counted(len(result.files), 'package file')}; kept {', '.join(result.kept) or 'none'}")
+    if args.dry_run and result.removed and not result.kept and not args.allow_empty:
+        print("note: that would leave no release: prune refuses it without --allow-empty", file=sys.stderr)
     if not args.dry_run:
         print_snippets(result.snippets, signer)
     return 0
@@ -44,10 +53,20 @@ def _cmd_prune(args) -> int:
 def _cmd_promote(args) -> int:
     from rocpkg.repo.lifecycle import promote
 
-    signer = _index_signer(args, args.src)
+    from rocpkg.store.settings import read_settings
+
+    settings = use_settings(args, args.dst, inherit=read_settings(args.src), quiet_changes=args.dry_run)
+    signer = None if args.dry_run else _index_signer(args, args.src)
     repository_url(os.path.abspath(args.dst), args.base_url)   # refused before anything is copied
-    result = promote(args.src, args.dst, args.release, suite=args.suite, signer=signer, base_url=args.base_url)
-    print(f"promoted {args.release}: {len(result.files)} package files copied into {args.dst}; "
+    result = promote(args.src, args.dst, args.release, suite=args.suite, signer=signer, base_url=args.base_url,
+                     dry_run=args.dry_run, settings=settings)
+    if args.dry_run:
+        print(f"would promote {args.release}: {counted(len(result.files), 'package file')} to copy into {args.dst}; "
+              f"it would hold {', '.join(result.kept)}")
+        for rel in result.files if verbosity(args) > 0 else ():
+            print(f"  would copy {rel}")
+        return 0
+    print(f"promoted {args.release}: {counted(len(result.files), 'package file')} copied into {args.dst}; "
           f"it now holds {', '.join(result.kept)}")
     print_snippets(result.snippets, signer)
     return 0
@@ -57,19 +76,31 @@ def _cmd_publish(args) -> int:
     from rocpkg.repo.publish import destination, publish
 
     dest = destination(args.dest, args.endpoint_url, allow_bucket_root=args.allow_bucket_root)
-    result = publish(args.out, dest, keep_removed=args.keep_removed, check=not args.no_check)
-    print(f"published {args.out} to {result.dest}: {len(result.sent)} files sent ({human_bytes(result.bytes_sent)}), "
-          f"{result.unchanged} unchanged, {len(result.removed)} removed")
+    result = publish(args.out, dest, keep_removed=args.keep_removed, check=not args.no_check, adopt=args.adopt,
+                     dry_run=args.dry_run)
+    if result.adopted:
+        print(f"adopted {result.dest}: its publish record named {result.adopted}; it now follows {args.out}",
+              file=sys.stderr)
+    if args.dry_run:
+        print(f"would publish {args.out} to {result.dest}: {counted(len(result.sent), 'file')} to send "
+              f"({human_bytes(result.bytes_sent)}), {result.unchanged} unchanged, "
+              f"{counted(len(result.removed), 'file')} to remove")
+        for rel in result.removed if verbosity(args) >= 0 else ():
+            print(f"  would remove {rel}")
+        return 0
+    print(f"published {args.out} to {result.dest}: {counted(len(result.sent), 'file')} sent "
+          f"({human_bytes(result.bytes_sent)}), {result.unchanged} unchanged, {len(result.removed)} removed")
     return 0
 
 
 def _cmd_export(args) -> int:
     from rocpkg.repo.export import export_closure
 
+    use_settings(args, args.out, url=False)     # OUT's recorded suite and key; the bundle's URL is DEST
     signer = _index_signer(args, args.out)
     result = export_closure(args.out, args.dest, args.names, signer=signer, suite=args.suite)
-    counts = ", ".join(f"{fmt}: {len(names)}" for fmt, names in result.packages.items())
-    print(f"exported {counts} packages into {result.dest}" + (f", signed by {signer.fingerprint}" if signer else ", unsigned"))
+    counts = ", ".join(f"{fmt}: {counted(len(names), 'package')}" for fmt, names in result.packages.items())
+    print(f"exported {counts} into {result.dest}" + (f", signed by {signer.fingerprint}" if signer else ", unsigned"))
     print(f"bundle: {result.tarball} ({human_bytes(result.size)}), sha256 {result.sha256} in {result.tarball}.sha256")
     return 0
 
@@ -80,7 +111,8 @@ def register(sub) -> None:
     p.add_argument("--keep", type=int, default=None, help="releases kept per series (MAJOR.MINOR), newest first")
     add_policy_option(p)
     p.add_argument("--keep-release", action="append", metavar="V-R", help="also keep this release (repeatable)")
-    p.add_argument("--dry-run", action="store_true", help="only say what would be removed")
+    p.add_argument("--dry-run", action="store_true", help="only say what would be removed; change nothing")
+    p.add_argument("--allow-empty", action="store_true", help="let prune remove every release (--keep 0)")
     _add_index_options(p)
     p.set_defaults(func=_cmd_prune)
 
@@ -88,6 +120,7 @@ def register(sub) -> None:
     p.add_argument("src", metavar="SRC", help="the repository tree the tested release is in")
     p.add_argument("dst", metavar="DST", help="the repository tree of the channel it goes to (created if absent)")
     p.add_argument("--release", required=True, metavar="V-R", help="the release to promote, e.g. 7.1.0-1")
+    p.add_argument("--dry-run", action="store_true", help="check, then only say what would be copied; change nothing")
     _add_index_options(p)
     p.set_defaults(func=_cmd_promote)
 
@@ -96,9 +129,11 @@ def register(sub) -> None:
     p.add_argument("out", metavar="OUT", help="the repository tree to export from (each name from the newest release holding it)")
     p.add_argument("dest", metavar="DEST", help="a new directory, outside OUT")
     p.add_argument("names", metavar="NAME", nargs="+", help="packages as users name them, e.g. rocm-gfx110x")
-    p.add_argument("--suite", default="stable", help="APT suite (default stable)")
-    p.add_argument("--gpg-home", default=None, help="GnuPG home of the signing key (default $GNUPGHOME)")
-    p.add_argument("--sign-key", default=None, help="key to sign the bundle's indexes with")
+    p.add_argument("--suite", default=None, help="APT suite (default: what OUT recorded, else stable)")
+    p.add_argument("--gpg-home", default=None, help="GnuPG home of the signing key (default: what OUT recorded, "
+                                                    "else $GNUPGHOME)")
+    p.add_argument("--sign-key", default=None, help="key to sign the bundle's indexes with (default: OUT's recorded "
+                                                    "key)")
     p.set_defaults(func=_cmd_export)
 
     p = sub.add_parser("publish", help="upload OUT's repositories to a directory or s3://bucket/prefix, "
@@ -113,4 +148,7 @@ def register(sub) -> None:
     p.add_argument("--allow-bucket-root", action="store_true",
                    help="allow s3://BUCKET with no prefix (the bucket holds nothing but this repository)")
     p.add_argument("--no-check", action="store_true", help="publish even if OUT fails the integrity check")
+    p.add_argument("--dry-run", action="store_true", help="only say what would be sent and removed; change nothing")
+    p.add_argument("--adopt", action="store_true", help="publish into a destination whose publish record names "
+                                                        "another OUT (its files then follow this OUT)")
     p.set_defaults(func=_cmd_publish)
