@@ -258,7 +258,7 @@ def test_prune_keeps_the_newest_per_series_and_the_keep_list_while_clients_read(
     assert [r.id for r in doomed] == ["7.1.0-1"]
     result = rocpkg("prune", story.out, "--keep", "1", "--keep-release", "7.1.0-2", *story.sign_args(),
                     "--base-url", f"{story.server.url}/{BUCKET}/testing")
-    assert "removed 1 releases (7.1.0-1)" in result.stdout
+    assert "removed 1 release (7.1.0-1)" in result.stdout
     assert not list(story.out.rglob("*_7.1.0-1_*.deb")) and not list(story.out.rglob("*-7.1.0-1.*.rpm"))
     story.clean(story.out)
     # publish the pruned repository while apt and dnf read it: once each kind of upload
