@@ -79,8 +79,8 @@ def _cmd_publish(args) -> int:
     result = publish(args.out, dest, keep_removed=args.keep_removed, check=not args.no_check, adopt=args.adopt,
                      dry_run=args.dry_run)
     if result.adopted:
-        print(f"adopted {result.dest}: its publish record named {result.adopted}; it now follows {args.out}",
-              file=sys.stderr)
+        print(f"{'would adopt' if args.dry_run else 'adopted'} {result.dest}: its publish record named "
+              f"{result.adopted}; it {'would follow' if args.dry_run else 'now follows'} {args.out}", file=sys.stderr)
     if args.dry_run:
         print(f"would publish {args.out} to {result.dest}: {counted(len(result.sent), 'file')} to send "
               f"({human_bytes(result.bytes_sent)}), {result.unchanged} unchanged, "
@@ -96,7 +96,7 @@ def _cmd_publish(args) -> int:
 def _cmd_export(args) -> int:
     from rocpkg.repo.export import export_closure
 
-    use_settings(args, args.out, url=False)     # OUT's recorded suite and key; the bundle's URL is DEST
+    use_settings(args, args.out, url=False, quiet_changes=True)    # OUT's suite and key; the bundle's URL is DEST
     signer = _index_signer(args, args.out)
     result = export_closure(args.out, args.dest, args.names, signer=signer, suite=args.suite)
     counts = ", ".join(f"{fmt}: {counted(len(names), 'package')}" for fmt, names in result.packages.items())

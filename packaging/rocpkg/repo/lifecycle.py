@@ -220,17 +220,14 @@ def promote(src: str | os.PathLike, dst: str | os.PathLike, release_id: str, *, 
         held = {r.id for r in releases.manifest_releases(releases.read_manifest(dst))} \
             if os.path.isdir(dst) and releases.read_manifest(dst) is not None else set()
         return LifecycleResult(kept=sorted(held | {release_id}), files=[e["file"] for e in todo])
-    if signer is None and os.path.isdir(dst):
-        _require_signer_if_signed(dst, signer)
-    if signer is None and not index_signatures(dst) and index_signatures(src) \
-            and not any(form.repo.indexed(dst) for form in formats_present(dst)):
+    _require_signer_if_signed(dst, signer)
+    if signer is None and index_signatures(src) and not any(form.repo.indexed(dst) for form in formats_present(dst)):
         raise RocpkgInputError((dst, f"a new channel promoted from {src}, whose indexes are signed "
                                      f"({index_signatures(src)[0]}): give the key (--sign-key, --gpg-home) to sign "
                                      f"it; rocpkg never makes an unsigned copy of a signed channel"))
     made_dst = not os.path.lexists(dst)
     os.makedirs(dst, exist_ok=True)
     try:
-        _require_signer_if_signed(dst, signer)
         intent = {"add": [{"file": e["file"], "size": e["size"], "sha256": e["sha256"]} for e in todo],
                   "release": release_id, "from": src}
         with Change(dst, "promote", intent):
