@@ -132,8 +132,10 @@ def _cmd_verify(args) -> int:
         from rocpkg.verify.integrity import check_integrity
 
         report = verify_tree(args.out, formats=formats(args), release=args.release, lookup=args.kpack_lookup)
-        keyring, signatures = _verify_keyring(args, report)
-        report.problems += check_integrity(args.out, keyring=keyring, formats=formats(args))
+        from rocpkg.verify.keys import signature_key
+
+        keyring, signatures, unchecked = signature_key(args.out, args.keyring)   # OUT's own key unless given
+        report.problems += unchecked + check_integrity(args.out, keyring=keyring, formats=formats(args))
         report.problems += out_order_problems(args.out)    # releases that apt or dnf would not upgrade to
     elif args.artifacts:
         config = load_config_of(args)
@@ -154,26 +156,6 @@ def _cmd_verify(args) -> int:
     for problem in report.problems:
         print(printable(problem.line()), file=sys.stderr)
     return 2 if report.problems else 0
-
-
-def _verify_keyring(args, report) -> tuple[str | None, dict]:
-    """The key verify OUT checks the index signatures against: --keyring, else OUT's own
-    (rocm.gpg / rocm.asc, which repo exports); and what the report says of it
-    (schema rocpkg-verify/1's "signatures"). A tree signed with no key to check is a
-    bad-signature problem; an unsigned tree is said to be one."""
-    from rocpkg.verify.integrity import index_signatures, key_fingerprints, own_keyring
-    from rocpkg.verify.view import Problem
-
-    keyring = args.keyring or own_keyring(os.path.abspath(args.out))
-    signed = index_signatures(os.path.abspath(args.out))
-    if keyring is None:
-        if signed:
-            report.problems.append(Problem("bad-signature", "index", os.path.relpath(signed[0], args.out), "-",
-                                           "the indexes are signed and OUT has no rocm.gpg or rocm.asc to check "
-                                           "them against: give --keyring"))
-        return None, {"checked": False, "keyring": None, "fingerprints": [], "signed": bool(signed)}
-    return keyring, {"checked": True, "keyring": keyring, "fingerprints": key_fingerprints(keyring),
-                     "signed": bool(signed), "own_key": args.keyring is None}
 
 
 def _signature_line(signatures: dict) -> str:

@@ -41,7 +41,7 @@ from rocpkg.store.state import forget as forget_states
 from rocpkg.formats.streams import AtomicOutput, HashingWriter, copy_stream
 from rocpkg.store.files import open_file
 from rocpkg.store.indexes import formats_present
-from rocpkg.verify.integrity import index_signatures
+from rocpkg.verify.keys import index_signatures
 from rocpkg.formats.registry import NAMES
 
 

@@ -409,7 +409,8 @@ def _plan(dest, files: list[LocalFile], remote: dict[str, int], gone: dict, resu
 
 
 def _refuse_unsound(out_dir: str) -> None:
-    from rocpkg.verify.integrity import check_integrity, own_keyring
+    from rocpkg.verify.integrity import check_integrity
+    from rocpkg.verify.keys import own_keyring
 
     problems = check_integrity(out_dir, keyring=own_keyring(out_dir))
     if problems:

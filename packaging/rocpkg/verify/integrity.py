@@ -42,7 +42,6 @@ from typing import Iterable
 
 from rocpkg.formats.indexes import PackageRef
 from rocpkg.formats.registry import REGISTERED
-from rocpkg.formats.sign import ARMORED_KEY_NAME, KEYRING_NAME
 from rocpkg.store.indexes import formats_present, index_opener, package_files, published_entries
 from rocpkg.store.manifest_schema import read_parts
 from rocpkg.store.outdir import STAGING_DIR, TMP_RE
@@ -276,43 +275,6 @@ def _check_index_files(out_dir: str, fmt: str, files: list, digests: _Digests, a
 
 
 # -- signatures ----------------------------------------------------------------------------
-
-def own_keyring(out_dir: str) -> str | None:
-    """OUT's own public key as `rocpkg repo` exports it, OUT/rocm.gpg (else rocm.asc): the
-    key the index signatures are checked against when no other is given; None when OUT
-    has neither as a regular file."""
-    for name in (KEYRING_NAME, ARMORED_KEY_NAME):
-        path = os.path.join(out_dir, name)
-        if os.path.isfile(path) and not os.path.islink(path):
-            return path
-    return None
-
-
-def index_signatures(out_dir: str) -> list[str]:
-    """The signatures over its indexes OUT has (paths), of every format present."""
-    return [os.path.join(out_dir, s.signature) for form in formats_present(out_dir)
-            for s in form.repo.signatures(out_dir) if os.path.exists(os.path.join(out_dir, s.signature))]
-
-
-def key_fingerprints(keyring: str) -> list[str]:
-    """The primary keys' fingerprints in a public key file (binary or armored), as gpg
-    reads it; [] when it holds none gpg can read."""
-    with tempfile.TemporaryDirectory(prefix="rocpkg-gpg-") as home:
-        try:
-            proc = subprocess.run(["gpg", "--batch", "--homedir", home, "--with-colons", "--show-keys",
-                                   os.fspath(keyring)], capture_output=True, text=True, errors="replace")
-        except FileNotFoundError:
-            return []
-    found, primary = [], False
-    for line in proc.stdout.splitlines():
-        fields = line.split(":")
-        if fields[0] in ("pub", "sub"):
-            primary = fields[0] == "pub"
-        elif fields[0] == "fpr" and primary and len(fields) > 9:
-            found.append(fields[9])
-            primary = False
-    return found
-
 
 def _gpgv(keyring: str, *files: str) -> tuple[bool, bytes, str]:
     """(good signature, signed text for a clearsigned file, gpgv's last line)."""
