@@ -182,12 +182,19 @@ def test_a_damaged_settings_file_is_refused_naming_it(work, content, needle):
         assert len(errors) == 1, errors
 
 
-def test_a_symlinked_settings_file_is_never_followed(work, tmp_path):
+def test_a_settings_file_that_is_a_symlink_a_fifo_or_huge_is_never_read(work, tmp_path):
+    settings = work.out / ".rocpkg/settings.json"
     target = tmp_path / "elsewhere.json"
     target.write_text(json.dumps({"schema": "rocpkg-settings/1", "base_url": "http://evil.example"}))
-    (work.out / ".rocpkg/settings.json").unlink()
-    os.symlink(target, work.out / ".rocpkg/settings.json")
+    settings.unlink()
+    os.symlink(target, settings)
     work.refused("repo", work.out, needles=["settings.json"])
+    settings.unlink()
+    os.mkfifo(settings)
+    work.refused("prune", work.out, "--keep", "1", needles=["settings.json", "FIFO"])
+    settings.unlink()
+    settings.write_bytes(b" " * (1 << 20))
+    work.refused("repo", work.out, needles=["settings.json", "more than"])
 
 
 # -- verify checks against OUT's own key -----------------------------------------------------
