@@ -152,6 +152,21 @@ def test_a_changed_setting_is_said_in_one_line_and_recorded(work):
     assert json.loads((work.out / ".rocpkg/settings.json").read_text())["suite"] == "testing"
 
 
+def test_repo_unsigned_forgets_the_recorded_key(work, key):
+    signer, home = key
+    work.refused("repo", work.out, "--unsigned", "--sign-key", signer.key_id, needles=["--unsigned"])
+    done = ok("repo", work.out, "--unsigned")
+    assert f"signer for channel nightly: --sign-key {signer.key_id} --gpg-home {home} -> (none)" in done.stderr
+    assert "signer" not in json.loads((work.out / ".rocpkg/settings.json").read_text())
+    assert (work.out / "rocm.list").read_text().startswith("deb [trusted=yes]")
+    # the key left from before is no verdict on a tree recorded unsigned; --keyring still checks
+    assert "OK: no problem found (unsigned: signatures not checked)" in ok("verify", work.out).stdout
+    done = run("verify", work.out, "--keyring", work.out / "rocm.gpg")
+    assert done.returncode == 2 and "deb/dists/stable/InRelease: -: missing: the index is not signed" in done.stderr
+    done = ok("prune", work.out, "--keep", "2")
+    assert done.stdout.rstrip().endswith("unsigned")
+
+
 def test_without_a_url_given_or_recorded_the_file_url_is_said_once(tmp_path, nightlies):
     out = tmp_path / "out"
     done = ok("build", "-c", nightlies / "package.json", "-a", nightlies / "artifacts", "-o", out, "--formats", "deb",

@@ -198,8 +198,9 @@ def _build(args, shard, workers, settings=None) -> int:
         where, what = refusal.as_problem()
         print(f"allowed: {where}: {what}", file=sys.stderr)
     if args.repo:
-        used = dataclasses.replace(settings, suite=args.suite or plan.settings["suite"])
+        used = dataclasses.replace(settings.used, suite=args.suite or plan.settings["suite"])
         snippets, _ = index_recorded(args.output, used, signer=signer, source_date_epoch=sde)
+        dataclasses.replace(settings, used=used).say(args)
         summary["repositories"] = sorted(snippets.values())
         if args.json:
             warn_if_unsigned(signer)

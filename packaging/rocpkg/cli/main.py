@@ -101,7 +101,8 @@ def _cmd_repo(args) -> int:
     settings = use_settings(args, out)      # what OUT recorded, unless given (rocpkg.store.settings)
     sde = published_source_date_epoch(out)
     signer = signer_of_args(args, sde)
-    snippets, manifest = index_recorded(out, settings, signer=signer, source_date_epoch=sde)
+    snippets, manifest = index_recorded(out, settings.used, signer=signer, source_date_epoch=sde)
+    settings.say(args)
     signed = f", signed by {signer.fingerprint}" if signer else ", unsigned"
     for name, form in REGISTERED.items():
         if name in snippets:
@@ -228,6 +229,8 @@ def _register_commands(sub) -> None:
                                                  "else stable)")
     p.add_argument("--base-url", default=None, help="URL OUT is served at, for the client snippets (default: the "
                                                     "URL OUT recorded, else file://OUT); OUT remembers it")
+    p.add_argument("--unsigned", action="store_true", help="index without signing and forget the signing key OUT "
+                                                           "recorded")
     p.set_defaults(func=_cmd_repo)
 
     p = sub.add_parser("verify", help="prove every host binary finds its kernels, before or after building")

@@ -34,18 +34,19 @@ def _cmd_prune(args) -> int:
     from rocpkg.repo.lifecycle import prune
 
     policy = prune_policy(args)     # --policy (rocpkg.cli.channels), or None for --keep
-    settings = use_settings(args, args.out, quiet_changes=args.dry_run)
+    settings = use_settings(args, args.out)
     repository_url(os.path.abspath(args.out), args.base_url)   # refused before anything is moved
     signer = None if args.dry_run else _index_signer(args, args.out)
     result = prune(args.out, keep=args.keep, keep_list=args.keep_release or [], suite=args.suite, signer=signer,
                    base_url=args.base_url, dry_run=args.dry_run, policy=policy, allow_empty=args.allow_empty,
-                   settings=settings)
+                   settings=settings.used)
     verb = "would remove" if args.dry_run else "removed"
     print(f"{verb} {counted(len(result.removed), 'release')} ({', '.join(result.removed) or 'none'}), "
           f"{counted(len(result.files), 'package file')}; kept {', '.join(result.kept) or 'none'}")
     if args.dry_run and result.removed and not result.kept and not args.allow_empty:
         print("note: that would leave no release: prune refuses it without --allow-empty", file=sys.stderr)
-    if not args.dry_run:
+    if not args.dry_run and result.removed:
+        settings.say(args)
         print_snippets(result.snippets, signer)
     return 0
 
@@ -55,11 +56,11 @@ def _cmd_promote(args) -> int:
 
     from rocpkg.store.settings import read_settings
 
-    settings = use_settings(args, args.dst, inherit=read_settings(args.src), quiet_changes=args.dry_run)
+    settings = use_settings(args, args.dst, inherit=read_settings(args.src))
     signer = None if args.dry_run else _index_signer(args, args.src)
     repository_url(os.path.abspath(args.dst), args.base_url)   # refused before anything is copied
     result = promote(args.src, args.dst, args.release, suite=args.suite, signer=signer, base_url=args.base_url,
-                     dry_run=args.dry_run, settings=settings)
+                     dry_run=args.dry_run, settings=settings.used)
     if args.dry_run:
         print(f"would promote {args.release}: {counted(len(result.files), 'package file')} to copy into {args.dst}; "
               f"it would hold {', '.join(result.kept)}")
@@ -68,6 +69,7 @@ def _cmd_promote(args) -> int:
         return 0
     print(f"promoted {args.release}: {counted(len(result.files), 'package file')} copied into {args.dst}; "
           f"it now holds {', '.join(result.kept)}")
+    settings.say(args)
     print_snippets(result.snippets, signer)
     return 0
 
@@ -96,7 +98,7 @@ def _cmd_publish(args) -> int:
 def _cmd_export(args) -> int:
     from rocpkg.repo.export import export_closure
 
-    use_settings(args, args.out, url=False, quiet_changes=True)    # OUT's suite and key; the bundle's URL is DEST
+    use_settings(args, args.out, url=False)    # OUT's suite and key; the bundle's URL is DEST
     signer = _index_signer(args, args.out)
     result = export_closure(args.out, args.dest, args.names, signer=signer, suite=args.suite)
     counts = ", ".join(f"{fmt}: {counted(len(names), 'package')}" for fmt, names in result.packages.items())

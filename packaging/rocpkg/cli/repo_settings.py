@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import os
 import sys
+from dataclasses import dataclass
 
 from rocpkg.cli.common import verbosity
-from rocpkg.store.settings import RepoSettings, changes, merged, read_settings
+from rocpkg.errors import RocpkgInputError
+from rocpkg.store.settings import RepoSettings, changes, describe_signer, merged, read_settings
 
 # the parsed arguments that make up a signer (rocpkg.cli.build.signer_of_args reads them)
 SIGNER_OPTIONS = ("sign_key", "gpg_home")
@@ -25,19 +27,45 @@ def signer_options(args) -> dict:
     return found
 
 
+@dataclass(frozen=True)
+class Applied:
+    """The settings a command runs with (used: what OUT is to record) and those OUT had."""
+
+    out_dir: str
+    recorded: RepoSettings
+    used: RepoSettings
+    url: bool
+
+    def say(self, args) -> None:
+        """Once the command has recorded them: each recorded value it changed, one line on
+        stderr; with url and no URL given or recorded, once, that OUT's source lines name
+        it by a file:// URL."""
+        for what, was, now in changes(self.recorded, self.used):
+            print(f"{what} for {channel_label(self.out_dir)}: {was} -> {now}", file=sys.stderr)
+        if self.url and self.used.base_url is None and verbosity(args) >= 0:
+            print(f"note: {self.out_dir}: no --base-url given and none recorded: its source lines name "
+                  f"file://{os.path.abspath(self.out_dir)} (this machine only); give --base-url URL once, "
+                  f"OUT remembers it", file=sys.stderr)
+
+
 def use_settings(args, out_dir: str, *, url: bool = True, default_suite: str | None = "stable",
-                 inherit: RepoSettings | None = None, quiet_changes: bool = False) -> RepoSettings:
+                 inherit: RepoSettings | None = None) -> Applied:
     """The settings this command runs with, set on args (base_url when url, suite, the
     signing options): given, else OUT's recorded ones, else (inherit: a new channel's
-    source repository) its suite and signer, never its URL. Says each recorded value
-    that changes; with url, says once that OUT will be named by a file:// URL when no URL
-    is given or recorded. Returns what OUT is to record (the suite the command uses)."""
+    source repository) its suite and signer, never its URL; --unsigned (args.unsigned)
+    drops the signing options. Returns them with those OUT had (Applied.say, once the
+    command is done, says what changed)."""
     recorded = read_settings(out_dir)
     base = recorded
     if inherit is not None and recorded == RepoSettings():
         base = RepoSettings(suite=inherit.suite, signer=dict(inherit.signer))
+    signer = signer_options(args) or None
+    if getattr(args, "unsigned", False):
+        if signer:
+            raise RocpkgInputError(("--unsigned", f"given with {describe_signer(signer)}: choose one"))
+        signer = {}
     used = merged(base, base_url=getattr(args, "base_url", None) if url else None,
-                  suite=getattr(args, "suite", None), signer=signer_options(args))
+                  suite=getattr(args, "suite", None), signer=signer)
     if used.suite is None and default_suite is not None:
         used = RepoSettings(used.base_url, default_suite, used.signer)
     if url:
@@ -46,14 +74,7 @@ def use_settings(args, out_dir: str, *, url: bool = True, default_suite: str | N
     for name in SIGNER_OPTIONS:
         value = used.signer.get(name)
         setattr(args, name, list(value) if isinstance(value, tuple) else value)
-    if not quiet_changes:
-        for what, was, now in changes(recorded, used):
-            print(f"{what} for {channel_label(out_dir)}: {was} -> {now}", file=sys.stderr)
-        if url and used.base_url is None and verbosity(args) >= 0:
-            print(f"note: {out_dir}: no --base-url given and none recorded: its source lines name "
-                  f"file://{os.path.abspath(out_dir)} (this machine only); give --base-url URL once, "
-                  f"OUT remembers it", file=sys.stderr)
-    return used
+    return Applied(out_dir, recorded, used, url)
 
 
 def channel_label(out_dir: str) -> str:

@@ -111,14 +111,15 @@ def write_settings(out_dir: str, settings: RepoSettings) -> bool:
 
 
 def merged(recorded: RepoSettings, *, base_url: str | None, suite: str | None,
-           signer: dict) -> RepoSettings:
-    """What a command uses: each value given (not None; signer: any option given), else
-    the recorded one. A given URL is stored as the URL rule writes it."""
+           signer: dict | None) -> RepoSettings:
+    """What a command uses: each value given (not None; signer: the signing options given,
+    {} for none at all), else the recorded one. A given URL is stored as the URL rule
+    writes it."""
     if base_url is not None:
         base_url = source_url(base_url, "--base-url")
     return replace(recorded, base_url=base_url if base_url is not None else recorded.base_url,
                    suite=suite if suite is not None else recorded.suite,
-                   signer=dict(signer) if signer else dict(recorded.signer))
+                   signer=dict(signer) if signer is not None else dict(recorded.signer))
 
 
 def changes(recorded: RepoSettings, used: RepoSettings) -> list[tuple[str, str, str]]:

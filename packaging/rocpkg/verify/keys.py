@@ -9,6 +9,7 @@ import tempfile
 
 from rocpkg.formats.sign import ARMORED_KEY_NAME, KEYRING_NAME
 from rocpkg.store.indexes import formats_present
+from rocpkg.store.settings import RepoSettings, read_settings
 from rocpkg.verify.view import Problem
 
 
@@ -52,10 +53,14 @@ def key_fingerprints(keyring: str) -> list[str]:
 def signature_key(out_dir: str, keyring: str | None) -> tuple[str | None, dict, list[Problem]]:
     """(the key file to check OUT's signatures against, None when there is none; what the
     report says of it: {"checked", "signed", "keyring", "fingerprints", "own_key"}; the
-    problem of a signed tree with no key to check it against, a bad-signature)."""
+    problem of a signed tree with no key to check it against, a bad-signature). OUT's own
+    key is not used for a tree that has no signature and whose settings record it unsigned
+    (`repo --unsigned`, rocpkg.store.settings): a key left from before says nothing."""
     out_dir = os.path.abspath(os.fspath(out_dir))
-    chosen = keyring or own_keyring(out_dir)
     signed = index_signatures(out_dir)
+    recorded = read_settings(out_dir)
+    unsigned_on_record = not signed and recorded != RepoSettings() and not recorded.signer
+    chosen = keyring or (None if unsigned_on_record else own_keyring(out_dir))
     said = {"checked": chosen is not None, "signed": bool(signed), "keyring": chosen,
             "fingerprints": key_fingerprints(chosen) if chosen else [], "own_key": chosen is not None and not keyring}
     problems = []
