@@ -303,8 +303,9 @@ def test_promote_into_a_signed_channel_without_its_key_is_refused(work):
         (tree / ".rocpkg/settings.json").unlink()
     work.refused("promote", work.out, stable, "--release", IDS[2], needles=[str(stable), "channel nightly is signed",
                                                                            "--sign-key"])
-    work.refused("promote", work.out, work.root / "new", "--release", IDS[2],
-                 needles=[str(work.root / "new"), "a new channel promoted from", "signed", "--sign-key"])
+    for dry in ((), ("--dry-run",)):
+        work.refused("promote", work.out, work.root / "new", "--release", IDS[2], *dry,
+                     needles=[str(work.root / "new"), "a new channel promoted from", "signed", "--sign-key"])
     assert not (work.root / "new").exists()
 
 

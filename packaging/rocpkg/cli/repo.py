@@ -57,7 +57,7 @@ def _cmd_promote(args) -> int:
     from rocpkg.store.settings import read_settings
 
     settings = use_settings(args, args.dst, inherit=read_settings(args.src))
-    signer = None if args.dry_run else _index_signer(args, args.src)
+    signer = _index_signer(args, args.src)      # a dry run too: it is refused where the promote would be
     repository_url(os.path.abspath(args.dst), args.base_url)   # refused before anything is copied
     result = promote(args.src, args.dst, args.release, suite=args.suite, signer=signer, base_url=args.base_url,
                      dry_run=args.dry_run, settings=settings.used)

@@ -216,15 +216,15 @@ def promote(src: str | os.PathLike, dst: str | os.PathLike, release_id: str, *, 
         todo.append(entry)
     if problems:    # a symlinked directory is met by each file under it: named once
         raise RocpkgInputError(*dict.fromkeys(problems))
-    if dry_run:
-        held = {r.id for r in releases.manifest_releases(releases.read_manifest(dst))} \
-            if os.path.isdir(dst) and releases.read_manifest(dst) is not None else set()
-        return LifecycleResult(kept=sorted(held | {release_id}), files=[e["file"] for e in todo])
     _require_signer_if_signed(dst, signer)
     if signer is None and index_signatures(src) and not any(form.repo.indexed(dst) for form in formats_present(dst)):
         raise RocpkgInputError((dst, f"a new channel promoted from {src}, whose indexes are signed "
                                      f"({index_signatures(src)[0]}): give the key (--sign-key, --gpg-home) to sign "
                                      f"it; rocpkg never makes an unsigned copy of a signed channel"))
+    if dry_run:
+        doc = releases.read_manifest(dst) if os.path.isdir(dst) else None
+        held = {r.id for r in releases.manifest_releases(doc)} if doc is not None else set()
+        return LifecycleResult(kept=sorted(held | {release_id}), files=[e["file"] for e in todo])
     made_dst = not os.path.lexists(dst)
     os.makedirs(dst, exist_ok=True)
     try:
