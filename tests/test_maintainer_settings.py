@@ -305,7 +305,7 @@ def test_promote_into_a_signed_channel_without_its_key_is_refused(work):
                                                                            "--sign-key"])
     for dry in ((), ("--dry-run",)):
         work.refused("promote", work.out, work.root / "new", "--release", IDS[2], *dry,
-                     needles=[str(work.root / "new"), "a new channel promoted from", "signed", "--sign-key"])
+                     needles=[str(work.root / "new"), "a nightly channel promoted from", "signed", "--sign-key"])
     assert not (work.root / "new").exists()
 
 

@@ -218,7 +218,8 @@ def promote(src: str | os.PathLike, dst: str | os.PathLike, release_id: str, *, 
         raise RocpkgInputError(*dict.fromkeys(problems))
     _require_signer_if_signed(dst, signer)
     if signer is None and index_signatures(src) and not any(form.repo.indexed(dst) for form in formats_present(dst)):
-        raise RocpkgInputError((dst, f"a new channel promoted from {src}, whose indexes are signed "
+        channel = retention.channel_of(record) or "new"
+        raise RocpkgInputError((dst, f"a {channel} channel promoted from {src}, whose indexes are signed "
                                      f"({index_signatures(src)[0]}): give the key (--sign-key, --gpg-home) to sign "
                                      f"it; rocpkg never makes an unsigned copy of a signed channel"))
     if dry_run:
