@@ -87,6 +87,8 @@ def _cmd_publish(args) -> int:
         print(f"would publish {args.out} to {result.dest}: {counted(len(result.sent), 'file')} to send "
               f"({human_bytes(result.bytes_sent)}), {result.unchanged} unchanged, "
               f"{counted(len(result.removed), 'file')} to remove")
+        for rel in result.sent if verbosity(args) > 0 else ():
+            print(f"  would send {rel}")
         for rel in result.removed if verbosity(args) >= 0 else ():
             print(f"  would remove {rel}")
         return 0
