@@ -150,7 +150,7 @@ def test_integrity_checks_the_database_signature_and_reads_a_damaged_one_as_bad_
     with pytest.raises(RocpkgInputError) as refused:
         check_integrity(out)
     assert refused.value.problems[0][0] == str(db)
-    done = run("repo", out, env=SDE)        # an unsigned re-index writes it anew, and says so
+    done = run("repo", out, "--unsigned", env=SDE)     # an unsigned re-index writes it anew, and says so
     assert done.returncode == 0, done.stderr
     assert (out / "rocm.pacman.conf").read_text().startswith("[stable]\nSigLevel = Optional TrustAll\n")
     assert not list((out / "pacman/x86_64").glob("*.sig"))

@@ -102,12 +102,6 @@ class BuildResult:
     allowed: list = field(default_factory=list)   # gate.Refusal the maintainer allowed
 
     @property
-    def concurrency(self) -> str:
-        """What ran at once, as the summary line says it: `4 jobs x 1-8 threads`."""
-        low, high = self.thread_range
-        return f"{self.jobs} jobs x {low if low == high else f'{low}-{high}'} threads"
-
-    @property
     def rebuilt(self) -> list[PackageOutcome]:
         return [p for p in self.packages if p.rebuilt]
 

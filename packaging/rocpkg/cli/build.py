@@ -12,11 +12,11 @@ import time
 from kpack import targets as kt
 
 from rocpkg.formats import compression, registry
-from rocpkg.cli.common import (add_plan_options, add_subset_options, formats,
+from rocpkg.cli.common import (add_plan_options, add_subset_options, counted, formats,
                                human_bytes, interactive, load_config_of,
                                load_plan, print_json, print_snippets,
                                selected_packages, verbosity, warn_if_unsigned)
-from rocpkg.cli.channels import add_channel_options, release_of_args
+from rocpkg.cli.channels import add_channel_options, date_of_args, release_of_args
 from rocpkg.cli.signing import add_signing_options, signer_of_args
 from rocpkg.errors import RocpkgInputError
 
@@ -39,7 +39,7 @@ class ProgressDisplay:
         if self.rich:
             self._rich(event)
         elif event.last is None:
-            print(f"{self.label} {event.total} packages ({human_bytes(event.bytes_total)} of payload)",
+            print(f"{self.label} {counted(event.total, 'package')} ({human_bytes(event.bytes_total)} of payload)",
                   file=sys.stderr, flush=True)
         elif event.last.rebuilt:
             p = event.last
@@ -121,8 +121,10 @@ def print_summary(result, stream=None) -> None:
     shard = f", shard {result.shard[0]}/{result.shard[1]}" if result.shard else ""
     # the rate of what was written (up-to-date packages cost nothing), in a unit that fits
     rate = f"{human_bytes(doc['payload_rate'])}/s of payload" if doc["payload_rate"] else "nothing rewritten"
-    print(f"{len(result.packages)} packages in {result.seconds:.1f} s ({rate}) "
-          f"with {result.concurrency}{shard}; manifest {result.manifest}", file=stream)
+    low, high = result.thread_range
+    threads = counted(high, "thread") if low == high else f"{low}-{high} threads"
+    print(f"{counted(len(result.packages), 'package')} in {result.seconds:.1f} s ({rate}) "
+          f"with {counted(result.jobs, 'job')} x {threads}{shard}; manifest {result.manifest}", file=stream)
 
 
 def _cmd_build(args) -> int:
@@ -135,6 +137,11 @@ def _cmd_build(args) -> int:
         raise RocpkgInputError(("--repo", "a shard is part of a release: merge the shards' OUT trees, "
                                          "then run `rocpkg repo OUT` (docs/sharding.md)"))
     _check_jobs(args)
+    settings = None
+    if args.repo:       # OUT's recorded URL, suite and key, unless given (rocpkg.cli.repo_settings)
+        from rocpkg.cli.repo_settings import use_settings
+
+        settings = use_settings(args, args.output, default_suite=None)
     _check_output(args)
     # what the plan imports, before the fork: the workers need most of it too (the kpack
     # readers) and so inherit it
@@ -144,23 +151,26 @@ def _cmd_build(args) -> int:
     # the workers first: they load the writers while the plan is made, and the plan's
     # walk of the artifacts runs on them (catalog.scan's starmap_async)
     with Workers(args.jobs or usable_cores(), formats=formats(args)) as workers:
-        return _build(args, shard, workers)
+        return _build(args, shard, workers, settings)
 
 
-def _build(args, shard, workers) -> int:
+def _build(args, shard, workers, settings=None) -> int:
+    import dataclasses
+
     from rocpkg.builder import run as b
     from rocpkg.store.dates import source_date_epoch
-    from rocpkg.repo.index import publish_repositories
+    from rocpkg.repo.lifecycle import index_recorded
     from rocpkg.model import BuildOptions
     from rocpkg.store.releases import inputs_date
 
     config = load_config_of(args)
     release_of_args(args, config, formats(args))   # version-order refused before the artifacts are read
     plan = load_plan(args, config, embedded_objects=False, starmap_async=workers.starmap_async)
-    only, settings = selected_packages(args, plan), plan.settings
+    only = selected_packages(args, plan)
     _print_plan_notes(args, plan)
-    sde = source_date_epoch(settings, default=inputs_date(args.config, args.artifacts))
-    options = BuildOptions(source_date_epoch=sde, **_compression(args, settings))
+    # the release's date: SOURCE_DATE_EPOCH, else --date's (a channel build), else the inputs'
+    sde = source_date_epoch(plan.settings, default=date_of_args(args) or inputs_date(args.config, args.artifacts))
+    options = BuildOptions(source_date_epoch=sde, **_compression(args, plan.settings))
     signer = signer_of_args(args, sde)
     display = ProgressDisplay(verbosity=verbosity(args))
     try:
@@ -176,8 +186,9 @@ def _build(args, shard, workers) -> int:
         where, what = refusal.as_problem()
         print(f"allowed: {where}: {what}", file=sys.stderr)
     if args.repo:
-        snippets, _ = publish_repositories(os.path.abspath(args.output), suite=args.suite or settings["suite"],
-                                             signer=signer, source_date_epoch=sde, base_url=args.base_url)
+        used = dataclasses.replace(settings.used, suite=args.suite or plan.settings["suite"])
+        snippets, _ = index_recorded(args.output, used, signer=signer, source_date_epoch=sde)
+        dataclasses.replace(settings, used=used).say(args)
         summary["repositories"] = sorted(snippets.values())
         if args.json or verbosity(args) < 0:
             warn_if_unsigned(signer)
@@ -188,8 +199,8 @@ def _build(args, shard, workers) -> int:
 
         stale = stale_index_problems(args.output)
         if stale:
-            print(f"warning: {args.output}: the repository indexes are stale ({len(stale)} packages are not in "
-                  f"them or differ from them): run `rocpkg repo {args.output}`", file=sys.stderr)
+            print(f"warning: {args.output}: the repository indexes are stale ({counted(len(stale), 'package')} "
+                  f"missing from them or differing): run `rocpkg repo {args.output}`", file=sys.stderr)
     if args.json:
         json.dump(summary, sys.stdout, indent=1)
         sys.stdout.write("\n")
@@ -364,9 +375,10 @@ def register(sub) -> None:
                    help="compression level: zstd 1-19, xz 0-9, gzip 1-9 (default: settings.compression_level)")
     p.add_argument("--json", action="store_true", help="the summary as JSON on stdout (schema rocpkg-build/1)")
     p.add_argument("--repo", action="store_true", help="then index the APT and DNF repositories under OUT")
-    p.add_argument("--suite", default=None, help="with --repo: APT suite (default settings.suite)")
+    p.add_argument("--suite", default=None, help="with --repo: APT suite (default: what OUT recorded, else "
+                                                 "settings.suite)")
     p.add_argument("--base-url", default=None, help="with --repo: URL OUT is served at, for rocm.list/rocm.repo "
-                                                    "(default file://OUT)")
+                                                    "(default: the URL OUT recorded, else file://OUT)")
     add_signing_options(p, what="the RPM headers (and, with --repo, the repositories)")
     p.add_argument("--allow", action="append", default=None, metavar="CHECK",
                    help="build even though check CHECK fails (repeatable); recorded in manifest.json. "

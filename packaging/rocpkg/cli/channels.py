@@ -17,7 +17,8 @@ def add_channel_options(p: argparse.ArgumentParser) -> None:
                         "channel, e.g. nightly: X.Y.Z~YYYYMMDD; recorded in manifest.json (overrides "
                         "settings.channel; README 'Release channels')")
     p.add_argument("--date", default=None, metavar="YYYY-MM-DD",
-                   help="with --channel: the build's date in the version (default: SOURCE_DATE_EPOCH's, UTC)")
+                   help="with --channel: the build's date, in the version and as the release's date that "
+                        "prune --policy ages count from (default: SOURCE_DATE_EPOCH's, UTC)")
     p.add_argument("--number", type=int, default=None, metavar="N",
                    help="with --channel prerelease: the N of rcN (required); with dev: an optional devN")
 
@@ -57,6 +58,15 @@ def release_of_args(args, config, formats=()) -> None:
     if not getattr(args, "shard", None):
         gate.enforce(out_version_order_refusals(read_recorded(args.output), settings, formats),
                      gate.check_allow(args.allow or ()))
+
+
+def date_of_args(args) -> int | None:
+    """The release's date a build's --date gives (its first second, UTC): the default
+    SOURCE_DATE_EPOCH of a channel build, so that retention (`prune --policy`) counts
+    its age from the date it is named by; None without --date."""
+    from rocpkg.inputs.channels import epoch_of_date
+
+    return epoch_of_date(args.date) if getattr(args, "date", None) is not None else None
 
 
 def _date_of_environment() -> str | None:

@@ -163,6 +163,12 @@ def check_artifacts_dir(path: str) -> None:
         raise RocpkgInputError((path, "not a directory (-a names the artifacts directory)"))
 
 
+def counted(n: int, noun: str, plural: str | None = None) -> str:
+    """`1 release`, `2 releases`: a count with its noun in the right number (plural:
+    the plural when it is not noun + "s")."""
+    return f"{n} {noun if n == 1 else plural or noun + 's'}"
+
+
 def human_bytes(n: float) -> str:
     """1536 -> "1.5 KiB": the size format of every rocpkg table and progress line."""
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import os
 
-from rocpkg.cli.common import human_bytes, plural, print_json, print_snippets, shortened, verbosity
+from rocpkg.cli.common import counted, human_bytes, print_json, print_snippets, shortened, verbosity
 from rocpkg.cli.repo import add_index_options, index_signer, lifecycle_json
+from rocpkg.cli.repo_settings import use_settings
 from rocpkg.formats import registry
 
 
@@ -40,7 +41,7 @@ def _cmd_ls(args) -> int:
     formats = [f for f in registry.NAMES if any(f in r.packages for r in rows)]
     total = sum(r.size for r in rows)
     files = sum(sum(r.packages.values()) for r in rows)
-    print(f"{args.out}: {plural(len(rows), 'release')}, {plural(files, 'package file')}, {human_bytes(total)}")
+    print(f"{args.out}: {counted(len(rows), 'release')}, {counted(files, 'package file')}, {human_bytes(total)}")
     if rows:
         table = [("release", "channel", "date", "size", *formats, "targets")]
         for r in rows:
@@ -125,18 +126,21 @@ def _cmd_rm(args) -> int:
     from rocpkg.repo.lifecycle import remove_release
     from rocpkg.repo.urls import repository_url
 
+    settings = use_settings(args, args.out)     # what OUT recorded, unless given
     repository_url(os.path.abspath(args.out), args.base_url)     # refused before anything is moved
     signer = None if args.dry_run else index_signer(args, args.out)
     result = remove_release(args.out, args.release, suite=args.suite, signer=signer, base_url=args.base_url,
-                            dry_run=args.dry_run, allow_newest=args.allow_newest)
+                            dry_run=args.dry_run, allow_newest=args.allow_newest, settings=settings.used)
     if args.json:
         return lifecycle_json("rocpkg-rm/1", args.out, result, release=args.release, dry_run=args.dry_run)
     verb = "would remove" if args.dry_run else "removed"
-    print(f"{verb} release {args.release}: {plural(len(result.files), 'package file')}; "
+    print(f"{verb} release {args.release}: {counted(len(result.files), 'package file')}; "
           f"OUT {'would hold' if args.dry_run else 'holds'} {', '.join(result.kept) or 'no release'}")
     if verbosity(args) > 0:
         for rel in result.files:
             print(f"  {rel}")
+    if not args.dry_run:
+        settings.say(args)
     if not args.dry_run and verbosity(args) >= 0:
         print_snippets(result.snippets, signer)
     return 0

@@ -13,9 +13,9 @@ import sys
 import rocpkg
 from rocpkg.cli.channels import add_channel_options
 from rocpkg.cli.signing import add_signing_options
-from rocpkg.cli.common import (Activity, add_plan_options, add_subset_options, add_verbosity_options, formats, human_bytes, load_config_of, load_plan,
-                               plural, print_error, print_json, print_problems, selected_packages, shortened,
-                               split_list, verbosity, warn_if_unsigned)
+from rocpkg.cli.common import (Activity, add_plan_options, add_subset_options, add_verbosity_options, counted, formats, human_bytes,
+                               load_config_of, load_plan, print_error, print_json, print_problems, selected_packages,
+                               shortened, split_list, verbosity, warn_if_unsigned)
 from rocpkg.errors import RocpkgInputError
 from rocpkg.formats.preflight import printable
 
@@ -67,7 +67,7 @@ def _cmd_plan(args) -> int:
             rows.append((s.name, s.kind, s.target or s.family, str(files), human_bytes(s.payload_size),
                          ", ".join(s.depends)))
         widths = [max(len(r[i]) for r in rows) for i in range(5)]
-        print(f"== {fmt}: {plural(len(specs), 'package')}, version {plan.settings['version']}-"
+        print(f"== {fmt}: {counted(len(specs), 'package')}, version {plan.settings['version']}-"
               f"{plan.settings['release']}, targets {shortened(plan.targets, verbosity(args)) or '-'}")
         for r in rows:
             print("  ".join(c.ljust(w) for c, w in zip(r[:5], widths)) + "  " + r[5])
@@ -89,7 +89,7 @@ def _cmd_sample_artifacts(args) -> int:
     summary = make_sample_artifacts(args.dir, config, targets=split_list(args.targets), layout=args.layout,
                                     size_mb=args.size_mb, seed=args.seed, clean=args.clean,
                                     overlays=args.xnack_overlays)
-    print(f"{summary.root}: {len(summary.dirs)} artifact dirs, {summary.files} files, "
+    print(f"{summary.root}: {counted(len(summary.dirs), 'artifact dir')}, {counted(summary.files, 'file')}, "
           f"{human_bytes(summary.bytes)}, targets {', '.join(summary.targets)} ({summary.layout} layout)")
     return 0
 
@@ -97,16 +97,18 @@ def _cmd_sample_artifacts(args) -> int:
 def _cmd_repo(args) -> int:
     """Index (and with a key, sign) each format's tree in OUT, and write the client snippets."""
     from rocpkg.cli.signing import signer_of_args
+    from rocpkg.cli.repo_settings import use_settings
     from rocpkg.formats.registry import REGISTERED
     from rocpkg.store.dates import published_source_date_epoch
-    from rocpkg.repo.index import publish_repositories
+    from rocpkg.repo.lifecycle import index_recorded
 
     out = args.out
+    settings = use_settings(args, out)      # what OUT recorded, unless given (rocpkg.store.settings)
     sde = published_source_date_epoch(out)
     signer = signer_of_args(args, sde)
     with Activity(f"indexing {out}", args):
-        snippets, manifest = publish_repositories(out, suite=args.suite, signer=signer, source_date_epoch=sde,
-                                                  base_url=args.base_url)
+        snippets, manifest = index_recorded(out, settings.used, signer=signer, source_date_epoch=sde)
+    settings.say(args)
     if args.json:
         print_json({"schema": "rocpkg-repo/1", "out": os.path.abspath(out), "suite": args.suite,
                     "signed_by": signer.fingerprint if signer else None,
@@ -151,20 +153,27 @@ def _cmd_verify(args) -> int:
         with Activity(f"verifying {args.out}", args) as activity:
             report = verify_tree(args.out, formats=formats(args), release=args.release, lookup=args.kpack_lookup)
             activity.update("packages read; hashing files and checking indexes")
-            report.problems += check_integrity(args.out, keyring=args.keyring, formats=formats(args))
+            from rocpkg.verify.keys import signature_key
+
+            keyring, signatures, unchecked = signature_key(args.out, args.keyring)   # OUT's own key unless given
+            report.problems += unchecked + check_integrity(args.out, keyring=keyring, formats=formats(args))
             report.problems += out_order_problems(args.out)    # releases that apt or dnf would not upgrade to
     elif args.artifacts:
         config = load_config_of(args)
         report = verify_plan(load_plan(args, config), config)
+        signatures = None
     else:
         raise RocpkgInputError(("verify", "give OUT (a built tree) or -a ARTIFACTS (a plan)"))
     if args.json:
-        json.dump(report.to_dict(), sys.stdout, indent=1)
+        doc = report.to_dict()
+        if signatures is not None:
+            doc["signatures"] = signatures
+        json.dump(doc, sys.stdout, indent=1)
         sys.stdout.write("\n")
     elif verbosity(args) < 0:     # -q: the verdict only
-        print("OK: no problem found" if report.ok else f"FAILED: {plural(len(report.problems), 'problem')}")
+        print("OK: no problem found" if report.ok else f"FAILED: {counted(len(report.problems), 'problem')}")
     else:
-        _print_verify_summary(report)
+        _print_verify_summary(report, signatures)
     for line in report.warnings:
         print(f"warning: {line}", file=sys.stderr)
     for problem in report.problems:
@@ -172,26 +181,39 @@ def _cmd_verify(args) -> int:
     return 2 if report.problems else 0
 
 
-def _print_verify_summary(report) -> None:
+def _signature_line(signatures: dict) -> str:
+    if not signatures["checked"]:
+        return "unsigned: signatures not checked" if not signatures["signed"] else \
+            "signatures not checked: no key (give --keyring)"
+    whose = "OUT's own key" if signatures["own_key"] else "the key"
+    return f"signatures checked against {whose} {signatures['keyring']} " \
+           f"({', '.join(signatures['fingerprints']) or 'no key gpg can read'})"
+
+
+def _print_verify_summary(report, signatures: dict | None = None) -> None:
     print(f"verify {report.source}: {', '.join(report.formats)}")
     for fmt in report.formats:
         c = report.counts.get(fmt, {})
         ids = "; ".join(f"{t}: {', '.join(v)}" for t, v in report.targets.get(fmt, {}).items()) or "-"
         mine = sum(1 for p in report.problems if p.format == fmt)
-        print(f"== {fmt}: {plural(c.get('packages', 0), 'package')}, "
-              f"{plural(c.get('host_binaries', 0), 'host binary', 'host binaries')} with kernels, "
-              f"{plural(c.get('archives', 0), 'archive')}, {plural(c.get('lookups', 0), 'archive lookup')}, "
-              f"{plural(c.get('kernels_checked', 0), 'kernel')} checked, {plural(mine, 'problem')}")
+        print(f"== {fmt}: {counted(c.get('packages', 0), 'package')}, "
+              f"{counted(c.get('host_binaries', 0), 'host binary', 'host binaries')} with kernels, "
+              f"{counted(c.get('archives', 0), 'archive')}, {counted(c.get('lookups', 0), 'archive lookup')}, "
+              f"{counted(c.get('kernels_checked', 0), 'kernel')} checked, {counted(mine, 'problem')}")
         print(f"  target IDs: {ids}")
         mine = [c for c in report.closures if c.format == fmt]
-        print(f"  {len(mine)} meta-package closures computed; per family alias:")
+        print(f"  {counted(len(mine), 'meta-package closure')} computed; per family alias:")
         for closure in mine:
             if closure.kind == "alias":
-                print(f"  {closure.family} <- {closure.root} ({len(closure.packages)} packages)")
+                print(f"  {closure.family} <- {closure.root} ({counted(len(closure.packages), 'package')})")
                 for target, names in closure.devices.items():
                     print(f"      {target}: {', '.join(names)}")
         print(f"  external: {', '.join(report.externals.get(fmt, [])) or '-'}")
-    print("OK: no problem found" if report.ok else f"FAILED: {plural(len(report.problems), 'problem')}")
+    if signatures is not None:
+        print(_signature_line(signatures))
+    ok = "OK: no problem found" + ("" if signatures is None or signatures["checked"] else
+                                    " (unsigned: signatures not checked)")
+    print(ok if report.ok else f"FAILED: {counted(len(report.problems), 'problem')}")
 
 
 def _register_commands(sub) -> None:
@@ -222,9 +244,12 @@ def _register_commands(sub) -> None:
     p = sub.add_parser("repo", help="index and sign the repositories under OUT (APT, DNF, pacman)")
     p.add_argument("out", metavar="OUT", help="a tree written by `rocpkg build`")
     add_signing_options(p)
-    p.add_argument("--suite", default="stable", help="APT suite, pacman database name (default stable)")
-    p.add_argument("--base-url", default=None, help="URL OUT is served at, for the client snippets "
-                                                    "(default file://OUT)")
+    p.add_argument("--suite", default=None, help="APT suite, pacman database name (default: what OUT recorded, "
+                                                 "else stable)")
+    p.add_argument("--base-url", default=None, help="URL OUT is served at, for the client snippets (default: the "
+                                                    "URL OUT recorded, else file://OUT); OUT remembers it")
+    p.add_argument("--unsigned", action="store_true", help="index without signing and forget the signing key OUT "
+                                                           "recorded")
     p.add_argument("--json", action="store_true", help="the snippets, setup packages and signer as JSON "
                                                        "(schema rocpkg-repo/1)")
     p.set_defaults(func=_cmd_repo)
@@ -266,10 +291,11 @@ def _repair_trees(args) -> None:
         tree = getattr(args, name, None)
         for done in recover(tree, sweep=args.command != "build") if tree else ():
             if done.action == "swept":
-                print(f"repaired: {tree}: removed {done.swept} temporaries of killed rocpkg runs", file=sys.stderr)
+                print(f"repaired: {tree}: removed {counted(done.swept, 'temporary', 'temporaries')} of killed rocpkg "
+                      f"runs", file=sys.stderr)
             else:
                 print(f"repaired: {tree}: rolled back an interrupted rocpkg {done.command} (pid {done.pid}): "
-                      f"{done.restored} files put back, {done.removed} removed; the tree is as it was "
+                      f"{counted(done.restored, 'file')} put back, {done.removed} removed; the tree is as it was "
                       f"before that command, run it again", file=sys.stderr)
 
 

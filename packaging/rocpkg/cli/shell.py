@@ -50,7 +50,8 @@ def man_page(parser) -> str:
                                   "description": "native packages and repositories from GPU build artifacts"})
     lines = [line for examples in EXAMPLES.values() for line in examples]
     page.add_section("examples", "=", ".nf\n" + "\n".join(_roff(line) for line in lines) + "\n.fi")
-    return str(page)
+    # a text line that help's wrapping starts with an apostrophe would read as a control line
+    return "\n".join("\\&" + line if line.startswith("'") else line for line in str(page).split("\n"))
 
 
 def _roff(text: str) -> str:

@@ -1,7 +1,7 @@
 """Command-line options of signing, shared by every command that signs (build, repo, prune,
 promote, export): add_signing_options() registers them, signer_of_args() turns them into a
-rocpkg.formats.sign.Signer (checked against the key policy before anything is written),
-signing_settings() says them as plain data.
+rocpkg.formats.sign.Signer (checked against the key policy before anything is written);
+rocpkg.cli.repo_settings records them in OUT.
 
   --sign-key KEY        repeatable: every key signs the indexes, the newest the packages
   --gpg-home DIR        the GnuPG home holding the secret keys (default $GNUPGHOME, ~/.gnupg)
@@ -53,16 +53,6 @@ def valid_for(text: str | None) -> int | None:
     if not match:
         raise RocpkgInputError(("--valid-until", f"{text!r} is not a duration: a number and h, d or w (7d, 12h, 2w)"))
     return int(match.group(1)) * _UNIT[match.group(2)]
-
-
-def signing_settings(args) -> dict:
-    """The signing options given, as plain data ({} when unsigned)."""
-    keys = getattr(args, "sign_key", None) or []
-    if not keys:
-        return {}
-    return {"sign_keys": list(keys), "gpg_home": getattr(args, "gpg_home", None),
-            "gpg_program": getattr(args, "gpg_program", None), "signing_server": getattr(args, "signing_server", None),
-            "public_keys": list(getattr(args, "public_key", None) or []), "valid_until": getattr(args, "valid_until", None)}
 
 
 def signer_of_args(args, source_date_epoch: int | None):

@@ -25,6 +25,7 @@ import datetime
 import re
 
 from rocpkg.errors import RocpkgInputError
+from rocpkg.store.manifest_schema import MAX_DATE
 
 DEV, NIGHTLY, PRERELEASE, RELEASE = "dev", "nightly", "prerelease", "release"
 CHANNELS = (DEV, NIGHTLY, PRERELEASE, RELEASE)
@@ -64,6 +65,17 @@ def channel_version(base: str, channel: str, date: str | None, number: int | Non
 def date_of_epoch(seconds: int) -> str:
     """YYYY-MM-DD (UTC) of a SOURCE_DATE_EPOCH."""
     return datetime.datetime.fromtimestamp(seconds, datetime.timezone.utc).strftime("%Y-%m-%d")
+
+
+def epoch_of_date(text: str) -> int:
+    """The SOURCE_DATE_EPOCH of a --date YYYY-MM-DD: its first second (UTC), within what
+    rpm's 32-bit dates hold."""
+    day = _checked_date(text)
+    seconds = int(datetime.datetime(day.year, day.month, day.day, tzinfo=datetime.timezone.utc).timestamp())
+    if not 0 <= seconds <= MAX_DATE:
+        raise RocpkgInputError(("--date", f"{text} is outside 1970-01-01 to {date_of_epoch(MAX_DATE)}, "
+                                          f"what rpm's 32-bit dates hold"))
+    return seconds
 
 
 def _checked_date(text: str) -> datetime.date:

@@ -15,7 +15,12 @@ promote: the release's package files are copied byte for byte (no rebuild) from 
 DST at the same paths, after checking them against SRC's manifest; DST's manifest
 records the release and DST is re-indexed and re-signed with DST's key. A file DST
 already holds with other bytes under the same name is refused before anything is copied.
-A DST that promote created is removed again when the promote fails.
+A DST that promote created is removed again when the promote fails. A DST whose indexes
+are signed, or a new (or unindexed) DST promoted from a signed SRC, is never indexed
+without a key: it would be a channel clients trust unchecked (trusted=yes).
+
+Each re-index records the repository settings it ran with (rocpkg.store.settings) inside
+its journaled change: a refused, failed or killed command leaves them as they were.
 """
 from __future__ import annotations
 
@@ -33,10 +38,12 @@ from rocpkg.repo.index import publish_repositories
 from rocpkg.repo.publish_record import refuse_overlap
 from rocpkg.errors import RocpkgInputError
 from rocpkg.store.journal import Change
+from rocpkg.store.settings import RepoSettings, write_settings
 from rocpkg.store.state import forget as forget_states
 from rocpkg.formats.streams import AtomicOutput, HashingWriter, copy_stream
 from rocpkg.store.files import open_file
 from rocpkg.store.indexes import formats_present
+from rocpkg.verify.keys import index_signatures
 from rocpkg.formats.registry import NAMES
 
 
@@ -67,29 +74,57 @@ def releases_to_prune(records: Iterable[releases.ReleaseRecord], keep: int,
     return sorted(doomed, key=releases.release_order)
 
 
+def channel_name(out_dir: str) -> str | None:
+    """The channel OUT's releases are of (rocpkg.repo.retention.channel_of), when they are
+    all of one; None otherwise (or when OUT records no release)."""
+    doc = releases.read_manifest(out_dir) if os.path.isdir(out_dir) else None
+    found = {retention.channel_of(r) for r in releases.manifest_releases(doc)} if doc else set()
+    return found.pop() if len(found) == 1 and "" not in found else None
+
+
 def _require_signer_if_signed(out_dir: str, signer) -> None:
     """Re-indexing a signed repository without its key would publish it unsigned."""
     if signer is not None:
         return
-    signed = [os.path.join(out_dir, s.signature) for form in formats_present(out_dir)
-              for s in form.repo.signatures(out_dir) if os.path.exists(os.path.join(out_dir, s.signature))]
+    signed = index_signatures(out_dir)
     if signed:
-        raise RocpkgInputError(("--sign-key", f"{out_dir}'s indexes are signed ({signed[0]}): give the key "
-                                             f"(--sign-key, --gpg-home) to re-sign them"))
+        name = channel_name(out_dir)
+        raise RocpkgInputError((out_dir, f"{f'channel {name} is signed' if name else 'its indexes are signed'} "
+                                         f"({signed[0]}): give its key (--sign-key, --gpg-home) to re-sign them; "
+                                         f"rocpkg never turns a signed repository into an unsigned one"))
 
 
-def _reindex(out_dir: str, suite: str, signer, base_url: str | None) -> dict[str, str]:
+def _reindex(out_dir: str, suite: str, signer, base_url: str | None,
+             settings: RepoSettings | None = None) -> dict[str, str]:
     snippets, _ = publish_repositories(out_dir, suite=suite, signer=signer, base_url=base_url,
                                        source_date_epoch=published_source_date_epoch(out_dir))
+    if settings is not None:
+        write_settings(out_dir, settings)
     return snippets
+
+
+def index_recorded(out_dir: str | os.PathLike, settings: RepoSettings, *, signer=None,
+                   source_date_epoch: int | None = None) -> tuple[dict[str, str], str | None]:
+    """`rocpkg repo`: index (and sign) OUT with settings' suite and base URL
+    (rocpkg.repo.index.publish_repositories) and record the settings, as one journaled
+    change. Returns publish_repositories' (snippets, manifest path)."""
+    out_dir = os.path.abspath(os.fspath(out_dir))
+    if not os.path.isdir(out_dir):      # checked before the lock: nothing is created for a missing OUT
+        raise RocpkgInputError((out_dir, "no such directory: build a release into it first"))
+    with Change(out_dir, "repo", {"suite": settings.suite, "signed": signer is not None}):
+        found = publish_repositories(out_dir, suite=settings.suite or "stable", signer=signer,
+                                     source_date_epoch=source_date_epoch, base_url=settings.base_url)
+        write_settings(out_dir, settings)
+    return found
 
 
 def prune(out_dir: str | os.PathLike, *, keep: int | None = None, keep_list: Iterable[str] = (),
           suite: str = "stable", signer=None, base_url: str | None = None, dry_run: bool = False,
-          policy=None) -> LifecycleResult:
+          policy=None, allow_empty: bool = False, settings: RepoSettings | None = None) -> LifecycleResult:
     """Remove all but the `keep` newest releases of each series (and those on keep_list)
     from OUT and re-index it, as one step; or, given a rocpkg.repo.retention.Policy instead of
-    keep, the releases it removes. dry_run: only say what would go."""
+    keep, the releases it removes. dry_run: only say what would go. Removing every release
+    is refused unless allow_empty. settings: recorded in OUT with the change."""
     out_dir = os.path.abspath(os.fspath(out_dir))
     if not os.path.isdir(out_dir):
         raise RocpkgInputError((out_dir, "no such directory"))
@@ -108,15 +143,18 @@ def prune(out_dir: str | os.PathLike, *, keep: int | None = None, keep_list: Ite
         raise RocpkgInputError(("--keep", "give the number of releases kept per series, or a policy"))
     else:
         doomed = releases_to_prune(releases.manifest_releases(doc), keep, keep_list)
-    return _forget(out_dir, doc, doomed, "prune", suite=suite, signer=signer, base_url=base_url, dry_run=dry_run)
+    return _forget(out_dir, doc, doomed, "prune", suite=suite, signer=signer, base_url=base_url, dry_run=dry_run,
+                   allow_empty=allow_empty, settings=settings)
 
 
 def remove_release(out_dir: str | os.PathLike, release_id: str, *, suite: str = "stable", signer=None,
-                   base_url: str | None = None, dry_run: bool = False, allow_newest: bool = False) -> LifecycleResult:
+                   base_url: str | None = None, dry_run: bool = False, allow_newest: bool = False,
+                   settings: RepoSettings | None = None) -> LifecycleResult:
     """Remove one release by its id from OUT and re-index it, as one journaled change, as
     prune removes releases (its package files leave the pool, the manifest forgets it).
-    The newest release of a series (its users' upgrade target) only with allow_newest.
-    dry_run: only say what would go."""
+    The newest release of a series (its users' upgrade target) only with allow_newest
+    (OUT's last release too). dry_run: only say what would go. settings: recorded in OUT
+    with the change."""
     out_dir = os.path.abspath(os.fspath(out_dir))
     if not os.path.isdir(out_dir):
         raise RocpkgInputError((out_dir, "no such directory"))
@@ -129,18 +167,24 @@ def remove_release(out_dir: str | os.PathLike, release_id: str, *, suite: str = 
     if not later and not allow_newest:
         raise RocpkgInputError(("RELEASE", f"{release_id} is the newest release of series {record.series}: its users "
                                            f"would be left with an older one; give --allow-newest to remove it"))
-    return _forget(out_dir, doc, [record], "rm", suite=suite, signer=signer, base_url=base_url, dry_run=dry_run)
+    return _forget(out_dir, doc, [record], "rm", suite=suite, signer=signer, base_url=base_url, dry_run=dry_run,
+                   allow_empty=allow_newest, settings=settings)
 
 
 def _forget(out_dir: str, doc: dict, doomed: list, command: str, *, suite: str, signer, base_url: str | None,
-            dry_run: bool) -> LifecycleResult:
+            dry_run: bool, allow_empty: bool, settings: RepoSettings | None) -> LifecycleResult:
     """The releases `doomed` leave OUT in one journaled change `command`: their package
-    files set aside, the manifest without them, OUT re-indexed (dry_run: only the result)."""
+    files set aside, the manifest without them, OUT re-indexed and settings recorded
+    (dry_run: only the result). Leaving no release is refused unless allow_empty."""
     new_doc, dropped = releases.forget_releases(doc, [r.id for r in doomed])
     result = LifecycleResult(kept=[r.id for r in releases.manifest_releases(new_doc)],
                              removed=[r.id for r in doomed], files=dropped)
     if dry_run or not doomed:
         return result
+    if not result.kept and not allow_empty:
+        raise RocpkgInputError((command, f"would remove every release of {out_dir} ({', '.join(result.removed)}), "
+                                         f"leaving a repository with nothing to install: give --allow-empty "
+                                         f"if that is meant"))
     _require_signer_if_signed(out_dir, signer)
     intent = {"remove": [_described(doc, rel) for rel in dropped], "releases": result.removed}
     with Change(out_dir, command, intent) as change:
@@ -148,7 +192,7 @@ def _forget(out_dir: str, doc: dict, doomed: list, command: str, *, suite: str, 
             if os.path.lexists(os.path.join(out_dir, rel)):
                 change.set_aside(os.path.join(out_dir, rel))
         releases.write_manifest(out_dir, new_doc)
-        result.snippets = _reindex(out_dir, suite, signer, base_url)
+        result.snippets = _reindex(out_dir, suite, signer, base_url, settings)
         forget_states(out_dir, set(dropped))
     return result
 
@@ -160,9 +204,12 @@ def _described(doc: dict, rel: str) -> dict:
 
 
 def promote(src: str | os.PathLike, dst: str | os.PathLike, release_id: str, *, suite: str = "stable",
-            signer=None, base_url: str | None = None) -> LifecycleResult:
+            signer=None, base_url: str | None = None, dry_run: bool = False,
+            settings: RepoSettings | None = None) -> LifecycleResult:
     """Copy release `release_id`'s package files from SRC into DST unchanged, record the
-    release in DST's manifest, and re-index (and with a signer, re-sign) DST."""
+    release in DST's manifest, and re-index (and with a signer, re-sign) DST. dry_run:
+    every check, then only say what would be copied (files: those DST lacks). settings:
+    recorded in DST with the change."""
     src = os.path.abspath(os.fspath(src))
     dst = os.path.abspath(os.fspath(dst))
     refuse_overlap(src, dst, "promote", "SRC")
@@ -204,17 +251,26 @@ def promote(src: str | os.PathLike, dst: str | os.PathLike, release_id: str, *, 
         todo.append(entry)
     if problems:    # a symlinked directory is met by each file under it: named once
         raise RocpkgInputError(*dict.fromkeys(problems))
+    _require_signer_if_signed(dst, signer)
+    if signer is None and index_signatures(src) and not any(form.repo.indexed(dst) for form in formats_present(dst)):
+        channel = retention.channel_of(record) or "new"
+        raise RocpkgInputError((dst, f"a {channel} channel promoted from {src}, whose indexes are signed "
+                                     f"({index_signatures(src)[0]}): give the key (--sign-key, --gpg-home) to sign "
+                                     f"it; rocpkg never makes an unsigned copy of a signed channel"))
+    if dry_run:
+        doc = releases.read_manifest(dst) if os.path.isdir(dst) else None
+        held = {r.id for r in releases.manifest_releases(doc)} if doc is not None else set()
+        return LifecycleResult(kept=sorted(held | {release_id}), files=[e["file"] for e in todo])
     made_dst = not os.path.lexists(dst)
     os.makedirs(dst, exist_ok=True)
     try:
-        _require_signer_if_signed(dst, signer)
         intent = {"add": [{"file": e["file"], "size": e["size"], "sha256": e["sha256"]} for e in todo],
                   "release": release_id, "from": src}
         with Change(dst, "promote", intent):
             for entry in todo:
                 _copy_checked(src, dst, entry)
             releases.write_release(dst, record, entries)
-            snippets = _reindex(dst, suite, signer, base_url)
+            snippets = _reindex(dst, suite, signer, base_url, settings)
     except BaseException:
         if made_dst:
             shutil.rmtree(dst, ignore_errors=True)

@@ -37,7 +37,8 @@ from rocpkg.formats.registry import NAMES, REGISTERED
 from rocpkg.formats.sign import ARMORED_KEY_NAME, KEYRING_NAME
 from rocpkg.store.files import SETUP_COPY_RE, open_dir, open_file, parts_of, read_file, wrong_type
 from rocpkg.store.outdir import TMP_RE
-from rocpkg.repo.publish_record import RECORD, RECORD_LIMIT, parse_record, record_bytes, refuse_overlap
+from rocpkg.repo.publish_record import RECORD, RECORD_LIMIT, parse_record, record_bytes, record_origin, \
+    refuse_overlap
 from rocpkg.formats.streams import HashingWriter, copy_stream
 
 PUBLISHED_ROOTS = NAMES
@@ -64,6 +65,7 @@ class PublishResult:
     unchanged: int = 0
     removed: list[str] = field(default_factory=list)
     bytes_sent: int = 0
+    adopted: str | None = None      # the other OUT the destination's record named, when adopted
 
 
 def stage_of(rel: str) -> tuple[int, int]:
@@ -337,12 +339,15 @@ def destination(dest: str, endpoint_url: str | None = None, allow_bucket_root: b
 # -- publish ------------------------------------------------------------------------------
 
 def publish(out_dir: str | os.PathLike, dest, *, keep_removed: bool = False, check: bool = True,
-            progress: Callable[[str, LocalFile | str], None] | None = None) -> PublishResult:
+            progress: Callable[[str, LocalFile | str], None] | None = None, adopt: bool = False,
+            dry_run: bool = False) -> PublishResult:
     """Copy OUT's repositories to dest (a DirectoryDest/S3Dest, or a path or s3:// URL),
     in the module doc's order, sending only what changed, then removing what an earlier
     publish recorded in dest and OUT no longer has (rocpkg.repo.publish_record: nothing else in
     dest is ever removed). check: refuse an OUT that fails the integrity check (signatures
-    against OUT/rocm.gpg when OUT has one). Every refusal comes before a byte is sent."""
+    against OUT/rocm.gpg when OUT has one). A dest whose record names another OUT is
+    refused unless adopt. dry_run: every check, then the result says what would be sent
+    and removed, and nothing is written. Every refusal comes before a byte is sent."""
     from rocpkg.store.outdir import OutLock
 
     out_dir = os.path.abspath(os.fspath(out_dir))
@@ -356,16 +361,25 @@ def publish(out_dir: str | os.PathLike, dest, *, keep_removed: bool = False, che
     dest.check(out_dir)
     record = dest.read_record()
     owned = parse_record(record, dest.record_label)
+    origin = record_origin(record, dest.record_label)
+    if origin is not None and origin != out_dir and not adopt:
+        raise RocpkgInputError((dest.label, f"its publish record ({dest.record_label}) says it was published from "
+                                            f"another OUT, {origin}: publishing {out_dir} there would remove what "
+                                            f"that OUT put there and this one lacks; give --adopt if this OUT "
+                                            f"now serves it"))
     with OutLock(out_dir):          # nobody re-indexes OUT while it is being copied
         if check:
             _refuse_unsound(out_dir)
         files = local_files(out_dir)
         remote = {rel: size for rel, size in dest.listing().items() if rel != RECORD}
         dest.preflight(files)
-        result = PublishResult(dest.label)
-        _send(out_dir, dest, files, remote, result, progress)
+        result = PublishResult(dest.label, adopted=origin if origin not in (None, out_dir) else None)
         current = {f.rel: (f.size, f.sha256, f.md5) for f in files}
         gone = {rel: entry for rel, entry in owned.items() if rel not in current}
+        if dry_run:
+            _plan(dest, files, remote, gone if not keep_removed else {}, result)
+            return result
+        _send(out_dir, dest, files, remote, result, progress)
         # the record lists what may go before anything goes: a publish cut short here
         # removes it next time
         _write_record(dest, record, record_bytes(out_dir, {**gone, **current}))
@@ -380,11 +394,25 @@ def publish(out_dir: str | os.PathLike, dest, *, keep_removed: bool = False, che
     return result
 
 
+def _plan(dest, files: list[LocalFile], remote: dict[str, int], gone: dict, result: PublishResult) -> None:
+    """What a publish would send and remove (the same tests as _send and the removals),
+    into result; nothing is written."""
+    for f in files:
+        if f.rel in remote and dest.same(f, remote[f.rel]):
+            result.unchanged += 1
+        else:
+            result.sent.append(f.rel)
+            result.bytes_sent += f.size
+    for rel, (size, sha256, md5) in sorted(gone.items()):
+        if rel in remote and dest.same(LocalFile(rel, size, sha256, md5, 0), remote[rel]):
+            result.removed.append(rel)
+
+
 def _refuse_unsound(out_dir: str) -> None:
     from rocpkg.verify.integrity import check_integrity
+    from rocpkg.verify.keys import own_keyring
 
-    keyring = os.path.join(out_dir, "rocm.gpg")
-    problems = check_integrity(out_dir, keyring=keyring if os.path.isfile(keyring) else None)
+    problems = check_integrity(out_dir, keyring=own_keyring(out_dir))
     if problems:
         raise RocpkgInputError(*[(os.path.join(out_dir, p.path), f"{p.check}: {p.message}") for p in problems])
 

@@ -9,6 +9,8 @@ OUT no longer has, and only while they still hold the bytes recorded; everything
 DEST (a web root's index.html, .well-known/, another team's objects) is never touched.
 A destination without a record has nothing of rocpkg's to remove: the first publish
 into a non-empty destination merges (writes the names OUT publishes, removes nothing).
+A record that names another OUT path is refused unless the publish adopts the
+destination (--adopt): removing what another OUT put there takes a decision.
 
 The record is read as hostile as OUT: bounded, strict JSON, every path relative and
 inside DEST; a damaged record is bad input, and publish then changes nothing.
@@ -53,6 +55,18 @@ def parse_record(data: bytes | None, where: str) -> dict[str, tuple[int, str, st
                                            "\"md5\": 32 hex digits}"))
         owned[rel] = (entry["size"], entry["sha256"], entry["md5"])
     return owned
+
+
+def record_origin(data: bytes | None, where: str) -> str | None:
+    """The OUT path a record names as where its files came from (None: no record, or one
+    that names none); read after parse_record accepted the same bytes."""
+    if data is None:
+        return None
+    origin = parse_json(data, where, "publish record").get("origin")
+    out = origin.get("out") if isinstance(origin, dict) else None
+    if out is not None and (not isinstance(out, str) or not out.isprintable() or len(out) > 4096):
+        raise RocpkgInputError((f"{where}: origin.out", "wants the path of an OUT"))
+    return out
 
 
 def record_bytes(out_dir: str, owned: dict[str, tuple[int, str, str]]) -> bytes:
