@@ -85,6 +85,15 @@ def release_settings(config: Config, version: str | None = None, release: str | 
     return settings
 
 
+def _provide_targets(fmt: str, specs: list[m.PackageSpec]) -> None:
+    """What a package built for GPU targets provides for each, in a format that says it so
+    (Format.target_provides: rpm's `rocm-gfx(gfx1100)`)."""
+    target_provides = get_format(fmt).target_provides
+    if target_provides is not None:
+        for spec in specs:
+            spec.provides.extend(target_provides(t) for t in spec.built_for)
+
+
 class _PlanBuilder:
     def __init__(self, config: Config, catalog: Catalog, settings: dict, targets: list[str] | None):
         self.config = config
@@ -470,10 +479,7 @@ class _PlanBuilder:
             out += self._unversioned_target_metas(fmt, namer, top, {spec.name for spec in out})
         if links is not None:
             self._register_links(out, links)
-        target_provides = get_format(fmt).target_provides
-        for spec in out:
-            if target_provides is not None:
-                spec.provides.extend(target_provides(t) for t in spec.built_for)
+        _provide_targets(fmt, out)
         return out
 
     @staticmethod
