@@ -68,4 +68,4 @@ def built_release(tmp_path_factory, shared_dir: Path, *builds: Build) -> Path:
 def installed_links(root: Path) -> dict[str, str]:
     """name -> target of the links update-alternatives made in root (/etc/alternatives)."""
     alternatives = root / "etc/alternatives"
-    return {p.name: os.readlink(p) for p in alternatives.iterdir()} if alternatives.exists() else {}
+    return {p.name: os.readlink(p) for p in alternatives.iterdir() if p.is_symlink()} if alternatives.exists() else {}
