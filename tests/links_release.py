@@ -20,14 +20,14 @@ SDE = "1700000000"
 @dataclass(frozen=True)
 class Build:
     """One `rocpkg build` of the shared artifacts into one OUT: `args` are its options
-    (--pkg-version, --release, --build-variant); `base` the build whose OUT it goes into
+    (--version, --release, --build-variant); `base` the build whose OUT it goes into
     ("" a fresh OUT), so that one repository serves several releases."""
     id: str
     args: tuple[str, ...] = ()
 
 
 RELEASE = Build("7.1.0-1")
-PATCH = Build("7.1.1-1", ("--pkg-version", "7.1.1"))
+PATCH = Build("7.1.1-1", ("--version", "7.1.1"))
 RESPIN = Build("7.1.0-2", ("--release", "2"))
 ASAN = Build("7.1.0-1+asan", ("--build-variant", "asan"))
 

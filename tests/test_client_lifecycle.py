@@ -61,7 +61,8 @@ def output(result: subprocess.CompletedProcess) -> str:
 
 def therock(root: Root, shared_dir: Path, url: str, build: Build, test: str) -> subprocess.CompletedProcess:
     """TheRock's install test (sanity) or uninstall test, unchanged, in root, for gfx1100."""
-    script = place_install_test(shared_dir, root)
+    placed = "/root/therock-install-test/native_linux_package_install_test.py"
+    script = placed if (root / placed).exists() else place_install_test(shared_dir, root)
     for extra in (UNINSTALL_TEST, COMMON):
         shutil.copy(shared_dir / extra, root / str(Path(script).parent) / Path(extra).name)
     variant = ("--build-variant", "asan") if build is ASAN else ()
