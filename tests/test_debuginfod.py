@@ -59,14 +59,15 @@ def serve_and_find(pool: Path, option: str, suffix: str, tmp_path: Path, build_i
     """Start debuginfod over pool, wait until it has scanned every package there, then ask it
     for build_id's debuginfo; the server is killed whatever happens."""
     port, count = free_port(), sum(1 for _ in pool.rglob(f"*{suffix}"))
-    log = (tmp_path / "debuginfod.log").open("w")
+    log_path = tmp_path / "debuginfod.log"
+    log = log_path.open("w")
     server = subprocess.Popen(["debuginfod", option, "-d", str(tmp_path / "index.sqlite"), "-p", str(port),
                                "-t", "0", "-g", "0", str(pool)], stdout=log, stderr=subprocess.STDOUT)
     try:
         deadline, scanned = time.monotonic() + 60, -1.0
         while scanned < count:
-            assert server.poll() is None, (tmp_path / "debuginfod.log").read_text()
-            assert time.monotonic() < deadline, f"scanned {scanned} of {count}\n{(tmp_path / 'debuginfod.log').read_text()}"
+            assert server.poll() is None, log_path.read_text()
+            assert time.monotonic() < deadline, f"scanned {scanned} of {count}\n{log_path.read_text()}"
             time.sleep(0.2)
             try:
                 scanned = metrics(port).get(f'scanned_files_total{{source="{suffix} archive"}}', -1.0)
