@@ -10,7 +10,8 @@ rpm: the same steps with dnf (--installroot) and zypper (--root) in an installro
 machine: install TheRock's metapackages, respin, patch release, downgrade (`dnf downgrade`,
 `zypper install --oldpackage`), remove them as TheRock's uninstall test does (`dnf remove`,
 `zypper remove --clean-deps`), then the ASAN release in the same root; the links and
-`rpm --root R -Va` checked after each step.
+`rpm --root R -Va` checked after each step. TheRock's install and uninstall tests themselves,
+as they call dnf (profile almalinux9), pass in the Debian root.
 
 The respin models a host-only respin as rocpkg can make one: every package at 7.1.0-2, the
 device packages' files unchanged (checked below), since device packages pin their host
@@ -33,7 +34,7 @@ from repo_helpers import DnfClient, ZypperClient, stand_in_repository
 from rocpkg.formats.rpm import write_rpm
 from rocpkg.formats.rpm.repodata import repo_file_text
 from rocpkg.model import BuildOptions
-from test_fresh_root import ALMALINUX9_BASE, debian_root  # noqa: F401 - debian_root: the session's root, a fixture
+from test_fresh_root import ALMALINUX9_BASE, debian_root, stand_in_os_repository  # noqa: F401 - a fixture
 from test_rpm import base_system_spec, empty_rpm_root
 
 UNINSTALL_TEST = "reference/therock-install-test/native_linux_package_uninstall_test.py"
@@ -76,22 +77,25 @@ def output(result: subprocess.CompletedProcess) -> str:
     return f"$ {' '.join(map(str, result.args))}\n{result.stdout[-6000:]}\n{result.stderr[-3000:]}"
 
 
-def therock(root: Root, shared_dir: Path, url: str, build: Build, test: str) -> subprocess.CompletedProcess:
-    """TheRock's install test (sanity) or uninstall test, unchanged, in root, for gfx1100."""
+def therock(root: Root, shared_dir: Path, url: str, build: Build, test: str,
+            profile: str = "debian12") -> subprocess.CompletedProcess:
+    """TheRock's install test (sanity) or uninstall test, unchanged, in root, for gfx1100, with
+    apt (profile debian12) or dnf (almalinux9)."""
     placed = "/root/therock-install-test/native_linux_package_install_test.py"
     script = placed if (root / placed).exists() else place_install_test(shared_dir, root)
     for extra in (UNINSTALL_TEST, COMMON):
         shutil.copy(shared_dir / extra, root / str(Path(script).parent) / Path(extra).name)
     variant = ("--build-variant", "asan") if build is ASAN else ()
-    common = ("--os-profile", "debian12", "--gfx-arch", "gfx1100", "--install-prefix", PREFIX[build.id], *variant)
+    common = ("--os-profile", profile, "--gfx-arch", "gfx1100", "--install-prefix", PREFIX[build.id], *variant)
     if test == "install":
-        args = (script, "--test-type", "sanity", "--repo-url", f"{url}/deb", "--gpg-key-url", f"{url}/rocm.asc",
+        pool = "deb" if profile == "debian12" else "rpm"
+        args = (script, "--test-type", "sanity", "--repo-url", f"{url}/{pool}", "--gpg-key-url", f"{url}/rocm.asc",
                 "--release-type", "release", "--rocm-version", "7.1.0", *common)
     else:
         args = (str(Path(script).parent / Path(UNINSTALL_TEST).name), "--rocm-version", "7.1", *common)
     started = time.perf_counter()
     ran = root.run("python3", *args, timeout=1800)
-    print(f"\nTheRock {test} test, {build.id}: {time.perf_counter() - started:.0f} s")
+    print(f"\nTheRock {test} test, {profile}, {build.id}: {time.perf_counter() - started:.0f} s")
     assert ran.returncode == 0, output(ran)
     return ran
 
@@ -175,6 +179,20 @@ def test_the_asan_release_installs_and_uninstalls_with_therocks_tests(fresh_root
     therock(fresh_root, shared_dir, url, ASAN, "uninstall")
     assert not rocm_versions(fresh_root) and installed_links(fresh_root.path).get("core-asan") is None
     audit(fresh_root)
+
+
+def test_therocks_uninstall_test_passes_after_its_install_test_with_dnf(fresh_root, repositories, server,
+                                                                        shared_dir, tmp_path):
+    """TheRock's two tests as they call dnf themselves (profile almalinux9; Debian's dnf and
+    rpm in the Debian root, the AlmaLinux 9 stand-ins as the OS repository)."""
+    out = repositories(RELEASE)
+    url = server.mount("dnf-therock", out)
+    stand_in_os_repository(fresh_root, out, server, tmp_path)
+    therock(fresh_root, shared_dir, url, RELEASE, "install", "almalinux9")
+    assert installed_links(fresh_root.path).get("core") == PREFIX[RELEASE.id]
+    therock(fresh_root, shared_dir, url, RELEASE, "uninstall", "almalinux9")
+    assert not {n for n in fresh_root.rpm_installed() if "rocm" in n}
+    unlinked(fresh_root.path, RELEASE)
 
 
 def test_apt_installs_one_component_and_links_the_release(fresh_root, repositories, server, shared_dir):
