@@ -19,9 +19,9 @@ SDE = "1700000000"
 
 @dataclass(frozen=True)
 class Build:
-    """One `rocpkg build` of the shared artifacts into one OUT: `args` are its options
-    (--version, --release, --build-variant); `base` the build whose OUT it goes into
-    ("" a fresh OUT), so that one repository serves several releases."""
+    """One `rocpkg build` of the shared artifacts into an OUT: `args` are its options
+    (--version, --release, --build-variant); several go into one OUT (built_release), so that
+    one repository serves several releases."""
     id: str
     args: tuple[str, ...] = ()
 
@@ -51,14 +51,21 @@ def _artifacts(base: Path, shared_dir: Path) -> tuple[Path, Path]:
 
 def built_release(tmp_path_factory, shared_dir: Path, *builds: Build) -> Path:
     """OUT holding these builds of the shared artifacts (built in this order), indexed as
-    one unsigned repository: made once per session per sequence of builds, read only."""
+    one unsigned repository: made once per session per sequence of builds, read only; a
+    sequence that extends one made before starts from a copy of that one's OUT."""
     base = tmp_path_factory.getbasetemp() / "links-release"
     config, artifacts = _artifacts(base, shared_dir)
     out = base / "+".join(b.id for b in builds)
     if not (out / "manifest.json").exists():
         work = out.with_name(out.name + ".partial")
         shutil.rmtree(work, ignore_errors=True)
-        for build in builds:
+        done = 0                      # the longest sequence of these builds made before: a copy of it
+        for n in range(len(builds) - 1, 0, -1):
+            if (base / "+".join(b.id for b in builds[:n]) / "manifest.json").exists():
+                shutil.copytree(base / "+".join(b.id for b in builds[:n]), work, symlinks=True)
+                done = n
+                break
+        for build in builds[done:]:
             rocpkg("build", "-q", "-c", config, "-a", artifacts, "-o", work, "-j", "2", *build.args)
         rocpkg("repo", work)
         work.rename(out)
