@@ -64,10 +64,11 @@ def test_in_release_dependencies_are_pinned(releases):
     assert "amdrocm-runtime7.1 = 7.1.0-1" in rpm_plan.by_name("rpm")["amdrocm-core7.1-links"].depends
 
 
-def test_only_the_links_package_carries_the_alternatives(releases):
+def test_the_links_package_and_every_package_with_files_carry_the_alternatives(releases):
     plan, _ = releases["deb"]["7.1.0"]
-    carriers = [s.name for s in plan.packages["deb"] if s.scripts.get("prerm") == "prerm.j2"]
-    assert carriers == ["amdrocm-core7.1-links"]
+    carriers = {s.name for s in plan.packages["deb"] if s.scripts.get("postrm") == "postrm.j2" and s.links}
+    with_files = {s.name for s in plan.packages["deb"] if any(f.type != DIR for f in s.files) and s.kind != "debug"}
+    assert carriers == with_files | {"amdrocm-core7.1-links"}
     variants = [s for s in plan.packages["deb"] if s.name in {f"amdrocm-core7.1-{t}" for t in TARGETS}]
     assert variants and all("amdrocm-core7.1-links (= 7.1.0-1)" in s.depends for s in variants)
 

@@ -83,6 +83,7 @@ def base_system_spec(src_dir) -> PackageSpec:
         "/usr/bin/ln": shutil.which("ln"),
         "/usr/bin/readlink": shutil.which("readlink"),
         "/usr/bin/rm": shutil.which("rm"),
+        "/usr/bin/rmdir": shutil.which("rmdir"),
         "/usr/bin/update-alternatives": shutil.which("update-alternatives"),
         "/usr/lib/x86_64-linux-gnu/libc.so.6": "/lib/x86_64-linux-gnu/libc.so.6",
         "/usr/lib64/ld-linux-x86-64.so.2": "/lib64/ld-linux-x86-64.so.2",

@@ -103,10 +103,15 @@ class PackageSpec:
     prefix: str = ""
     # The release's build variant ("asan"), "" for the normal build
     variant: str = ""
-    # The links this package's scripts manage with update-alternatives (the release's links
-    # package: rocpkg.plan.layout.alternatives), at this priority (the newest release wins)
+    # The links this package's scripts manage with update-alternatives (the release's links,
+    # rocpkg.plan.layout.alternatives: every package of the release with files, and its links
+    # package), at this priority (the newest release wins)
     links: list[Alternative] = field(default_factory=list)
     link_priority: int = 0
+    # The GPU targets a device package or a per-target or family meta-package is built for
+    # (bare, lower-case: ("gfx1100",)), written where the format's metadata can be
+    # queried for them (Format.target_provides, a .deb's X-ROCm-Built-For); () for others.
+    built_for: tuple[str, ...] = ()
     # The lines of a `shlibs` control file (`libfoo 1 pkg (>= 7.1.0)`), one per shared library
     # with a SONAME it ships, for a format that has one (Format.library_metadata fills them);
     # [] writes no such file.

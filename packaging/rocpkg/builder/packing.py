@@ -36,11 +36,13 @@ class PackageOutcome:
     payload: int                # planned payload bytes (bytes in)
     rebuilt: bool               # False: up to date, not rewritten
     seconds: float = 0.0
+    built_for: tuple[str, ...] = ()     # PackageSpec.built_for: recorded only when not empty
 
     def manifest_entry(self) -> dict:
         return {"name": self.name, "format": self.format, "version": self.version, "release": self.release,
                 "arch": self.arch, "kind": self.kind, "target": self.target, "family": self.family,
-                "file": self.file, "size": self.size, "sha256": self.sha256, "depends": list(self.depends)}
+                "file": self.file, "size": self.size, "sha256": self.sha256, "depends": list(self.depends),
+                **({"built_for": list(self.built_for)} if self.built_for else {})}
 
 
 def package_dir(out_dir: str, spec: m.PackageSpec) -> str:
@@ -51,7 +53,8 @@ def package_dir(out_dir: str, spec: m.PackageSpec) -> str:
 def outcome(spec: m.PackageSpec, size: int, sha256: str, rebuilt: bool, seconds: float = 0.0) -> PackageOutcome:
     rel = os.path.join(package_dir("", spec), file_name(spec))
     return PackageOutcome(spec.format, spec.name, spec.version, spec.release, spec.arch, spec.kind, spec.target,
-                          spec.family, rel, size, sha256, tuple(spec.depends), spec.payload_size, rebuilt, seconds)
+                          spec.family, rel, size, sha256, tuple(spec.depends), spec.payload_size, rebuilt, seconds,
+                          spec.built_for)
 
 
 @dataclass(frozen=True)

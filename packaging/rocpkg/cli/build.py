@@ -320,13 +320,15 @@ def _cmd_detect(args) -> int:
         print(f"no AMD GPU found (no KFD GPU node under {args.sysfs}/class/kfd/kfd/topology/nodes)")
         return 0
     # what can really be installed: the packages of a built tree or of a plan, if given
-    available, abi, source = None, "", ""
+    available, abi, source, built_for = None, "", "", {}
     if args.repo:
         available, version = detect.packages_in_tree(args.repo)
         abi, source = ".".join(version.split(".")[:2]), f"the repository {args.repo}"
+        built_for = detect.built_for_in_tree(args.repo)
     elif args.artifacts:
         plan = load_plan(args, config)
         available, abi, source = detect.packages_in_plan(plan), plan.abi, f"the plan of {args.artifacts}"
+        built_for = detect.built_for_in_plan(plan)
     # the formats a user can install from: the tree's or the plan's, else the default ones
     shown = [(fmt, form) for fmt, form in registry.REGISTERED.items()
              if (fmt in available if available is not None else form.default_build)]
@@ -339,6 +341,10 @@ def _cmd_detect(args) -> int:
             row["install"] = [{"format": fmt, "package": form.install_name(alias),
                                "command": form.install_command.format(form.install_name(alias))}
                               for fmt, form in shown if available is None or alias.lower() in available.get(fmt, ())]
+            if not row["install"] and available is not None:    # no family alias: a package built for the target
+                row["install"] = [{"format": fmt, "package": name, "command": form.install_command.format(name)}
+                                  for fmt, form in shown
+                                  if (name := detect.installable_for(gpu.target, built_for.get(fmt, {})))]
             if not row["install"]:
                 row["served"] = sorted(f for f in settings["families"] or kt.FAMILIES
                                        if any(_alias_name(f, settings, abi).lower() in names

@@ -49,6 +49,9 @@ class Format:
     meta_section:    the section of packages that only pull in others ("" keeps the definition's)
     plain_shared_objects: shared objects lose their execute bits (Debian policy 10.9)
     case_provides:   a mixed-case family name is also provided (`dnf install rocm-gfx110X`)
+    target_provides: GPU target -> what a package built for it provides, so that the
+                     client finds a target's packages by it (None: the format's metadata
+                     says it otherwise, or not at all)
     needs_maintainer: a package without a maintainer is refused
     libc:            the C library's package a package whose ELF files need libc.so.6
                      depends on ("" adds none)
@@ -100,6 +103,7 @@ class Format:
     meta_section: str = ""
     plain_shared_objects: bool = False
     case_provides: bool = False
+    target_provides: Callable[[str], str] | None = None
     needs_maintainer: bool = False
     libc: str = ""
     debug_suffix: str = "-debug"

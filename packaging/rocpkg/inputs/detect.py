@@ -90,16 +90,47 @@ def packages_in_tree(out_dir: str) -> tuple[dict[str, set[str]], str]:
     from its manifest.json: what a repository published from it can install (a format that
     also provides a family's own spelling, Format.case_provides, still names the package in
     lower case)."""
+    doc = _manifest(out_dir)
+    names: dict[str, set[str]] = {}
+    for entry in doc["packages"]:
+        names.setdefault(entry["format"], set()).add(entry["name"].lower())
+    return names, str(doc["version"])
+
+
+def built_for_in_tree(out_dir: str) -> dict[str, dict[str, tuple[str, tuple[str, ...]]]]:
+    """{format: {lower-case name: (kind, GPU targets)}} of the packages of a built tree
+    that are built for GPU targets (PackageSpec.built_for, as its manifest.json records it)."""
+    out: dict[str, dict[str, tuple[str, tuple[str, ...]]]] = {}
+    for entry in _manifest(out_dir)["packages"]:
+        if entry.get("built_for"):
+            out.setdefault(entry["format"], {})[entry["name"].lower()] = (entry.get("kind") or "",
+                                                                           tuple(entry["built_for"]))
+    return out
+
+
+def built_for_in_plan(plan) -> dict[str, dict[str, tuple[str, tuple[str, ...]]]]:
+    """{format: {lower-case name: (kind, GPU targets)}} of a plan, as built_for_in_tree."""
+    return {fmt: {s.name.lower(): (s.kind, s.built_for) for s in specs if s.built_for}
+            for fmt, specs in plan.packages.items()}
+
+
+def installable_for(target: str, built_for: dict[str, tuple[str, tuple[str, ...]]]) -> str:
+    """The package that installs everything for one target, by the packages' GPU targets:
+    of the meta-packages built for that target alone, the one with the shortest name (the
+    top meta-package's: amdrocm7.1-gfx1100); "" when none is."""
+    metas = [name for name, (kind, targets) in built_for.items() if kind == "meta" and targets == (target,)]
+    return min(metas, key=lambda n: (len(n), n)) if metas else ""
+
+
+def _manifest(out_dir: str) -> dict:
+    """A built tree's manifest.json, checked (bad input names it)."""
     path = os.path.join(out_dir, "manifest.json")
     try:
         doc = read_json(out_dir, "manifest.json", "manifest")
         if doc is None:
             raise FileNotFoundError(path)
         check_manifest(doc, path)
-        names: dict[str, set[str]] = {}
-        for entry in doc["packages"]:
-            names.setdefault(entry["format"], set()).add(entry["name"].lower())
-        return names, str(doc["version"])
+        return doc
     except FileNotFoundError:
         raise RocpkgInputError((path, "not found (--repo names a tree written by `rocpkg build`)")) from None
     except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:

@@ -29,9 +29,10 @@ from rocpkg.plan.shlibs import add_library_metadata
 from rocpkg.inputs.rpath import planned_patches
 
 _SHARED_LIB = re.compile(r"/lib[^/]*\.so(\.[0-9]+)*\Z")
-# The package that manages the release's links (one per release) runs postinst/prerm;
-# the other packages of definitions with `Postinstall` refresh the linker cache only.
-SCRIPT_TEMPLATES = {"postinst": "postinst.j2", "prerm": "prerm.j2"}
+# The packages that manage the release's links (the release's links package, and every
+# package with files of a release that has one) run postinst/postrm; without links, the
+# packages of definitions with `Postinstall` refresh the linker cache only.
+SCRIPT_TEMPLATES = {"postinst": "postinst.j2", "postrm": "postrm.j2"}
 LDCONFIG_SCRIPTS = {"postinst": "ldconfig.j2", "postrm": "ldconfig.j2"}
 
 # Definition classes
@@ -82,6 +83,15 @@ def release_settings(config: Config, version: str | None = None, release: str | 
     if problems:
         raise RocpkgInputError(*problems)
     return settings
+
+
+def _provide_targets(fmt: str, specs: list[m.PackageSpec]) -> None:
+    """What a package built for GPU targets provides for each, in a format that says it so
+    (Format.target_provides: rpm's `rocm-gfx(gfx1100)`)."""
+    target_provides = get_format(fmt).target_provides
+    if target_provides is not None:
+        for spec in specs:
+            spec.provides.extend(target_provides(t) for t in spec.built_for)
 
 
 class _PlanBuilder:
@@ -426,6 +436,7 @@ class _PlanBuilder:
                     tm = self._spec(fmt, d, namer.device(d.name, t), m.KIND_META, target=t, arch_independent=True,
                                     summary_note=f"for {t}", long_note=f"Installs this set with the kernels for {t} only.")
                     tm.scripts = scripts
+                    tm.built_for = (t,)
                     if links is not None and d.postinstall:
                         tm.depends.append(pin(links.name))
                     out.append(self._apply(tm, self._relations(fmt, d, namer, "meta-target", t)))
@@ -437,6 +448,7 @@ class _PlanBuilder:
                                     long_note=f"Installs this set with the kernels for the {fam} family: {', '.join(members)}.")
                     fm.depends.extend(pin(namer.device(d.name, t)) for t in members)
                     fm.scripts = scripts
+                    fm.built_for = tuple(members)
                     if get_format(fmt).case_provides and fam != fam.lower():  # `dnf install ...-gfx110X` works too
                         fm.provides.append(f"{namer.family_provides(d.name, fam)} = {self._evr()}")
                     out.append(fm)
@@ -459,12 +471,29 @@ class _PlanBuilder:
                                              f"({', '.join(members)}) and no other target's kernels.")
                 alias.summary = f"ROCm for {fam} GPUs ({', '.join(members)})"
                 alias.depends.append(pin(namer.family(top, fam)))
+                alias.built_for = tuple(members)
                 if get_format(fmt).case_provides and namer.alias_provides(fam) != alias.name:
                     alias.provides.append(f"{namer.alias_provides(fam)} = {self._evr()}")
                 out.append(alias)
         if top and self.settings.get("unversioned_targets"):
             out += self._unversioned_target_metas(fmt, namer, top, {spec.name for spec in out})
+        if links is not None:
+            self._register_links(out, links)
+        _provide_targets(fmt, out)
         return out
+
+    @staticmethod
+    def _register_links(specs: list[m.PackageSpec], links: m.PackageSpec) -> None:
+        """Every package that ships files under the release's prefix registers the release's
+        links as its links package does (same alternatives, same priority), so that
+        installing one component (`apt install amdrocm-fft7.1-gfx1100`) links /opt/rocm/core
+        and its slaves to the release: each package's postinst runs after its own files are
+        in place and adds the slaves that now exist; its postrm keeps the links while the
+        prefix is there and removes them with the release's last package."""
+        for spec in specs:
+            if spec is not links and any(fe.type != m.DIR for fe in spec.files):
+                spec.links, spec.link_priority = links.links, links.link_priority
+                spec.scripts = dict(SCRIPT_TEMPLATES)
 
     def _unversioned_target_metas(self, fmt: str, namer: Namer, top: str, taken: set[str]) -> list[m.PackageSpec]:
         """settings.unversioned_targets: the names users are told to type (TheRock's
@@ -486,6 +515,7 @@ class _PlanBuilder:
                               summary_note=f"{target or family}, latest release",
                               long_note=f"Depends on {variant}, the release this name currently points to.")
             meta.depends.append(self._pin(fmt, variant))
+            meta.built_for = (target,) if target else tuple(self.families[family])
             out.append(meta)
         return out
 
@@ -501,6 +531,7 @@ class _PlanBuilder:
                          summary_note=f"{target} kernels",
                          long_note=f"GPU kernels and tuning databases of {d.name} for {target}.")
         dev.depends.append(self._pin(fmt, namer.host(d.name)))
+        dev.built_for = (target,)
         return self._apply(dev, self._relations(fmt, d, namer, "device", target))
 
     def _links_package(self, fmt: str, namer: Namer, files) -> m.PackageSpec | None:

@@ -84,8 +84,9 @@ def _package(entry, field: str) -> None:
     for key in ("arch", "kind", "target", "family"):
         if entry.get(key) is not None:
             _text(entry[key], f"{field}.{key}")
-    for index, item in enumerate(_list(entry.get("depends", []), f"{field}.depends")):
-        _text(item, f"{field}.depends[{index}]")
+    for key in ("depends", "built_for"):
+        for index, item in enumerate(_list(entry.get(key, []), f"{field}.{key}")):
+            _text(item, f"{field}.{key}[{index}]")
 
 
 def _release(record, field: str) -> None:

@@ -62,6 +62,7 @@ FORMAT = Format(
     pin=_pin, external=_external, arch=_arch, file_name=file_name, pool=_pool, version=_version,
     writer="rocpkg.formats.pacman.plugin:write_package", reader="rocpkg.formats.pacman.reader:READER",
     name_rule=rules.NAME, arch_rule=re.compile(r"[a-z0-9_]+"),
+    target_provides=lambda target: f"rocm-built-for-{target}",   # `pacman -S rocm-built-for-gfx1100`
     version_problem=lambda evr: _problem(rules.split_full_version, evr),
     relation_problem=lambda relation: _problem(rules.relation, relation),
     templates=("pacman/PKGINFO.j2", "pacman/BUILDINFO.j2", "pacman/INSTALL.j2"), default_build=False,

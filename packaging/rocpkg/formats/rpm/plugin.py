@@ -45,7 +45,7 @@ FORMAT = Format(
     index_dirs=("repodata",), sign_in_place="rocpkg.formats.sign:sign_rpm_header",
     name_rule=preflight.RPM_NAME, arch_rule=preflight.RPM_ARCH,
     version_problem=preflight.rpm_version_problem, relation_problem=preflight.rpm_relation_problem,
-    case_provides=True, debug_suffix="-debuginfo",
+    case_provides=True, target_provides=lambda target: f"rocm-gfx({target})", debug_suffix="-debuginfo",
     debug_summary=lambda name: f"Debug information for package {name}",
     debug_provides=lambda ids: [f"debuginfo(build-id) = {i}" for i in ids],
     library_metadata=_library_metadata, templates=("rpm/spec.j2",),
