@@ -6,9 +6,9 @@ the way out) or is killed (undone by the next rocpkg command on that tree).
 
 prune: per release series (MAJOR.MINOR), keep the N newest releases and every release on
 the keep list; the others' package files leave the pool, the manifest forgets them and
-the indexes are rewritten, all under the OUT lock. The files are first set aside into the
-journal (rename, same filesystem), so that the indexers, which index what the pool holds,
-do not list them; they are deleted with the journal once the new indexes are in place.
+the indexes are rewritten, all under the OUT lock. The files leave the pool first
+(Change.set_aside: their bytes kept in the journal until the change is complete), so that
+the indexers, which index what the pool holds, do not list them.
 
 promote: the release's package files are copied byte for byte (no rebuild) from SRC into
 DST at the same paths, after checking them against SRC's manifest; DST's manifest
@@ -112,8 +112,7 @@ def prune(out_dir: str | os.PathLike, *, keep: int | None = None, keep_list: Ite
     if dry_run or not doomed:
         return result
     _require_signer_if_signed(out_dir, signer)
-    intent = {"remove": [_described(doc, rel) for rel in dropped], "releases": result.removed}
-    with Change(out_dir, "prune", intent) as change:
+    with Change(out_dir, "prune") as change:
         for rel in dropped:
             if os.path.lexists(os.path.join(out_dir, rel)):
                 change.set_aside(os.path.join(out_dir, rel))
@@ -121,12 +120,6 @@ def prune(out_dir: str | os.PathLike, *, keep: int | None = None, keep_list: Ite
         result.snippets = _reindex(out_dir, suite, signer, base_url)
         forget_states(out_dir, set(dropped))
     return result
-
-
-def _described(doc: dict, rel: str) -> dict:
-    """A package file as the journal records it: path, size and SHA-256 from the manifest."""
-    entry = next((e for e in doc.get("packages", []) if e.get("file") == rel), {})
-    return {"file": rel, "size": entry.get("size"), "sha256": entry.get("sha256")}
 
 
 def promote(src: str | os.PathLike, dst: str | os.PathLike, release_id: str, *, suite: str = "stable",
@@ -178,9 +171,7 @@ def promote(src: str | os.PathLike, dst: str | os.PathLike, release_id: str, *, 
     os.makedirs(dst, exist_ok=True)
     try:
         _require_signer_if_signed(dst, signer)
-        intent = {"add": [{"file": e["file"], "size": e["size"], "sha256": e["sha256"]} for e in todo],
-                  "release": release_id, "from": src}
-        with Change(dst, "promote", intent):
+        with Change(dst, "promote"):
             for entry in todo:
                 _copy_checked(src, dst, entry)
             releases.write_release(dst, record, entries)

@@ -28,7 +28,7 @@ from rocpkg.formats.deb import read_deb_control
 from rocpkg.formats.deb.plugin import SNIPPET
 from rocpkg.formats.indexes import Rehash
 from rocpkg.formats.sign import KEYRING_NAME, Signer
-from rocpkg.formats.streams import AtomicOutput
+from rocpkg.formats.streams import AtomicOutput, remove_file
 from rocpkg.formats.urls import keyring_path, source_url
 
 COMPONENT = "main"
@@ -307,7 +307,4 @@ def _write(path: str, data: bytes) -> str:
 def _remove_stale_signatures(suite_dir: str) -> None:
     """An unsigned publish must not leave a signature over some older Release behind."""
     for name in ("InRelease", "Release.gpg"):
-        try:
-            os.unlink(os.path.join(suite_dir, name))
-        except FileNotFoundError:
-            pass
+        remove_file(os.path.join(suite_dir, name))
