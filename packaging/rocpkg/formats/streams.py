@@ -124,6 +124,8 @@ def touching(path: str | os.PathLike) -> None:
 
 def remove_file(path: str | os.PathLike) -> bool:
     """Remove a file as a change its watchers are told of first; False when it is missing."""
+    if not os.path.lexists(path):
+        return False
     touching(path)
     try:
         os.unlink(path)

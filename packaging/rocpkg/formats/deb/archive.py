@@ -50,7 +50,7 @@ def publish_apt(out_dir: str | os.PathLike, *, suite: str = "stable", codename: 
     Returns the paths written. Raises RocpkgInputError for an unreadable .deb or a
     package already published with different bytes (all such problems at once).
     source_date_epoch dates the index; the caller resolves SOURCE_DATE_EPOCH
-    (rocpkg.store.dates.published_source_date_epoch), None means now. digests: the cache
+    (rocpkg.store.dates.published_source_date_epoch), None means now. digests: the source
     of the packages' SHA-256 (sha256(path, key) -> (hex, size); save() once the index is
     written), None to hash every package.
     """

@@ -55,7 +55,7 @@ def publish_dnf(out_dir: str | os.PathLike, *, signer: Signer | None = None,
     Returns the paths written. Raises RocpkgInputError for unreadable RPMs and for a
     package already published with different bytes (all such problems at once).
     source_date_epoch dates the index; the caller resolves SOURCE_DATE_EPOCH
-    (rocpkg.store.dates.published_source_date_epoch), None means now. digests: the cache
+    (rocpkg.store.dates.published_source_date_epoch), None means now. digests: the source
     of the packages' SHA-256 (sha256(path, key) -> (hex, size); save() once the metadata is
     written), None to hash every package. change: the journaled change of OUT the
     re-index runs in (keep(path) before a package is replaced by its signed copy), or None.
