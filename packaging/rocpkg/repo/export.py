@@ -267,7 +267,7 @@ def _write_tarball(src: str, out, top: str, mtime: int) -> HashingWriter:
     owned by root; the tarball's digest, read back."""
     with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for dirpath, dirnames, filenames in os.walk(src):
-            dirnames[:] = sorted(d for d in dirnames if d != ".rocpkg")     # the indexers' digest caches
+            dirnames[:] = sorted(d for d in dirnames if d != ".rocpkg")     # rocpkg's private directory: no part of a bundle
             for name in [""] + sorted(filenames):
                 path = os.path.join(dirpath, name) if name else dirpath
                 rel = os.path.relpath(path, src)
