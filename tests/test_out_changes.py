@@ -187,3 +187,26 @@ def test_sync_manifest_records_what_the_caller_rewrote_without_reading_it(work, 
     state = json.loads([line for line in (work.out / ".rocpkg/state/rpm.jsonl").read_text().splitlines()
                         if json.loads(line)["file"] == rel][-1])
     assert (state["size"], state["sha256"], state["ino"]) == (*known, rpm.stat().st_ino)
+
+
+def test_a_copied_tree_is_read_once_and_promoted_files_never(trees, tmp_path, monkeypatch):
+    """A tree copied with new inodes (every package of both its releases, the earlier
+    release's too) is read once and stamped anew; then neither a second index nor the
+    index after a promote reads a package: promote stamps its copies with SRC's record."""
+    from rocpkg.repo.index import publish_repositories
+    from rocpkg.store.recorded import Recorded
+
+    out = trees.fresh(tmp_path / "out")
+    hashed = []
+    real = Recorded._hash
+    monkeypatch.setattr(Recorded, "_hash", lambda self, rel: hashed.append(rel) or real(self, rel))
+    recorded = {e["file"] for e in json.loads((out / "manifest.json").read_text())["packages"]}
+    publish_repositories(str(out), suite="stable", source_date_epoch=1764547200)
+    assert sorted(hashed) == sorted(recorded)
+    hashed.clear()
+    publish_repositories(str(out), suite="stable", source_date_epoch=1764547200)
+    assert hashed == []
+    ok(rocpkg(*trees.command("promote", out)))
+    publish_repositories(str(out), suite="stable", source_date_epoch=1764547200)
+    assert hashed == []
+    ok(rocpkg("verify", out))

@@ -24,7 +24,7 @@ from rocpkg.store.journal import Change, active_change
 from rocpkg.store.manifest_schema import check_manifest, read_parts
 from rocpkg.store.outdir import MANIFEST_PARTS
 from rocpkg.store.recorded import Recorded
-from rocpkg.store.state import recorded_states, rewrite_states
+from rocpkg.store.state import recorded_states, rewrite_states, stamped
 from rocpkg.repo.urls import repository_url
 
 
@@ -140,22 +140,25 @@ def sync_manifest(out_dir: str | os.PathLike, rewritten: dict[str, tuple[int, st
         recorded.note(rel, *known)
     changed = False
     states = recorded_states(out_dir, NAMES)
-    restated: set[str] = set()
+    earlier: dict[str, list[tuple[str, dict]]] = {}
     for entry in doc["packages"]:
         size, sha256 = recorded.digest(entry["file"])
         if (size, sha256) != (entry["size"], entry["sha256"]):
             entry["size"], entry["sha256"] = size, sha256
             changed = True
+        if recorded.as_stamped(entry["file"], (size, sha256)):
+            continue
+        # stamped anew, so that the next repo reads it no more: its name's state, or an earlier line
         state = states[entry["format"]].get(entry["name"])
-        if state is None or state.get("file") != entry["file"]:
-            continue        # none, or the state of this name's package in a newer release
-        st = os.stat(os.path.join(out_dir, entry["file"]), follow_symlinks=False)
-        if (state["size"], state["sha256"], state["mtime_ns"], state["ino"]) != (size, sha256, st.st_mtime_ns,
-                                                                                  st.st_ino):
-            state.update(size=size, sha256=sha256, mtime_ns=st.st_mtime_ns, ino=st.st_ino)
-            restated.add(entry["format"])
-    for fmt in sorted(restated):
-        rewrite_states(out_dir, fmt, states[fmt])
+        if state is not None and state.get("file") == entry["file"]:
+            states[entry["format"]][entry["name"]] = stamped(out_dir, state, size, sha256)
+            earlier.setdefault(entry["format"], [])
+        else:
+            line = recorded.stamps.get(entry["file"], (None, entry["name"], {"fingerprint": ""}))
+            base = {"fingerprint": line[2].get("fingerprint", ""), "file": entry["file"]}
+            earlier.setdefault(entry["format"], []).append((line[1], stamped(out_dir, base, size, sha256)))
+    for fmt in sorted(earlier):
+        rewrite_states(out_dir, fmt, states[fmt], earlier=earlier[fmt])
     if changed:
         write_atomic(path, json.dumps(doc, indent=1).encode() + b"\n")
     return path

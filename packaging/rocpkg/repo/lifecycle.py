@@ -31,7 +31,7 @@ from rocpkg.repo.index import publish_repositories
 from rocpkg.repo.publish_record import refuse_overlap
 from rocpkg.errors import RocpkgInputError
 from rocpkg.store.journal import Change
-from rocpkg.store.state import forget as forget_states
+from rocpkg.store.state import forget as forget_states, record_copies
 from rocpkg.formats.streams import AtomicOutput, HashingWriter, copy_stream
 from rocpkg.store.files import open_file
 from rocpkg.store.indexes import formats_present
@@ -174,6 +174,7 @@ def promote(src: str | os.PathLike, dst: str | os.PathLike, release_id: str, *, 
         with Change(dst, "promote"):
             for entry in todo:
                 _copy_checked(src, dst, entry)
+            record_copies(dst, src, todo)       # DST's repo then reads none of them again
             releases.write_release(dst, record, entries)
             snippets = _reindex(dst, suite, signer, base_url)
     except BaseException:

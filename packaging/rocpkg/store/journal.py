@@ -300,8 +300,15 @@ class Change:
         self.touch(path)
 
     def rewritten(self, rel: str) -> bool:
-        """Whether this change replaced the bytes of OUT's file rel (an OUT-relative path)."""
-        return self.touched.get(rel.replace("/", os.sep)) == "saved"
+        """Whether this change replaced the bytes of OUT's file rel (an OUT-relative path),
+        in this process or in another that journaled it (a pool of signers): the journal
+        on disk is read again for a path this process has not seen."""
+        rel = rel.replace("/", os.sep)
+        if rel not in self.touched:
+            found = _read_journal(self.out_dir)
+            for kind, path in found[1] if found else ():
+                self.touched.setdefault(path, kind)
+        return self.touched.get(rel) == "saved"
 
     def __exit__(self, exc_type, exc, tb):
         if self.outer is not None:

@@ -36,7 +36,9 @@ class Recorded:
         entries = list(doc["packages"]) if doc else []
         entries += [e for _name, part in read_parts(self.out_dir) for e in part["packages"]]
         self.entries = {e["file"]: (e["size"], e["sha256"]) for e in entries}
-        self.stamps = {rel: state for fmt in NAMES for rel, state in recorded_stamps(self.out_dir, fmt).items()}
+        # file -> (format, name, its state line): how rocpkg wrote it
+        self.stamps = {rel: (fmt, name, state) for fmt in NAMES
+                       for rel, (name, state) in recorded_stamps(self.out_dir, fmt).items()}
         self.rewritten = dict(rewritten or {})
         self.change = change
         self.known: dict[str, tuple[int, str]] = {}     # decided this run: (size, sha256)
@@ -63,10 +65,8 @@ class Recorded:
             self.known[rel] = self.rewritten[rel]
             return self.known[rel]
         path = os.path.join(self.out_dir, rel)
-        entry, stamp = self.entries.get(rel), self.stamps.get(rel)
-        st = os.stat(path, follow_symlinks=False)
-        if entry is not None and stamp is not None and (stamp["size"], stamp["sha256"]) == entry \
-                and (st.st_size, st.st_mtime_ns, st.st_ino) == (stamp["size"], stamp["mtime_ns"], stamp["ino"]):
+        entry = self.entries.get(rel)
+        if entry is not None and self.as_stamped(rel, entry):
             self.known[rel] = entry
             return entry
         found = self._hash(rel)
@@ -77,6 +77,15 @@ class Recorded:
                                           f"file rocpkg wrote"))
         self.known[rel] = found
         return found
+
+    def as_stamped(self, rel: str, known: tuple[int, str]) -> bool:
+        """Whether OUT's file rel is as its state line stamped it, with the bytes known
+        (size, sha256): its size, mtime and inode those recorded."""
+        _fmt, _name, stamp = self.stamps.get(rel, (None, None, None))
+        if stamp is None or (stamp["size"], stamp["sha256"]) != known:
+            return False
+        st = os.stat(os.path.join(self.out_dir, rel), follow_symlinks=False)
+        return (st.st_size, st.st_mtime_ns, st.st_ino) == (stamp["size"], stamp["mtime_ns"], stamp["ino"])
 
     def _hash(self, rel: str) -> tuple[int, str]:
         digest = HashingWriter(None)

@@ -46,12 +46,12 @@ def read_states(out_dir: str, fmt: str) -> dict[str, dict]:
     return {name: state for name, state in _records(out_dir, fmt)}
 
 
-def recorded_stamps(out_dir: str, fmt: str) -> dict[str, dict]:
-    """file -> the state last recorded of that package file: also the files of earlier
-    releases whose names have been built again since (what rewrite_states keeps of them),
-    so that `rocpkg repo` knows every recorded file's size, mtime and inode
+def recorded_stamps(out_dir: str, fmt: str) -> dict[str, tuple[str, dict]]:
+    """file -> (name, the state last recorded of that package file): also the files of
+    earlier releases whose names have been built again since (what rewrite_states keeps
+    of them), so that `rocpkg repo` knows every recorded file's size, mtime and inode
     (rocpkg.store.recorded)."""
-    return {state["file"]: state for _name, state in _records(out_dir, fmt)}
+    return {state["file"]: (name, state) for name, state in _records(out_dir, fmt)}
 
 
 def _records(out_dir: str, fmt: str):
@@ -154,24 +154,26 @@ class StateJournal:
         self.fds.clear()
 
 
-def rewrite_states(out_dir: str, fmt: str, states: dict[str, dict], drop: set[str] = frozenset()) -> None:
+def rewrite_states(out_dir: str, fmt: str, states: dict[str, dict], drop: set[str] = frozenset(),
+                   earlier: list[tuple[str, dict]] = ()) -> None:
     """The format's states as one journal, one line per name in name order (written
     atomically), after one line for each package file of an earlier state of a name that
     OUT still holds (not in drop): the size, mtime and inode rocpkg wrote it with, which
-    `rocpkg repo` checks it against. The shards' journals and the per-package files of
-    older OUT trees go."""
+    `rocpkg repo` checks it against (earlier: (name, state) of more such lines, or of new
+    stamps of them). The shards' journals and the per-package files of older OUT trees go."""
     state_dir = os.path.join(out_dir, STATE_DIR)
     main = os.path.join(state_dir, journal_name(fmt))
     others = [p for p in _journals(state_dir, fmt) if p != main]
-    if not states and not os.path.exists(main) and not others and not os.path.isdir(os.path.join(state_dir, fmt)):
+    if not states and not earlier and not os.path.exists(main) and not others \
+            and not os.path.isdir(os.path.join(state_dir, fmt)):
         return
     current = {state["file"] for state in states.values()}
-    earlier = {state["file"]: (name, state) for name, state in _records(out_dir, fmt)
-               if state["file"] not in current and state["file"] not in drop}
+    kept = {state["file"]: (name, state) for name, state in [*_records(out_dir, fmt), *earlier]
+            if state["file"] not in current and state["file"] not in drop}
     with AtomicOutput(main) as fh:
-        for rel in sorted(earlier):
+        for rel in sorted(kept):
             if os.path.isfile(os.path.join(out_dir, rel)):
-                fh.write(_line(*earlier[rel]))
+                fh.write(_line(*kept[rel]))
         for name in sorted(states):
             fh.write(_line(name, states[name]))
     for path in others:
@@ -191,3 +193,29 @@ def forget(out_dir: str, files: set[str]) -> None:
         kept = {name: state for name, state in states.items() if state.get("file") not in files}
         if kept != states or files & set(recorded_stamps(out_dir, fmt)):
             rewrite_states(out_dir, fmt, kept, drop=files)
+
+
+def record_copies(out_dir: str, source_dir: str, copied: list[dict]) -> None:
+    """State lines in OUT for package files copied byte for byte from another OUT (promote;
+    copied: their manifest entries): the source's record of each (what it was built
+    from), stamped as the copy is, so that `rocpkg repo` takes the copy at its record
+    without reading it. A name OUT already has a state for keeps it; the copy is then one
+    of its earlier files."""
+    for fmt in sorted({entry["format"] for entry in copied}):
+        source = recorded_stamps(source_dir, fmt)
+        states, earlier = read_states(out_dir, fmt), []
+        for entry in (e for e in copied if e["format"] == fmt):
+            fingerprint = source.get(entry["file"], ("", {}))[1].get("fingerprint", "")
+            state = stamped(out_dir, {"fingerprint": fingerprint, "file": entry["file"]}, entry["size"],
+                            entry["sha256"])
+            if entry["name"] in states:
+                earlier.append((entry["name"], state))
+            else:
+                states[entry["name"]] = state
+        rewrite_states(out_dir, fmt, states, earlier=earlier)
+
+
+def stamped(out_dir: str, state: dict, size: int, sha256: str) -> dict:
+    """state with the size and SHA-256 of its file's bytes and the file's mtime and inode now."""
+    st = os.stat(os.path.join(out_dir, state["file"]), follow_symlinks=False)
+    return {**state, "size": size, "sha256": sha256, "mtime_ns": st.st_mtime_ns, "ino": st.st_ino}
