@@ -186,7 +186,7 @@ def test_a_killed_command_is_repaired_by_the_next_and_completes_when_run_again(t
     ("prune", "repodata#2"),
     ("promote", "deb/pool#3"),                                  # inside its copy
     ("promote", "rpm/x86_64#1"),
-    ("repo", "InRelease#1"),
+    ("repo", "stable/Release#1"),                             # an unsigned repo has no InRelease to remove
 ])
 def test_a_kill_inside_the_change_is_rolled_back_by_verify_and_the_rerun_completes(trees, tmp_path, name, at):
     out = trees.fresh(tmp_path / "out")
