@@ -46,10 +46,10 @@ from dataclasses import dataclass
 from rocpkg.errors import RocpkgInputError
 from rocpkg.formats import streams
 from rocpkg.formats.streams import write_all, write_durable
-from rocpkg.store.files import OWN_DIRS, own_top_file, own_top_files, parse_json, parts_of, read_file, read_json
+from rocpkg.store.files import OWN_DIRS, own_top_file, parse_json, parts_of, read_file, read_json
 from rocpkg.store.manifest_schema import SCHEMA as MANIFEST_SCHEMA, check_manifest
-from rocpkg.store.outdir import LOCK_FILE, MANIFEST_PARTS, STAGING_DIR, TMP_RE, OutLock, own_top_temporary, \
-    remove_staging
+from rocpkg.store.outdir import LOCK_FILE, MANIFEST_PARTS, TMP_RE, OutLock, remove_stale_temporaries, \
+    stale_temporaries
 
 JOURNAL = os.path.join(".rocpkg", "journal.json")
 JOURNAL_DIR = os.path.join(".rocpkg", "journal.d")
@@ -82,23 +82,6 @@ class Recovery:
     restored: int = 0       # files put back as they were
     removed: int = 0        # files the interrupted change had made, removed
     swept: int = 0          # temporaries and staging areas of dead runs
-
-
-def own_tree(out_dir: str) -> tuple[list[str], list[str]]:
-    """rocpkg's files and directories under OUT (relative paths, sorted), without the
-    lock and the journal: what the sweep of dead runs' temporaries looks through."""
-    files, dirs = own_top_files(out_dir), []
-    for top in OWN_DIRS:
-        root = os.path.join(out_dir, top)
-        if not os.path.isdir(root) or os.path.islink(root):
-            continue
-        dirs.append(top)
-        for dirpath, dirnames, filenames in os.walk(root):
-            rel_dir = os.path.relpath(dirpath, out_dir)
-            dirnames[:] = sorted(d for d in dirnames if os.path.join(rel_dir, d) not in _PRIVATE)
-            dirs += [os.path.join(rel_dir, d) for d in dirnames]
-            files += [os.path.join(rel_dir, n) for n in filenames if os.path.join(rel_dir, n) not in _PRIVATE]
-    return sorted(files), sorted(dirs)
 
 
 def _read_journal(out_dir: str) -> tuple[dict, list[tuple[str, str]]] | None:
@@ -440,31 +423,10 @@ def _recover_locked(out_dir: str) -> list[Recovery]:
         found.append(what)
     elif os.path.lexists(os.path.join(out_dir, JOURNAL_DIR)):
         shutil.rmtree(os.path.join(out_dir, JOURNAL_DIR), ignore_errors=True)    # killed before its journal
-    swept = stale_temporaries(out_dir)
-    for rel in swept:
-        if rel == STAGING_DIR:
-            remove_staging(out_dir)
-        else:
-            os.unlink(os.path.join(out_dir, rel))
+    swept = remove_stale_temporaries(out_dir)
     if swept:
-        found.append(Recovery(out_dir, "swept", swept=len(swept)))
+        found.append(Recovery(out_dir, "swept", swept=swept))
     return found
-
-
-def stale_temporaries(out_dir: str) -> list[str]:
-    """What dead runs left, relative paths: temporaries `*.tmp-PID` of rocpkg's writers
-    (rocpkg.formats.streams.AtomicOutput) in rocpkg's parts of OUT — at OUT's top only those of
-    its own files — and a build's staging area. Only the OUT lock's holder may remove
-    them: a live writer holds it."""
-    files, dirs = own_tree(out_dir)
-    found = [rel for rel in files if TMP_RE.search(rel) and not rel.startswith(STAGING_DIR + os.sep)]
-    found += [rel for rel in dirs if rel == STAGING_DIR]
-    try:
-        names = os.listdir(out_dir)
-    except OSError:
-        names = []
-    found += [n for n in names if own_top_temporary(n)]
-    return sorted(found)
 
 
 def needs_recovery(out_dir: str, sweep: bool = True) -> bool:
