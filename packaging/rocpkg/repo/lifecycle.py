@@ -113,9 +113,8 @@ def prune(out_dir: str | os.PathLike, *, keep: int | None = None, keep_list: Ite
         return result
     _require_signer_if_signed(out_dir, signer)
     with Change(out_dir, "prune") as change:
-        for rel in dropped:
-            if os.path.lexists(os.path.join(out_dir, rel)):
-                change.set_aside(os.path.join(out_dir, rel))
+        paths = [os.path.join(out_dir, rel) for rel in dropped]
+        change.set_aside(*(path for path in paths if os.path.lexists(path)))     # one sync for them all
         releases.write_manifest(out_dir, new_doc)
         result.snippets = _reindex(out_dir, suite, signer, base_url)
         forget_states(out_dir, set(dropped))

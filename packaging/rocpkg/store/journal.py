@@ -240,47 +240,52 @@ class Change:
         streams.WATCHERS.append(self.touch)
         return self
 
-    def touch(self, path: str) -> None:
-        """Journal `path` before it is made, replaced or removed: the directories above it
-        that are missing, then the path itself, its bytes saved when it has some. Paths
-        outside OUT, temporaries and the journal's own are not OUT's to journal."""
-        full = os.path.abspath(path)
-        parent = os.path.realpath(os.path.dirname(full))
-        rel = os.path.relpath(os.path.join(parent, os.path.basename(full)), self.out_dir)
-        if rel.startswith(os.pardir) or TMP_RE.search(rel) or rel in self.touched or not _own_path(rel):
+    def touch(self, *paths: str) -> None:
+        """Journal each path before it is made, replaced or removed: the directories above
+        it that are missing, then the path itself, its bytes saved when it has some; all
+        the lines in one write and one sync. Paths outside OUT, temporaries and the
+        journal's own are not OUT's to journal."""
+        rels = []
+        for path in paths:
+            full = os.path.abspath(path)
+            rel = os.path.relpath(os.path.join(os.path.realpath(os.path.dirname(full)), os.path.basename(full)),
+                                  self.out_dir)
+            if not (rel.startswith(os.pardir) or TMP_RE.search(rel) or rel in self.touched) and _own_path(rel):
+                rels.append(rel)
+        if not rels:
             return
         with self._mutex:
-            missing = []
-            step = os.path.dirname(rel)
-            while step and not os.path.lexists(os.path.join(self.out_dir, step)):
-                missing.append(step)
-                step = os.path.dirname(step)
-            for directory in reversed(missing):
-                self._journal("new", directory)
-            target = os.path.join(self.out_dir, rel)
-            if os.path.isfile(target) and not os.path.islink(target):
-                _save(self.out_dir, rel)
-                self._journal("saved", rel)
-            elif not os.path.lexists(target):
-                self._journal("new", rel)
+            lines: dict[str, str] = {}
+            for rel in rels:
+                missing, step = [], os.path.dirname(rel)
+                while step and not os.path.lexists(os.path.join(self.out_dir, step)):
+                    missing.append(step)
+                    step = os.path.dirname(step)
+                for directory in reversed(missing):
+                    lines.setdefault(directory, "new")
+                target = os.path.join(self.out_dir, rel)
+                if os.path.isfile(target) and not os.path.islink(target):
+                    _save(self.out_dir, rel)        # saved before its line says so
+                    lines.setdefault(rel, "saved")
+                elif not os.path.lexists(target):
+                    lines.setdefault(rel, "new")
+            lines = {rel: kind for rel, kind in lines.items() if rel not in self.touched}
+            if lines:
+                write_all(self.fd, b"".join(json.dumps({kind: rel}).encode() + b"\n" for rel, kind in lines.items()))
+                os.fdatasync(self.fd)
+                self.touched.update(lines)
 
-    def _journal(self, kind: str, rel: str) -> None:
-        if rel in self.touched:
-            return
-        write_all(self.fd, json.dumps({kind: rel}).encode() + b"\n")
-        os.fdatasync(self.fd)
-        self.touched[rel] = kind
+    def set_aside(self, *paths: str) -> None:
+        """Remove files of OUT as part of the change (a rollback puts them back)."""
+        self.touch(*paths)
+        for path in paths:
+            os.unlink(path)
 
-    def set_aside(self, path: str) -> None:
-        """Remove a file of OUT as part of the change (a rollback puts it back)."""
-        self.touch(path)
-        os.unlink(path)
-
-    def keep(self, path: str) -> None:
-        """Before a file of OUT is replaced by a writer that does not go through
-        rocpkg.formats.streams (an RPM signed in a copy renamed over it): journaled, its
-        bytes saved until the change is complete."""
-        self.touch(path)
+    def keep(self, *paths: str) -> None:
+        """Before files of OUT are replaced by a writer that does not go through
+        rocpkg.formats.streams (RPMs signed in a copy renamed over each): journaled, their
+        bytes saved until the change is complete. Many paths at once cost one sync."""
+        self.touch(*paths)
 
     def rewritten(self, rel: str) -> bool:
         """Whether this change replaced the bytes of OUT's file rel (an OUT-relative path),

@@ -2,10 +2,13 @@
 temporary left behind, and a staging area where a build writes each package until it is
 whole.
 
-Why staging: a package is written, and an RPM then signed, in OUT/.rocpkg/staging, and
-moved to its place in the pool with one rename as soon as it is whole, so a package in
-the pool is always a finished one, whenever the build is killed; a killed build's staging
-area is removed by the next command that takes the lock. A build whose checks refuse it
+These are the "written aside" half of the one way OUT changes (rocpkg.store.journal):
+every file is written whole beside its place (`NAME.tmp-PID`) and renamed over it. A
+build's packages are written aside in OUT/.rocpkg/staging rather than beside their place,
+because an RPM is signed in place after its writer returns: each is moved to its place in
+the pool with one rename once whole and signed, so a package in the pool is always a
+finished one, whenever the build is killed. A dead run's temporaries and staging area
+are removed by the next command that takes the lock (stale_temporaries, one rule for all). A build whose checks refuse it
 (rocpkg.builder.gate, run before the first package is written) removes every directory it
 made, OUT itself included: OUT is as it was.
 """
