@@ -44,7 +44,8 @@ def test_a_killed_command_journals_only_what_it_touched_and_recovery_undoes_exac
     # only what the change touched: never the control files or a package it neither adds nor removes
     assert lines and len(paths) == len(lines) and paths <= set(before) | set(complete), sorted(paths)
     assert not any(p.startswith("control/") for p in paths), sorted(paths)
-    moved = {k for k in set(before) | set(complete) if k.endswith((".deb", ".rpm")) and before.get(k) != complete.get(k)}
+    moved = {k for k in set(before) | set(complete)
+             if k.endswith((".deb", ".rpm")) and before.get(k) != complete.get(k)}
     assert {p for p in paths if p.endswith((".deb", ".rpm"))} <= moved, sorted(paths)
     if name == "prune":
         assert {p for kind, p in lines if kind == "saved" and p.endswith((".deb", ".rpm"))} == moved

@@ -8,9 +8,9 @@ build's packages are written aside in OUT/.rocpkg/staging rather than beside the
 because an RPM is signed in place after its writer returns: each is moved to its place in
 the pool with one rename once whole and signed, so a package in the pool is always a
 finished one, whenever the build is killed. A dead run's temporaries and staging area
-are removed by the next command that takes the lock (stale_temporaries, one rule for all). A build whose checks refuse it
-(rocpkg.builder.gate, run before the first package is written) removes every directory it
-made, OUT itself included: OUT is as it was.
+are removed by the next command that takes the lock (stale_temporaries, one rule for all).
+A build whose checks refuse it (rocpkg.builder.gate, run before the first package is
+written) removes every directory it made, OUT itself included: OUT is as it was.
 """
 from __future__ import annotations
 
