@@ -371,15 +371,13 @@ def test_an_output_directory_that_cannot_be_created_exits_2_with_one_line(artifa
 
 
 def test_the_indexers_reuse_the_digests_the_build_took(built):
-    """The build hands each package's sha256 to the repository digest cache: `rocpkg repo`
-    then reads no package again, and what it publishes matches the manifest."""
-    from rocpkg.store.digest_cache import DigestCache
+    """The build records each package's size and sha256 with the file's stamp (its state
+    line): `rocpkg repo`'s digest source (rocpkg.store.recorded) then reads no package
+    again, and what it gives matches the manifest."""
+    from rocpkg.store.recorded import Recorded
 
     manifest = json.loads((built / "manifest.json").read_text())
+    recorded = Recorded(str(built))
     for entry in manifest["packages"]:
-        root = built / entry["format"]
-        key = str((built / entry["file"]).relative_to(root))
-        cached = DigestCache(built, entry["format"]).entries[key]
-        assert cached[4] == entry["sha256"] and cached[0] == entry["size"]
-        stat = (built / entry["file"]).stat()
-        assert cached[:4] == [stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino]
+        assert recorded.digest(entry["file"]) == (entry["size"], entry["sha256"])
+    assert recorded.read == []

@@ -115,21 +115,6 @@ def test_a_manifest_json_never_takes_is_refused_by_json_path(work, change, needl
     work.refused(*args, needles=["{out}/manifest.json", *needles])
 
 
-@pytest.mark.parametrize("content", [b"[1, 2]", b'{"x": [1, 2]}', b'{"a": 1, "a": 2}',
-                                     b'{"a": [1' + b"0" * 5000 + b', 1, 1, 1, "00"]}', b"{not json"])
-def test_a_damaged_digest_cache_is_hashed_again_never_a_traceback(work, content):
-    """The cache only spares reading unchanged packages again (its verdicts are never
-    trusted): one rocpkg did not write is dropped, the packages hashed, the cache written
-    anew (what a copied OUT's fresh stamps allow), and the indexes are those of the good cache."""
-    cache = work.out / ".rocpkg/digests-deb.json"
-    before = (work.out / "deb/dists/stable/Release").read_bytes()
-    cache.write_bytes(content)
-    done = run("repo", work.out, env={"SOURCE_DATE_EPOCH": "1700000000"})
-    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
-    assert isinstance(json.loads(cache.read_text()), dict)
-    assert (work.out / "deb/dists/stable/Release").read_bytes() == before
-
-
 # -- dates and counts past what datetime and int() take ---------------------------------------
 
 @pytest.mark.parametrize("policy", [f"nightly={HUGE}", f"nightly={HUGE}d", "dev=100001", "release=100001y"])

@@ -18,7 +18,6 @@ from debian import deb822
 from repo_helpers import (CHAIN, META, META_CLOSURE, AptClient, apt_source_line,
                           planned_installs, write_chain, write_package)
 from rocpkg.formats.deb import archive as repo_apt
-from rocpkg.store.digest_cache import DigestCache
 from rocpkg.cli.main import main
 from rocpkg.errors import RocpkgInputError
 from rocpkg.formats.sign import Signer
@@ -283,22 +282,3 @@ def test_unreadable_debs_in_the_pool_are_all_named_and_nothing_is_published(repo
     assert sorted(where for where, _ in refused.value.problems) == \
         [str(pool / "not-a-deb_1_all.deb"), str(pool / "truncated_1_amd64.deb")]
     assert {p.relative_to(suite): p.read_bytes() for p in suite.rglob("*") if p.is_file()} == before
-
-
-def test_republishing_trusts_remembered_digests_only_for_untouched_files(tmp_path, signer):
-    out = tmp_path / "out"
-    write_chain(out, "deb")
-    time.sleep(1.1)                        # remembered only once settled (racy-clean rule)
-    repo_apt.publish_apt(out, signer=signer, source_date_epoch=SDE, digests=DigestCache(out, "deb"))
-    remembered = json.loads((out / ".rocpkg/digests-deb.json").read_text())
-    assert {k: v[4] for k, v in remembered.items()} == \
-        {s["Filename"]: s["SHA256"] for s in packages_index(out)}
-    host = out / "deb/pool/main/rocm-host_7.1.0-1_amd64.deb"
-    st = host.stat()
-    data = bytearray(host.read_bytes())
-    data[-5] ^= 0xFF
-    with open(host, "r+b") as f:           # same inode, same size, mtime put back
-        f.write(data)
-    os.utime(host, ns=(st.st_atime_ns, st.st_mtime_ns))
-    with pytest.raises(RocpkgInputError, match="refusing to replace a published package"):
-        repo_apt.publish_apt(out, signer=signer, source_date_epoch=SDE, digests=DigestCache(out, "deb"))

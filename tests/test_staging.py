@@ -363,10 +363,9 @@ def test_device_code_in_a_host_library_refuses_the_command_with_out_as_it_was(ar
 
 
 def test_a_sweep_removes_rocpkgs_own_temporaries_and_no_lookalike(tmp_path):
-    """remove_stale_temporaries (a build's start, a failed locked run) and the journal's
-    sweep share one rule: temporaries in rocpkg's trees and of its own top-level files."""
-    from rocpkg.store.journal import stale_temporaries
-    from rocpkg.store.outdir import remove_stale_temporaries
+    """One sweep (rocpkg.store.outdir: a build's start, a failed locked run, the recovery
+    every command begins with), one rule: temporaries in rocpkg's trees and of its own top-level files."""
+    from rocpkg.store.outdir import remove_stale_temporaries, stale_temporaries
 
     out = tmp_path / "out"
     (out / "deb" / "pool" / "main").mkdir(parents=True)

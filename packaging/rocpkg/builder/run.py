@@ -242,7 +242,6 @@ def build_release(plan, out_dir: str | os.PathLike, *, formats: Iterable[str] | 
             if problems:
                 raise RocpkgInputError(*problems)
 
-            _remember_digests(out_dir, outcomes)
             result.manifest = _record_release(out_dir, plan, formats, options, shard, outcomes, result.allowed)
     result.packages = sorted(outcomes, key=lambda o: (o.format, o.name))
     result.seconds = time.perf_counter() - started
@@ -380,20 +379,3 @@ def _collect(out_dir: str, order: list[m.PackageSpec], recorded: list[PackageOut
     finally:
         if journal is not None:
             journal.close()
-
-
-def _remember_digests(out_dir: str, outcomes: list[PackageOutcome]) -> None:
-    """Hand the sha256 each writer took to the repository indexers' digest cache
-    (createrepo_c's model: hash while writing, never read a file twice)."""
-    from rocpkg.store.digest_cache import DigestCache
-
-    for fmt in sorted({o.format for o in outcomes}):
-        root = os.path.join(out_dir, fmt)
-        built = [o for o in outcomes if o.format == fmt]
-        if not built:
-            continue
-        cache = DigestCache(out_dir, fmt)
-        for outcome in built:
-            path = os.path.join(out_dir, outcome.file)
-            cache.remember(path, os.path.relpath(path, root).replace(os.sep, "/"), outcome.sha256)
-        cache.save(prune=False)

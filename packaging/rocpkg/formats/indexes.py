@@ -78,7 +78,7 @@ def damaged_index(path: str):
 
 
 class Rehash:
-    """The digest cache of an indexer given none: remembers nothing, hashes every file."""
+    """The digest source of an indexer given none: hashes every file."""
 
     def sha256(self, path: str, key: str) -> tuple[str, int]:
         digest = hash_file(path)

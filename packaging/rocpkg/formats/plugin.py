@@ -163,7 +163,7 @@ class Format:
 class Repository(Protocol):
     """A format's repository: what `rocpkg repo`, prune, promote, export, publish and
     verify's integrity checks ask of the format, over OUT/<name>/ (the format's tree).
-    Everything OUT-specific (the digest cache, the journal's change, hostile-safe opening
+    Everything OUT-specific (the packages' recorded digests, the journal's change, hostile-safe opening
     of OUT's files) is handed in by the caller, so that the format knows nothing of OUT's
     records. Each format's implementation is formats/<name>/repository.py.
 
@@ -182,9 +182,11 @@ class Repository(Protocol):
         pacman database). A package that cannot be read, or that replaces one published with
         other bytes, is bad input (every problem at once) and nothing is renamed into place.
         New files are written beside the old ones, each whole, by rename, the roots that
-        name the others last. digests: the packages' SHA-256 cache (sha256(path, key) ->
-        (hex, size); save() when done); change: the journaled change the re-index runs in
-        (keep(path) before a package is replaced in place). Returns the paths written."""
+        name the others last. digests: where the packages' SHA-256 come from (sha256(path,
+        key) -> (hex, size); save() when done; rocpkg.store.recorded for OUT: the build's
+        records, a package read only where its bytes changed); change: the journaled change
+        the re-index runs in (keep(path) before a package is replaced in place by a writer
+        that does not go through rocpkg.formats.streams). Returns the paths written."""
 
     def write_snippet(self, out_dir: str, *, suite: str, url: str, key_url: str | None = None,
                       keyring: str | None = None) -> str:

@@ -110,9 +110,41 @@ def copy_stream(src: BinaryIO, dst, size: int | None = None) -> int:
     return copied
 
 
+# Told the path of each file about to be made, replaced or removed (rocpkg.store.journal's
+# change of OUT in progress registers here, and saves what the path holds first); empty
+# outside such a change, so a build's writers pay one test per file.
+WATCHERS: list = []
+
+
+def touching(path: str | os.PathLike) -> None:
+    """Say that `path` (a file, or a directory about to be made) is about to change (WATCHERS)."""
+    for watch in WATCHERS:
+        watch(os.fspath(path))
+
+
+def remove_file(path: str | os.PathLike) -> bool:
+    """Remove a file as a change its watchers are told of first; False when it is missing."""
+    if not os.path.lexists(path):
+        return False
+    touching(path)
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def make_dirs(path: str | os.PathLike) -> None:
+    """os.makedirs(path, exist_ok=True), the directories it makes told to the watchers first."""
+    if not os.path.isdir(path):
+        touching(path)
+        os.makedirs(path, exist_ok=True)
+
+
 class AtomicOutput:
     """Write to `<path>.tmp-<pid>` and rename into place on success; remove on failure,
-    so that no half-written package or index is ever visible under its final name."""
+    so that no half-written package or index is ever visible under its final name.
+    The watchers (touching) hear of path before anything is written."""
 
     def __init__(self, path: str | os.PathLike, mode: str = "wb"):
         self.path = os.fspath(path)
@@ -121,6 +153,8 @@ class AtomicOutput:
         self.file = None
 
     def __enter__(self):
+        if WATCHERS:
+            touching(self.path)
         # the directory is made only when the open finds it missing: a build writes
         # thousands of files into a few directories (makedirs costs 12 us a call)
         try:

@@ -38,7 +38,6 @@ from rocpkg.formats.urls import keyring_path, source_url
 from rocpkg.inputs.config import relation_names
 from rocpkg.store import releases
 from rocpkg.store.dates import published_source_date_epoch
-from rocpkg.store.digest_cache import DigestCache
 from rocpkg.store.files import open_file
 from rocpkg.store.indexes import published_entries
 from rocpkg.store.journal import recover
@@ -232,7 +231,7 @@ def _fill(out_dir: str, staging: str, urls: dict[str, str], closure: dict[str, l
     for fmt, form in REGISTERED.items():
         if fmt in closure:
             form.repo.index(staging, suite=suite, signer=signer, source_date_epoch=sde,
-                            digests=DigestCache(staging, fmt), change=None)
+                            digests=None, change=None)
             form.repo.write_snippet(staging, suite=suite, url=urls[fmt], key_url=urls["key"],
                                     keyring=urls["keyring"] or None)
 
@@ -268,7 +267,7 @@ def _write_tarball(src: str, out, top: str, mtime: int) -> HashingWriter:
     owned by root; the tarball's digest, read back."""
     with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for dirpath, dirnames, filenames in os.walk(src):
-            dirnames[:] = sorted(d for d in dirnames if d != ".rocpkg")     # the indexers' digest caches
+            dirnames[:] = sorted(d for d in dirnames if d != ".rocpkg")     # rocpkg's private directory: no part of a bundle
             for name in [""] + sorted(filenames):
                 path = os.path.join(dirpath, name) if name else dirpath
                 rel = os.path.relpath(path, src)

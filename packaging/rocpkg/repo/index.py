@@ -1,9 +1,11 @@
 """Index what OUT holds: each format's tree (OUT/deb/pool, OUT/rpm, OUT/pacman) as its
 client's repository, through the format's Repository (rocpkg.formats.plugin), signed with a
 key when given; the client snippets; and manifest.json kept in line with the files (shard
-parts joined, packages whose bytes changed in place rehashed), all as one journaled change
-of OUT (rocpkg.store.journal). The repository commands run through here, never through the
-builder."""
+parts joined, packages whose bytes rocpkg changed in place recorded anew), all as one
+journaled change of OUT (rocpkg.store.journal). Packages are indexed from what the build
+recorded (rocpkg.store.recorded): an unchanged package file is not read again, and one
+whose bytes differ from its record without cause is refused. The repository commands run
+through here, never through the builder."""
 from __future__ import annotations
 
 import dataclasses
@@ -18,10 +20,11 @@ from rocpkg.formats.sign import ARMORED_KEY_NAME
 from rocpkg.formats.streams import write_atomic
 from rocpkg.store import releases
 from rocpkg.store.files import kind_of, read_json
-from rocpkg.store.journal import Change
+from rocpkg.store.journal import Change, active_change
 from rocpkg.store.manifest_schema import check_manifest, read_parts
 from rocpkg.store.outdir import MANIFEST_PARTS
-from rocpkg.store.state import recorded_states, rewrite_states
+from rocpkg.store.recorded import Recorded
+from rocpkg.store.state import recorded_states, rewrite_states, stamped
 from rocpkg.repo.urls import repository_url
 
 
@@ -70,7 +73,6 @@ def publish_repositories(out_dir: str, *, suite: str, signer=None, source_date_e
     with the rest and copied to their stable names. Holds the OUT lock. Returns ({format:
     its snippet's path} for the formats present, and "<format>-setup": the stable-name
     copies; the manifest's path)."""
-    from rocpkg.store.digest_cache import DigestCache
     from rocpkg.repo import setup as repo_setup
 
     if not os.path.isdir(out_dir):  # checked before the lock: nothing is created for a missing OUT
@@ -87,33 +89,39 @@ def publish_repositories(out_dir: str, *, suite: str, signer=None, source_date_e
     base = root if base_url is not None else None
     snippets: dict[str, str] = {}
     # one journaled change (rocpkg.store.journal): indexes, signatures and snippets all new, or all as they were
-    with Change(out_dir, "repo", {"suite": suite, "signed": signer is not None}) as change:
+    with Change(out_dir, "repo") as change:
         present = [form for form in REGISTERED.values()
                    if os.path.isdir(os.path.join(out_dir, form.name, form.package_root))]
         setup = repo_setup.write_setup_packages(out_dir, formats=[form.name for form in present], base_url=base,
                                                 suite=suite, signer=signer, source_date_epoch=source_date_epoch) \
             if base and signer is not None and present else []
+        recorded = Recorded(out_dir, change=change)     # after the setup packages: they are new bytes
         for form in present:
             form.repo.index(out_dir, suite=suite, signer=signer, source_date_epoch=source_date_epoch,
-                            digests=DigestCache(out_dir, form.name), change=change)
+                            digests=recorded, change=change)
             snippets[form.name] = form.repo.write_snippet(out_dir, suite=suite, url=f"{root}/{form.name}",
                                                           key_url=base and f"{base}/{ARMORED_KEY_NAME}")
         if not snippets:
             trees = [os.path.join(form.name, form.package_root).rstrip(os.sep) for form in REGISTERED.values()]
             raise RocpkgInputError((out_dir, f"no {', '.join(trees[:-1])} or {trees[-1]} directory to index"))
-        manifest = sync_manifest(out_dir)  # joins shards' manifest parts; rehashes RPMs signed just now
+        manifest = sync_manifest(out_dir, recorded=recorded)  # joins shards' parts; records RPMs signed just now
         repo_setup.record_setup_packages(out_dir, setup)
         for package, copy in zip(setup, repo_setup.copy_stable_names(out_dir, setup)):
             snippets[f"{package.format}-setup"] = copy
     return snippets, manifest
 
 
-def sync_manifest(out_dir: str | os.PathLike) -> str | None:
+def sync_manifest(out_dir: str | os.PathLike, rewritten: dict[str, tuple[int, str]] | None = None, *,
+                  recorded: Recorded | None = None) -> str | None:
     """Bring OUT/manifest.json in line with the files under OUT: join the shard parts when
-    they are newer than it (assemble_manifest), then rehash every package whose file is
-    no longer the one recorded — an RPM whose header `rocpkg repo --sign-key` signed in
-    place, a tree merged by copying — and record the new file in its state, so that the
-    next build keeps it. Returns the manifest's path, None when OUT has none."""
+    they are newer than it (assemble_manifest), then record the bytes of every package
+    file rocpkg changed in place — an RPM whose header `rocpkg repo --sign-key` signed —
+    in the manifest and in its state (so that the next build keeps it and the next repo
+    does not read it again). rewritten: OUT-relative path -> (size, sha256) of files the
+    caller rewrote and hashed itself, recorded without being read; recorded: the digest
+    source the indexers used in this change (what they read is not read again). A file
+    whose bytes differ from its record without cause is bad input
+    (rocpkg.store.recorded). Returns the manifest's path, None when OUT has none."""
     out_dir = os.fspath(out_dir)
     path = os.path.join(out_dir, "manifest.json")
     parts_dir = os.path.join(out_dir, MANIFEST_PARTS)
@@ -125,34 +133,32 @@ def sync_manifest(out_dir: str | os.PathLike) -> str | None:
     if doc is None:
         return None
     check_manifest(doc, path)
-    from rocpkg.store.digest_cache import DigestCache
-
     _check_listed_files(out_dir, doc)
-    changed, caches = False, {}
+    if recorded is None:
+        recorded = Recorded(out_dir, change=active_change(out_dir))
+    for rel, known in (rewritten or {}).items():
+        recorded.note(rel, *known)
+    changed = False
     states = recorded_states(out_dir, NAMES)
-    restated: set[str] = set()
+    earlier: dict[str, list[tuple[str, dict]]] = {}
     for entry in doc["packages"]:
-        file_path = os.path.join(out_dir, entry["file"])
-        state = states[entry["format"]].get(entry["name"])
-        if state is not None and state.get("file") != entry["file"]:
-            state = None        # the state is of this name's package in a newer release
-        st = os.stat(file_path, follow_symlinks=False)
-        seen = (st.st_size, st.st_mtime_ns, st.st_ino)
-        if state is not None and (state["size"], state["mtime_ns"], state["ino"]) == seen \
-                and state["sha256"] == entry["sha256"]:
-            continue
-        # the indexers have just hashed every package: earlier releases' are read from their cache
-        fmt_root, _, key = entry["file"].partition("/")
-        cache = caches.get(fmt_root) or caches.setdefault(fmt_root, DigestCache(out_dir, fmt_root))
-        sha256, size = cache.sha256(file_path, key)
+        size, sha256 = recorded.digest(entry["file"])
         if (size, sha256) != (entry["size"], entry["sha256"]):
             entry["size"], entry["sha256"] = size, sha256
             changed = True
-        if state is not None:
-            state.update(size=size, sha256=sha256, mtime_ns=st.st_mtime_ns, ino=st.st_ino)
-            restated.add(entry["format"])
-    for fmt in sorted(restated):
-        rewrite_states(out_dir, fmt, states[fmt])
+        if recorded.as_stamped(entry["file"], (size, sha256)):
+            continue
+        # stamped anew, so that the next repo reads it no more: its name's state, or an earlier line
+        state = states[entry["format"]].get(entry["name"])
+        if state is not None and state.get("file") == entry["file"]:
+            states[entry["format"]][entry["name"]] = stamped(out_dir, state, size, sha256)
+            earlier.setdefault(entry["format"], [])
+        else:
+            line = recorded.stamps.get(entry["file"], (None, entry["name"], {"fingerprint": ""}))
+            base = {"fingerprint": line[2].get("fingerprint", ""), "file": entry["file"]}
+            earlier.setdefault(entry["format"], []).append((line[1], stamped(out_dir, base, size, sha256)))
+    for fmt in sorted(earlier):
+        rewrite_states(out_dir, fmt, states[fmt], earlier=earlier[fmt])
     if changed:
         write_atomic(path, json.dumps(doc, indent=1).encode() + b"\n")
     return path

@@ -6,10 +6,10 @@ the way out) or is killed (undone by the next rocpkg command on that tree).
 
 prune: per release series (MAJOR.MINOR), keep the N newest releases and every release on
 the keep list; the others' package files leave the pool, the manifest forgets them and
-the indexes are rewritten, all under the OUT lock. The files are first set aside into the
-journal (rename, same filesystem), so that the indexers, which index what the pool holds,
-do not list them; they are deleted with the journal once the new indexes are in place.
-rm (remove_release) removes one release by its id the same way.
+the indexes are rewritten, all under the OUT lock. The files leave the pool first
+(Change.set_aside: their bytes kept in the journal until the change is complete), so that
+the indexers, which index what the pool holds, do not list them. rm (remove_release)
+removes one release by its id the same way.
 
 promote: the release's package files are copied byte for byte (no rebuild) from SRC into
 DST at the same paths, after checking them against SRC's manifest; DST's manifest
@@ -39,7 +39,7 @@ from rocpkg.repo.publish_record import refuse_overlap
 from rocpkg.errors import RocpkgInputError
 from rocpkg.store.journal import Change
 from rocpkg.store.settings import RepoSettings, write_settings
-from rocpkg.store.state import forget as forget_states
+from rocpkg.store.state import forget as forget_states, record_copies
 from rocpkg.formats.streams import AtomicOutput, HashingWriter, copy_stream
 from rocpkg.store.files import open_file
 from rocpkg.store.indexes import formats_present
@@ -111,7 +111,7 @@ def index_recorded(out_dir: str | os.PathLike, settings: RepoSettings, *, signer
     out_dir = os.path.abspath(os.fspath(out_dir))
     if not os.path.isdir(out_dir):      # checked before the lock: nothing is created for a missing OUT
         raise RocpkgInputError((out_dir, "no such directory: build a release into it first"))
-    with Change(out_dir, "repo", {"suite": settings.suite, "signed": signer is not None}):
+    with Change(out_dir, "repo"):
         found = publish_repositories(out_dir, suite=settings.suite or "stable", signer=signer,
                                      source_date_epoch=source_date_epoch, base_url=settings.base_url)
         write_settings(out_dir, settings)
@@ -186,21 +186,13 @@ def _forget(out_dir: str, doc: dict, doomed: list, command: str, *, suite: str, 
                                          f"leaving a repository with nothing to install: give --allow-empty "
                                          f"if that is meant"))
     _require_signer_if_signed(out_dir, signer)
-    intent = {"remove": [_described(doc, rel) for rel in dropped], "releases": result.removed}
-    with Change(out_dir, command, intent) as change:
-        for rel in dropped:
-            if os.path.lexists(os.path.join(out_dir, rel)):
-                change.set_aside(os.path.join(out_dir, rel))
+    with Change(out_dir, command) as change:
+        paths = [os.path.join(out_dir, rel) for rel in dropped]
+        change.set_aside(*(path for path in paths if os.path.lexists(path)))     # one sync for them all
         releases.write_manifest(out_dir, new_doc)
         result.snippets = _reindex(out_dir, suite, signer, base_url, settings)
         forget_states(out_dir, set(dropped))
     return result
-
-
-def _described(doc: dict, rel: str) -> dict:
-    """A package file as the journal records it: path, size and SHA-256 from the manifest."""
-    entry = next((e for e in doc.get("packages", []) if e.get("file") == rel), {})
-    return {"file": rel, "size": entry.get("size"), "sha256": entry.get("sha256")}
 
 
 def promote(src: str | os.PathLike, dst: str | os.PathLike, release_id: str, *, suite: str = "stable",
@@ -264,11 +256,11 @@ def promote(src: str | os.PathLike, dst: str | os.PathLike, release_id: str, *, 
     made_dst = not os.path.lexists(dst)
     os.makedirs(dst, exist_ok=True)
     try:
-        intent = {"add": [{"file": e["file"], "size": e["size"], "sha256": e["sha256"]} for e in todo],
-                  "release": release_id, "from": src}
-        with Change(dst, "promote", intent):
+        _require_signer_if_signed(dst, signer)
+        with Change(dst, "promote"):
             for entry in todo:
                 _copy_checked(src, dst, entry)
+            record_copies(dst, src, todo)       # DST's repo then reads none of them again
             releases.write_release(dst, record, entries)
             snippets = _reindex(dst, suite, signer, base_url, settings)
     except BaseException:

@@ -42,7 +42,7 @@ from rocpkg.errors import RocpkgInputError
 from rocpkg.formats.plugin import Format
 from rocpkg.formats.registry import REGISTERED
 from rocpkg.formats.sign import Signer
-from rocpkg.formats.streams import AtomicOutput, copy_stream, hash_file
+from rocpkg.formats.streams import AtomicOutput, copy_stream, hash_file, make_dirs
 from rocpkg.formats.urls import source_url
 from rocpkg.inputs.channels import CHANNELS
 from rocpkg.inputs.config import relation_names
@@ -215,7 +215,7 @@ def _spec(form: Format, identity: SetupIdentity, version: str, files: dict[str, 
 def _build(pool: str, form: Format, identity: SetupIdentity, version: str, files: dict[str, bytes], digest: str,
            source_date_epoch: int | None) -> str:
     """Write the package with the format's writer, its files staged in a temporary directory."""
-    os.makedirs(pool, exist_ok=True)
+    make_dirs(pool)
     staging = tempfile.mkdtemp(prefix="rocpkg-setup-")
     try:
         for index, (_path, data) in enumerate(sorted(files.items())):

@@ -1,2 +1,3 @@
 """What rocpkg owns in OUT: its files opened as hostile, the lock and staging area, the state
-journal, the intent journal, manifest.json and its schema, the digest cache, the index entries."""
+journal, the journal of a change of OUT and its recovery, the records `repo` indexes from,
+manifest.json and its schema, the index entries."""

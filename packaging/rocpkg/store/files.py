@@ -33,7 +33,7 @@ OWN_FILES = ("manifest.json", "rocm.gpg", "rocm.asc", *(f.snippet for f in REGIS
 # and the setup packages' stable-name copies, <top>-repo[-<channel>].<format> (rocpkg.repo.setup),
 # whose <top>, the release's top meta-package, is a lower-case package name
 SETUP_COPY_RE = re.compile(r"[a-z0-9][a-z0-9+.-]*-repo(?:-[a-z]+)?\.(?:%s)" % "|".join(map(re.escape, FORMAT_NAMES)))
-RECORD_LIMIT = 256 << 20        # manifest.json, shard parts, journals, caches, publish records
+RECORD_LIMIT = 256 << 20        # manifest.json, shard parts, journals, publish records
 INDEX_LIMIT = 1 << 30           # an index file read back (Release, Packages, repomd.xml)
 
 

@@ -2,12 +2,15 @@
 temporary left behind, and a staging area where a build writes each package until it is
 whole.
 
-Why staging: a package is written, and an RPM then signed, in OUT/.rocpkg/staging, and
-moved to its place in the pool with one rename as soon as it is whole, so a package in
-the pool is always a finished one, whenever the build is killed; a killed build's staging
-area is removed by the next command that takes the lock. A build whose checks refuse it
-(rocpkg.builder.gate, run before the first package is written) removes every directory it
-made, OUT itself included: OUT is as it was.
+These are the "written aside" half of the one way OUT changes (rocpkg.store.journal):
+every file is written whole beside its place (`NAME.tmp-PID`) and renamed over it. A
+build's packages are written aside in OUT/.rocpkg/staging rather than beside their place,
+because an RPM is signed in place after its writer returns: each is moved to its place in
+the pool with one rename once whole and signed, so a package in the pool is always a
+finished one, whenever the build is killed. A dead run's temporaries and staging area
+are removed by the next command that takes the lock (stale_temporaries, one rule for all).
+A build whose checks refuse it (rocpkg.builder.gate, run before the first package is
+written) removes every directory it made, OUT itself included: OUT is as it was.
 """
 from __future__ import annotations
 
@@ -42,18 +45,37 @@ def own_top_temporary(name: str) -> bool:
     return bool(TMP_RE.search(name)) and own_top_file(TMP_RE.sub("", name))
 
 
-def remove_stale_temporaries(out_dir: str) -> None:
-    """Files `*.tmp-<pid>` in rocpkg's own trees, those of its own files at OUT's top, and
-    packages staged by a killed build (the caller holds the lock: nobody else writes)."""
-    remove_staging(out_dir)
-    for sub in OWN_DIRS:
-        for dirpath, _dirs, files in os.walk(os.path.join(out_dir, sub)):
-            for name in files:
-                if TMP_RE.search(name):
-                    os.unlink(os.path.join(dirpath, name))
-    for name in os.listdir(out_dir):
-        if own_top_temporary(name):
-            os.unlink(os.path.join(out_dir, name))
+def stale_temporaries(out_dir: str) -> list[str]:
+    """What dead runs left, relative paths: temporaries `*.tmp-PID` of rocpkg's writers
+    (rocpkg.formats.streams.AtomicOutput) in rocpkg's own trees — at OUT's top only those of
+    its own files, never another file that merely looks like one — and a build's staging
+    area. Only the OUT lock's holder may remove them: a live writer holds it."""
+    found = [STAGING_DIR] if os.path.lexists(os.path.join(out_dir, STAGING_DIR)) else []
+    for top in OWN_DIRS:
+        root = os.path.join(out_dir, top)
+        if not os.path.isdir(root) or os.path.islink(root):
+            continue
+        for dirpath, dirnames, filenames in os.walk(root):
+            rel_dir = os.path.relpath(dirpath, out_dir)
+            dirnames[:] = [d for d in dirnames if os.path.join(rel_dir, d) != STAGING_DIR]
+            found += [os.path.join(rel_dir, name) for name in filenames if TMP_RE.search(name)]
+    try:
+        found += [name for name in os.listdir(out_dir) if own_top_temporary(name)]
+    except OSError:
+        pass
+    return sorted(found)
+
+
+def remove_stale_temporaries(out_dir: str) -> int:
+    """Remove what stale_temporaries finds (the caller holds the lock: nobody else
+    writes); how many it removed."""
+    swept = stale_temporaries(out_dir)
+    for rel in swept:
+        if rel == STAGING_DIR:
+            remove_staging(out_dir)
+        else:
+            os.unlink(os.path.join(out_dir, rel))
+    return len(swept)
 
 
 class OutLock:

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 
 from rocpkg.errors import RocpkgInputError
 from rocpkg.formats.preflight import suite_problem
-from rocpkg.formats.streams import write_durable
+from rocpkg.formats.streams import touching, write_durable
 from rocpkg.formats.urls import source_url
 from rocpkg.store.files import parse_json, read_file
 
@@ -106,6 +106,7 @@ def write_settings(out_dir: str, settings: RepoSettings) -> bool:
     if read_file(out_dir, SETTINGS, LIMIT) == data:
         return False
     os.makedirs(os.path.join(out_dir, os.path.dirname(SETTINGS)), exist_ok=True)
+    touching(os.path.join(out_dir, SETTINGS))      # the change in progress saves the old bytes first
     write_durable(os.path.join(out_dir, SETTINGS), data)
     return True
 

@@ -1,6 +1,7 @@
 """What each package in OUT was built from: OUT/.rocpkg/state/<format>.jsonl, a journal
 of one JSON line per package written, `{"name": ..., "fingerprint": ..., "file": ...,
-"size", "sha256", "mtime_ns", "ino"}`, the last line of a name winning.
+"size", "sha256", "mtime_ns", "ino"}`, the last line of a name winning (earlier
+lines of a name whose file OUT still holds say how rocpkg wrote that file: recorded_stamps).
 
 Why a journal: a build records each package as it is moved into place, and the record
 must be durable before the next (a build killed at any point and run again keeps what
@@ -19,10 +20,9 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 
 from rocpkg.formats.registry import NAMES as FORMATS
-from rocpkg.formats.streams import AtomicOutput, write_all
+from rocpkg.formats.streams import AtomicOutput, remove_file, write_all
 from rocpkg import strict_json
 
 STATE_DIR = os.path.join(".rocpkg", "state")
@@ -43,8 +43,21 @@ def recorded_states(out_dir: str, formats) -> dict[str, dict[str, dict]]:
 
 def read_states(out_dir: str, fmt: str) -> dict[str, dict]:
     """name -> the state last recorded for it (none for a new OUT)."""
+    return {name: state for name, state in _records(out_dir, fmt)}
+
+
+def recorded_stamps(out_dir: str, fmt: str) -> dict[str, tuple[str, dict]]:
+    """file -> (name, the state last recorded of that package file): also the files of
+    earlier releases whose names have been built again since (what rewrite_states keeps
+    of them), so that `rocpkg repo` knows every recorded file's size, mtime and inode
+    (rocpkg.store.recorded)."""
+    return {state["file"]: (name, state) for name, state in _records(out_dir, fmt)}
+
+
+def _records(out_dir: str, fmt: str):
+    """(name, state) of every whole record of the format, oldest first: the per-package
+    files of older trees, then each journal's lines."""
     state_dir = os.path.join(out_dir, STATE_DIR)
-    states: dict[str, dict] = {}
     legacy = os.path.join(state_dir, fmt)
     try:
         names = sorted(os.listdir(legacy))
@@ -54,7 +67,7 @@ def read_states(out_dir: str, fmt: str) -> dict[str, dict]:
         if name.endswith(".json"):
             state = _parsed(os.path.join(legacy, name))
             if _whole(state):
-                states[name[:-len(".json")]] = state
+                yield name[:-len(".json")], state
     for path in _journals(state_dir, fmt):
         try:
             with open(path, "rb") as fh:
@@ -69,8 +82,7 @@ def read_states(out_dir: str, fmt: str) -> dict[str, dict]:
             if isinstance(state, dict) and isinstance(state.get("name"), str):
                 name = state.pop("name")
                 if _whole(state):
-                    states[name] = state
-    return states
+                    yield name, state
 
 
 def _journals(state_dir: str, fmt: str) -> list[str]:
@@ -142,20 +154,35 @@ class StateJournal:
         self.fds.clear()
 
 
-def rewrite_states(out_dir: str, fmt: str, states: dict[str, dict]) -> None:
+def rewrite_states(out_dir: str, fmt: str, states: dict[str, dict], drop: set[str] = frozenset(),
+                   earlier: list[tuple[str, dict]] = ()) -> None:
     """The format's states as one journal, one line per name in name order (written
-    atomically); the shards' journals and the per-package files of older OUT trees go."""
+    atomically), after one line for each package file of an earlier state of a name that
+    OUT still holds (not in drop): the size, mtime and inode rocpkg wrote it with, which
+    `rocpkg repo` checks it against (earlier: (name, state) of more such lines, or of new
+    stamps of them). The shards' journals and the per-package files of older OUT trees go."""
     state_dir = os.path.join(out_dir, STATE_DIR)
     main = os.path.join(state_dir, journal_name(fmt))
     others = [p for p in _journals(state_dir, fmt) if p != main]
-    if not states and not os.path.exists(main) and not others and not os.path.isdir(os.path.join(state_dir, fmt)):
+    if not states and not earlier and not os.path.exists(main) and not others \
+            and not os.path.isdir(os.path.join(state_dir, fmt)):
         return
+    current = {state["file"] for state in states.values()}
+    kept = {state["file"]: (name, state) for name, state in [*_records(out_dir, fmt), *earlier]
+            if state["file"] not in current and state["file"] not in drop}
     with AtomicOutput(main) as fh:
+        for rel in sorted(kept):
+            if os.path.isfile(os.path.join(out_dir, rel)):
+                fh.write(_line(*kept[rel]))
         for name in sorted(states):
             fh.write(_line(name, states[name]))
     for path in others:
-        os.unlink(path)
-    shutil.rmtree(os.path.join(state_dir, fmt), ignore_errors=True)
+        remove_file(path)
+    legacy = os.path.join(state_dir, fmt)
+    if os.path.isdir(legacy) and not os.path.islink(legacy):
+        for name in os.listdir(legacy):
+            remove_file(os.path.join(legacy, name))
+        os.rmdir(legacy)
 
 
 def forget(out_dir: str, files: set[str]) -> None:
@@ -164,5 +191,31 @@ def forget(out_dir: str, files: set[str]) -> None:
     for fmt in FORMATS:
         states = read_states(out_dir, fmt)
         kept = {name: state for name, state in states.items() if state.get("file") not in files}
-        if kept != states:
-            rewrite_states(out_dir, fmt, kept)
+        if kept != states or files & set(recorded_stamps(out_dir, fmt)):
+            rewrite_states(out_dir, fmt, kept, drop=files)
+
+
+def record_copies(out_dir: str, source_dir: str, copied: list[dict]) -> None:
+    """State lines in OUT for package files copied byte for byte from another OUT (promote;
+    copied: their manifest entries): the source's record of each (what it was built
+    from), stamped as the copy is, so that `rocpkg repo` takes the copy at its record
+    without reading it. A name OUT already has a state for keeps it; the copy is then one
+    of its earlier files."""
+    for fmt in sorted({entry["format"] for entry in copied}):
+        source = recorded_stamps(source_dir, fmt)
+        states, earlier = read_states(out_dir, fmt), []
+        for entry in (e for e in copied if e["format"] == fmt):
+            fingerprint = source.get(entry["file"], ("", {}))[1].get("fingerprint", "")
+            state = stamped(out_dir, {"fingerprint": fingerprint, "file": entry["file"]}, entry["size"],
+                            entry["sha256"])
+            if entry["name"] in states:
+                earlier.append((entry["name"], state))
+            else:
+                states[entry["name"]] = state
+        rewrite_states(out_dir, fmt, states, earlier=earlier)
+
+
+def stamped(out_dir: str, state: dict, size: int, sha256: str) -> dict:
+    """state with the size and SHA-256 of its file's bytes and the file's mtime and inode now."""
+    st = os.stat(os.path.join(out_dir, state["file"]), follow_symlinks=False)
+    return {**state, "size": size, "sha256": sha256, "mtime_ns": st.st_mtime_ns, "ino": st.st_ino}

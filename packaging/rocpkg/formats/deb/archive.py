@@ -28,7 +28,7 @@ from rocpkg.formats.deb import read_deb_control
 from rocpkg.formats.deb.plugin import SNIPPET
 from rocpkg.formats.indexes import Rehash
 from rocpkg.formats.sign import KEYRING_NAME, Signer
-from rocpkg.formats.streams import AtomicOutput
+from rocpkg.formats.streams import AtomicOutput, remove_file
 from rocpkg.formats.urls import keyring_path, source_url
 
 COMPONENT = "main"
@@ -50,7 +50,7 @@ def publish_apt(out_dir: str | os.PathLike, *, suite: str = "stable", codename: 
     Returns the paths written. Raises RocpkgInputError for an unreadable .deb or a
     package already published with different bytes (all such problems at once).
     source_date_epoch dates the index; the caller resolves SOURCE_DATE_EPOCH
-    (rocpkg.store.dates.published_source_date_epoch), None means now. digests: the cache
+    (rocpkg.store.dates.published_source_date_epoch), None means now. digests: the source
     of the packages' SHA-256 (sha256(path, key) -> (hex, size); save() once the index is
     written), None to hash every package.
     """
@@ -316,7 +316,4 @@ def _remove_stale_signatures(suite_dir: str, names=("InRelease", "Release.gpg"))
     """An unsigned publish (or one without InRelease) must not leave a signature over some
     older Release behind."""
     for name in names:
-        try:
-            os.unlink(os.path.join(suite_dir, name))
-        except FileNotFoundError:
-            pass
+        remove_file(os.path.join(suite_dir, name))

@@ -38,7 +38,7 @@ from rocpkg.formats.pacman import rules, tar
 from rocpkg.formats.pacman.read import PacmanPackage, read_pacman_info
 from rocpkg.formats.pacman.write import PACMAN
 from rocpkg.formats.sign import Signer
-from rocpkg.formats.streams import CHUNK, write_atomic
+from rocpkg.formats.streams import CHUNK, remove_file, write_atomic
 
 MAX_DESC = 1 << 20              # one entry's desc read back
 
@@ -192,10 +192,7 @@ def _newest(entries: list[_Entry]) -> list[_Entry]:
 
 
 def _remove(path: str) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
+    remove_file(path)
 
 
 def write_database(repo_dir: str | os.PathLike, repo_name: str, packages, signer: Signer | None = None,

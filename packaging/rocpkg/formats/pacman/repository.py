@@ -21,7 +21,7 @@ from rocpkg.errors import RocpkgInputError
 from rocpkg.formats.indexes import IndexEntry, IndexFile, Rehash, Signature, damaged_index
 from rocpkg.formats.pacman.plugin import SNIPPET, SUFFIX
 from rocpkg.formats.pacman.rules import ROOT, vercmp
-from rocpkg.formats.streams import HashingWriter, copy_stream, write_atomic
+from rocpkg.formats.streams import HashingWriter, copy_stream, remove_file, write_atomic
 from rocpkg.formats.urls import source_url
 
 # a database's files in publish's order: each signature before what it signs, `<repo>.db` (what pacman reads) last
@@ -106,7 +106,7 @@ class PacmanRepository:
             held = packages(out_dir, arch)
             for name in _listing(repo_dir, False):      # a signature whose package is gone (pruned) goes too
                 if name.endswith(SUFFIX + ".sig") and name[:-4] not in held:
-                    os.unlink(os.path.join(repo_dir, name))
+                    remove_file(os.path.join(repo_dir, name))
             written += write_database(repo_dir, suite, held, signer=signer, source_date_epoch=when)
         digests.save()
         if signer is not None:

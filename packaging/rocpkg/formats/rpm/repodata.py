@@ -28,7 +28,7 @@ from rocpkg.formats.rpm import RpmPackageRecord, package_from_header, read_rpm, 
 from rocpkg.formats.rpm.record import DEPENDENCY_TAGS
 from rocpkg.formats.rpm.relations import FLAG_NAMES, PRE_FLAGS
 from rocpkg.formats.sign import ARMORED_KEY_NAME, Signer, sign_rpm_header
-from rocpkg.formats.streams import AtomicOutput, HashingWriter, hash_file
+from rocpkg.formats.streams import AtomicOutput, HashingWriter, hash_file, make_dirs, remove_file, touching
 from rocpkg.formats.urls import source_url
 
 NS_COMMON = "http://linux.duke.edu/metadata/common"
@@ -55,7 +55,7 @@ def publish_dnf(out_dir: str | os.PathLike, *, signer: Signer | None = None,
     Returns the paths written. Raises RocpkgInputError for unreadable RPMs and for a
     package already published with different bytes (all such problems at once).
     source_date_epoch dates the index; the caller resolves SOURCE_DATE_EPOCH
-    (rocpkg.store.dates.published_source_date_epoch), None means now. digests: the cache
+    (rocpkg.store.dates.published_source_date_epoch), None means now. digests: the source
     of the packages' SHA-256 (sha256(path, key) -> (hex, size); save() once the metadata is
     written), None to hash every package. change: the journaled change of OUT the
     re-index runs in (keep(path) before a package is replaced by its signed copy), or None.
@@ -346,7 +346,7 @@ def _clean(text: str) -> str:
 def _write_metadata(repodata: str, kind: str, packages: list[_Package], dumper) -> dict:
     """Stream one metadata kind through gzip (mtime 0) into a temporary file, counting
     and hashing both sides, then rename it to `<sha256>-<kind>.xml.gz`."""
-    os.makedirs(repodata, exist_ok=True)
+    make_dirs(repodata)
     tmp = os.path.join(repodata, f".{kind}.xml.gz.tmp-{os.getpid()}")
     try:
         with open(tmp, "wb") as raw:
@@ -357,6 +357,7 @@ def _write_metadata(repodata: str, kind: str, packages: list[_Package], dumper) 
                 dumper(_Xml(buffered), packages)
                 buffered.flush()
         name = f"{packed.hexdigest()}-{kind}.xml.gz"
+        touching(os.path.join(repodata, name))
         os.replace(tmp, os.path.join(repodata, name))
     except BaseException:
         _unlink(tmp)
@@ -505,7 +506,4 @@ def _remove_unreferenced(repodata: str, keep: set[str]) -> None:
 
 
 def _unlink(path: str) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
+    remove_file(path)
