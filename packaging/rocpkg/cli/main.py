@@ -134,8 +134,12 @@ def _cmd_verify(args) -> int:
         from rocpkg.builder.version_order import out_order_problems
         from rocpkg.verify.integrity import check_integrity
 
-        report = verify_tree(args.out, formats=formats(args), release=args.release, lookup=args.kpack_lookup)
-        report.problems += check_integrity(args.out, keyring=args.keyring, formats=formats(args))
+        from rocpkg.cli.build import check_jobs
+
+        check_jobs(args)
+        report = verify_tree(args.out, formats=formats(args), release=args.release, lookup=args.kpack_lookup,
+                             jobs=args.jobs or 0)
+        report.problems += check_integrity(args.out, keyring=args.keyring, formats=formats(args), jobs=args.jobs)
         report.problems += out_order_problems(args.out)    # releases that apt or dnf would not upgrade to
     elif args.artifacts:
         config = load_config_of(args)
@@ -216,6 +220,7 @@ def _register_commands(sub) -> None:
     p.add_argument("--json", action="store_true", help="machine-readable report (schema rocpkg-verify/1)")
     p.add_argument("--keyring", default=None, help="with OUT: public key file (rocm.gpg or rocm.asc) the index "
                                                    "signatures must verify against")
+    p.add_argument("-j", "--jobs", type=int, default=None, help="with OUT: packages read at once (default: CPU count)")
     p.set_defaults(func=_cmd_verify)
 
     from rocpkg.cli import build as cli_build  # build, demo, detect
