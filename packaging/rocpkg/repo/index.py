@@ -93,27 +93,30 @@ def publish_repositories(out_dir: str, *, suite: str, signer=None, source_date_e
         setup = repo_setup.write_setup_packages(out_dir, formats=[form.name for form in present], base_url=base,
                                                 suite=suite, signer=signer, source_date_epoch=source_date_epoch) \
             if base and signer is not None and present else []
+        rewritten: dict[str, tuple[int, str]] = {}
         for form in present:
             form.repo.index(out_dir, suite=suite, signer=signer, source_date_epoch=source_date_epoch,
-                            digests=DigestCache(out_dir, form.name), change=change)
+                            digests=DigestCache(out_dir, form.name), change=change, rewritten=rewritten)
             snippets[form.name] = form.repo.write_snippet(out_dir, suite=suite, url=f"{root}/{form.name}",
                                                           key_url=base and f"{base}/{ARMORED_KEY_NAME}")
         if not snippets:
             trees = [os.path.join(form.name, form.package_root).rstrip(os.sep) for form in REGISTERED.values()]
             raise RocpkgInputError((out_dir, f"no {', '.join(trees[:-1])} or {trees[-1]} directory to index"))
-        manifest = sync_manifest(out_dir)  # joins shards' manifest parts; rehashes RPMs signed just now
+        manifest = sync_manifest(out_dir, rewritten=rewritten)  # joins shards' manifest parts
         repo_setup.record_setup_packages(out_dir, setup)
         for package, copy in zip(setup, repo_setup.copy_stable_names(out_dir, setup)):
             snippets[f"{package.format}-setup"] = copy
     return snippets, manifest
 
 
-def sync_manifest(out_dir: str | os.PathLike) -> str | None:
+def sync_manifest(out_dir: str | os.PathLike, rewritten: dict[str, tuple[int, str]] | None = None) -> str | None:
     """Bring OUT/manifest.json in line with the files under OUT: join the shard parts when
     they are newer than it (assemble_manifest), then rehash every package whose file is
     no longer the one recorded — an RPM whose header `rocpkg repo --sign-key` signed in
     place, a tree merged by copying — and record the new file in its state, so that the
-    next build keeps it. Returns the manifest's path, None when OUT has none."""
+    next build keeps it; rewritten: (size, sha256) by OUT-relative path of the packages the
+    caller rewrote and hashed itself (RPM headers signed), taken as they are. Returns the
+    manifest's path, None when OUT has none."""
     out_dir = os.fspath(out_dir)
     path = os.path.join(out_dir, "manifest.json")
     parts_dir = os.path.join(out_dir, MANIFEST_PARTS)
@@ -142,9 +145,12 @@ def sync_manifest(out_dir: str | os.PathLike) -> str | None:
                 and state["sha256"] == entry["sha256"]:
             continue
         # the indexers have just hashed every package: earlier releases' are read from their cache
-        fmt_root, _, key = entry["file"].partition("/")
-        cache = caches.get(fmt_root) or caches.setdefault(fmt_root, DigestCache(out_dir, fmt_root))
-        sha256, size = cache.sha256(file_path, key)
+        if entry["file"] in (rewritten or {}):
+            size, sha256 = rewritten[entry["file"]]
+        else:
+            fmt_root, _, key = entry["file"].partition("/")
+            cache = caches.get(fmt_root) or caches.setdefault(fmt_root, DigestCache(out_dir, fmt_root))
+            sha256, size = cache.sha256(file_path, key)
         if (size, sha256) != (entry["size"], entry["sha256"]):
             entry["size"], entry["sha256"] = size, sha256
             changed = True
