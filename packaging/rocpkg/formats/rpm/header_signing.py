@@ -2,7 +2,8 @@
 packages), on all cores: each package is read once, in a worker process
 (rocpkg.formats.parallel), into a signed copy beside it whose SHA-256 (and, when asked, the
 unsigned file's) is taken in that one pass, so that nothing reads the package again to
-index it. The caller renames the copies into place.
+index it. The caller renames each copy into place as it is handed over: the copies on
+disk at once are about as many as the processes, never a second copy of the tree.
 
 A signed copy differs from its package only between the lead and the main header (the
 signature header, RESERVEDSPACE shrunk to keep its length): the main header and the
@@ -14,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import os
 from dataclasses import dataclass
+from typing import Iterator
 
 from rocpkg.errors import RocpkgInputError
 from rocpkg.formats.parallel import spread
@@ -41,32 +43,32 @@ def nevra_key(record) -> tuple:
 
 
 def sign_copies(paths: list[str], signer, *, unsigned_of: frozenset = frozenset(),
-                jobs: int | None = None) -> list[SignedCopy]:
+                jobs: int | None = None) -> Iterator[SignedCopy]:
     """A signed copy of each RPM in paths that has no header signature yet, made on `jobs`
-    processes; the unsigned file's SHA-256 too for a package whose nevra_key is in
-    `unsigned_of`. Unreadable packages are skipped (the indexer reports them). On an error
-    no copy is left behind."""
-    made: list[SignedCopy] = []
+    processes and handed over in the paths' order, for the caller to rename into place;
+    the unsigned file's SHA-256 too for a package whose nevra_key is in `unsigned_of`.
+    Unreadable packages are skipped (the indexer reports them). Once the generator ends
+    or is closed (an error, contextlib.closing), no copy that was not renamed is left."""
+    copies = [f"{path}.tmp-{os.getpid()}" for path in paths]
+    answers = spread(_sign_copy, [(path, copy, signer, unsigned_of) for path, copy in zip(paths, copies)], jobs)
     try:
-        for copy in spread(_sign_copy, [(path, signer, unsigned_of) for path in paths], jobs):
-            if copy is not None:
-                made.append(copy)
-    except BaseException:
-        discard(made)
-        raise
-    return made
+        for answer in answers:
+            if answer is not None:
+                yield answer
+    finally:
+        answers.close()     # the workers are done: no copy is still being written
+        for copy in copies:
+            _unlink(copy)
 
 
-def discard(copies: list[SignedCopy]) -> None:
-    """Remove the copies not renamed into place."""
-    for copy in copies:
-        try:
-            os.unlink(copy.copy)
-        except FileNotFoundError:
-            pass
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
 
 
-def _sign_copy(path: str, signer, unsigned_of: frozenset) -> SignedCopy | None:
+def _sign_copy(path: str, copy: str, signer, unsigned_of: frozenset) -> SignedCopy | None:
     try:
         info = read_rpm(path)
     except RocpkgInputError:
@@ -81,7 +83,6 @@ def _sign_copy(path: str, signer, unsigned_of: frozenset) -> SignedCopy | None:
         blob = signature_area(info, {signer.rpm_header_signature_tag: (TYPE_BIN, signature)})
         signed = hashlib.sha256(head[:LEAD_SIZE] + blob + head[info.header_start:])
         unsigned = hashlib.sha256(head) if nevra_key(record) in unsigned_of else None
-        copy = f"{path}.tmp-{os.getpid()}"
         try:
             with open(copy, "wb", buffering=0) as out:
                 write_all(out.fileno(), head[:LEAD_SIZE] + blob + head[info.header_start:])
@@ -90,10 +91,7 @@ def _sign_copy(path: str, signer, unsigned_of: frozenset) -> SignedCopy | None:
                 os.fsync(out.fileno())
             os.utime(copy, ns=(st.st_atime_ns, st.st_mtime_ns))
         except BaseException:
-            try:
-                os.unlink(copy)
-            except FileNotFoundError:
-                pass
+            _unlink(copy)
             raise
     return SignedCopy(path, copy, size, signed.hexdigest(), unsigned.hexdigest() if unsigned else "")
 

@@ -17,6 +17,7 @@ import os
 import re
 import time
 import xml.etree.ElementTree as ET
+from contextlib import closing
 from dataclasses import dataclass
 from xml.sax.saxutils import XMLGenerator
 
@@ -25,7 +26,7 @@ from rocpkg.formats.indexes import Rehash
 from rocpkg.formats.rpm import RpmPackageRecord, package_from_header, read_rpm, split_evr
 from rocpkg.formats.rpm.record import DEPENDENCY_TAGS
 from rocpkg.formats.rpm.relations import FLAG_NAMES, PRE_FLAGS
-from rocpkg.formats.rpm.header_signing import SignedCopy, discard, sign_copies
+from rocpkg.formats.rpm.header_signing import SignedCopy, sign_copies
 from rocpkg.formats.sign import ARMORED_KEY_NAME, Signer
 from rocpkg.formats.streams import AtomicOutput, HashingWriter
 from rocpkg.formats.urls import source_url
@@ -203,15 +204,14 @@ def _sign_packages(paths: list[str], signer: Signer, published: dict[tuple, tupl
     keeps the unsigned one until the change is complete). Returns path -> its signed copy's
     record; a package already published carries the sha256 of its bytes before signing:
     signing a package published unsigned is no conflict."""
-    copies = sign_copies(paths, signer, unsigned_of=frozenset(published))
-    try:
+    signed: dict[str, SignedCopy] = {}
+    with closing(sign_copies(paths, signer, unsigned_of=frozenset(published))) as copies:
         for copy in copies:
             if change is not None:
                 change.keep(copy.path)
             os.replace(copy.copy, copy.path)
-    finally:
-        discard(copies)     # those not renamed into place
-    return {copy.path: copy for copy in copies}
+            signed[copy.path] = copy
+    return signed
 
 
 def _is_primary_file(path: str) -> bool:
