@@ -9,6 +9,7 @@ Each worker holds one item at a time: memory grows with the number of processes,
 with the items' sizes. With one job (or one item) the loop runs here, in this process."""
 from __future__ import annotations
 
+import os
 from typing import Callable, Iterable, Iterator, TypeVar
 
 from rocpkg.formats.compression import usable_cores
@@ -22,27 +23,41 @@ def jobs_for(jobs: int | None) -> int:
     return max(1, jobs or usable_cores())
 
 
-def spread(function: Callable[..., R], items: Iterable[tuple], jobs: int | None) -> Iterator[R]:
-    """function(*item) for each item, in the items' order, on up to `jobs` forked
-    processes (jobs_for); an item's exception is raised where its answer would be. The
-    items are all handed out at once; the answers are yielded as they are due."""
+def spread(function: Callable[..., R], items: Iterable[tuple], jobs: int | None,
+           size: Callable[[tuple], int] | None = None, ordered: bool = True) -> Iterator[R]:
+    """function(*item) for each item, on up to `jobs` forked processes (jobs_for); an
+    item's exception is raised where its answer would be. The items are all handed out at
+    once, the largest by `size` first (the last to start should be small: a large one would
+    end alone); the answers are yielded in the items' order, or with ordered false as they
+    come (whoever acts on each answer at once holds none waiting)."""
     items = list(items)
     workers = min(jobs_for(jobs), len(items))
     if workers <= 1:
         for item in items:
             yield function(*item)
         return
-    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures import ProcessPoolExecutor, as_completed
     from multiprocessing import get_context
 
     with ProcessPoolExecutor(workers, mp_context=get_context("fork"), initializer=_quiet) as pool:
-        futures = [pool.submit(function, *item) for item in items]
+        order = sorted(range(len(items)), key=lambda i: -size(items[i])) if size else range(len(items))
+        futures: list = [None] * len(items)
+        for i in order:
+            futures[i] = pool.submit(function, *items[i])
         try:
-            for future in futures:
+            for future in (futures if ordered else as_completed(futures)):
                 yield future.result()
         finally:
             for future in futures:
                 future.cancel()
+
+
+def file_size(path: str) -> int:
+    """A file's size for spread's order (0 when it cannot be stat'ed: the work reports it)."""
+    try:
+        return os.stat(path, follow_symlinks=False).st_size
+    except OSError:
+        return 0
 
 
 def _quiet() -> None:

@@ -42,7 +42,7 @@ from typing import Iterable
 
 from rocpkg.errors import RocpkgInputError
 from rocpkg.formats.indexes import PackageRef
-from rocpkg.formats.parallel import spread
+from rocpkg.formats.parallel import file_size, spread
 from rocpkg.formats.registry import REGISTERED
 from rocpkg.store.indexes import formats_present, index_opener, package_files, published_entries
 from rocpkg.store.manifest_schema import read_parts
@@ -79,7 +79,8 @@ class _Digests:
         """Hash these files now, on `jobs` processes (rocpkg.formats.parallel.spread); a
         file that cannot be read is left for of(), which raises where the serial check would."""
         todo = sorted(set(rels) - set(self.known))
-        for rel, found in zip(todo, spread(_digest_or_retry, [(self.out_dir, rel) for rel in todo], jobs)):
+        for rel, found in zip(todo, spread(_digest_or_retry, [(self.out_dir, rel) for rel in todo], jobs,
+                                          size=lambda item: file_size(os.path.join(*item)))):
             if found is not _RETRY:
                 self.known[rel] = found
 

@@ -25,7 +25,7 @@ from rocpkg.inputs.facts import ArchiveToc
 from rocpkg.inputs.config import common_namespace, external_rule
 from rocpkg.errors import RocpkgInputError
 from rocpkg.formats import registry
-from rocpkg.formats.parallel import spread
+from rocpkg.formats.parallel import file_size, spread
 from rocpkg.formats.reading import why
 from rocpkg.store.outdir import STAGING_DIR
 from rocpkg.store.files import check_tree
@@ -67,7 +67,8 @@ def read_tree_release(fmt: str, paths: list[str], jobs: int | None = None) -> Re
     release.is_external = external_rule(common_namespace(specs))
     _classify_tree(release, reader)
     names = list(specs)
-    inspectors = spread(_read_payload, [(fmt, specs[name], files_of[name]) for name in names], jobs)
+    inspectors = spread(_read_payload, [(fmt, specs[name], files_of[name]) for name in names], jobs,
+                        size=lambda item: file_size(item[2]))
     for name, inspector in zip(names, inspectors):
         if inspector.listing is not None:
             specs[name].files = inspector.listing

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from rocpkg.errors import RocpkgInputError
-from rocpkg.formats.parallel import spread
+from rocpkg.formats.parallel import file_size, spread
 from rocpkg.formats.rpm.read import read_rpm, signature_area
 from rocpkg.formats.rpm.record import package_from_header
 from rocpkg.formats.rpm.signature import LEAD_SIZE
@@ -45,12 +45,13 @@ def nevra_key(record) -> tuple:
 def sign_copies(paths: list[str], signer, *, unsigned_of: frozenset = frozenset(),
                 jobs: int | None = None) -> Iterator[SignedCopy]:
     """A signed copy of each RPM in paths that has no header signature yet, made on `jobs`
-    processes and handed over in the paths' order, for the caller to rename into place;
+    processes and handed over as each is done, for the caller to rename into place;
     the unsigned file's SHA-256 too for a package whose nevra_key is in `unsigned_of`.
     Unreadable packages are skipped (the indexer reports them). Once the generator ends
     or is closed (an error, contextlib.closing), no copy that was not renamed is left."""
     copies = [f"{path}.tmp-{os.getpid()}" for path in paths]
-    answers = spread(_sign_copy, [(path, copy, signer, unsigned_of) for path, copy in zip(paths, copies)], jobs)
+    answers = spread(_sign_copy, [(path, copy, signer, unsigned_of) for path, copy in zip(paths, copies)], jobs,
+                     size=lambda item: file_size(item[0]), ordered=False)
     try:
         for answer in answers:
             if answer is not None:
