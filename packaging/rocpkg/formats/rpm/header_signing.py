@@ -28,7 +28,9 @@ from rocpkg.formats.streams import CHUNK, write_all
 
 @dataclass(frozen=True)
 class SignedCopy:
-    """A package's signed copy, written whole (fsync'd) at `copy`, not yet in place."""
+    """A package's signed copy, written whole at `copy`, not yet in place (as the build
+    writes packages, rocpkg.formats.streams.AtomicOutput: renamed, not fsync'd; forcing a
+    tree of packages to disk would cost the repository step the disk's speed)."""
 
     path: str
     copy: str
@@ -89,7 +91,6 @@ def _sign_copy(path: str, copy: str, signer, unsigned_of: frozenset) -> SignedCo
                 write_all(out.fileno(), head[:LEAD_SIZE] + blob + head[info.header_start:])
                 size = _copy_rest(src, out, info.header_end, st.st_size, path, signed, unsigned)
                 os.fchmod(out.fileno(), st.st_mode & 0o7777)
-                os.fsync(out.fileno())
             os.utime(copy, ns=(st.st_atime_ns, st.st_mtime_ns))
         except BaseException:
             _unlink(copy)
