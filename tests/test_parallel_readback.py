@@ -155,3 +155,25 @@ def test_a_repository_signed_on_several_processes_is_the_one_signed_serially(bui
     assert check.returncode == 0, check.stdout + check.stderr
     done = rocpkg("verify", out, "--keyring", out / "rocm.gpg", "-j", 2)
     assert done.returncode == 0, done.stderr
+
+
+def test_a_signed_copy_is_the_package_signed_in_place_and_its_digest_is_its_bytes(built, tmp_path, signer):
+    from rocpkg.formats.rpm.header_signing import sign_copies
+    from rocpkg.formats.sign import sign_rpm_header
+
+    paths = []
+    for rpm in sorted((built / "rpm").rglob("*.rpm"), key=lambda p: -p.stat().st_size)[:3]:
+        paths.append(str(tmp_path / rpm.name))
+        shutil.copy2(rpm, paths[-1])
+        shutil.copy2(rpm, paths[-1] + ".in-place")
+        assert sign_rpm_header(paths[-1] + ".in-place", signer)
+    handed = []
+    for copy in sign_copies(paths, signer, jobs=2):     # each is the caller's until the next one
+        data = Path(copy.copy).read_bytes()
+        assert data == Path(copy.path + ".in-place").read_bytes()
+        assert (copy.size, copy.sha256) == (len(data), hashlib.sha256(data).hexdigest())
+        assert copy.unsigned_sha256 == ""
+        assert os.stat(copy.copy).st_mtime_ns == os.stat(copy.path).st_mtime_ns
+        handed.append(copy.path)
+    assert sorted(handed) == sorted(paths)
+    assert not list(tmp_path.glob("*.tmp-*"))       # none renamed here: every copy removed at the end
