@@ -136,7 +136,7 @@ def _cmd_build(args) -> int:
     if shard and args.repo:
         raise RocpkgInputError(("--repo", "a shard is part of a release: merge the shards' OUT trees, "
                                          "then run `rocpkg repo OUT` (docs/sharding.md)"))
-    _check_jobs(args)
+    check_jobs(args)
     settings = None
     if args.repo:       # OUT's recorded URL, suite and key, unless given (rocpkg.cli.repo_settings)
         from rocpkg.cli.repo_settings import use_settings
@@ -249,7 +249,7 @@ def _install_instructions(result) -> list[str]:
 MAX_JOBS = 256
 
 
-def _check_jobs(args) -> None:
+def check_jobs(args) -> None:
     """-j from 1 to MAX_JOBS; more than 4 per core is taken as 4 per core (workers beyond
     that only wait on each other)."""
     if args.jobs is not None and not 1 <= args.jobs <= MAX_JOBS:
@@ -274,7 +274,7 @@ def _check_output(args) -> None:
 def _cmd_demo(args) -> int:
     from rocpkg.cli.demo import run_demo
 
-    _check_jobs(args)
+    check_jobs(args)
     started = time.perf_counter()
     display = ProgressDisplay("building demo release:", verbosity=verbosity(args))
     try:

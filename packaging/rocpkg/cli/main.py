@@ -150,13 +150,17 @@ def _cmd_verify(args) -> int:
         from rocpkg.builder.version_order import out_order_problems
         from rocpkg.verify.integrity import check_integrity
 
-        with Activity(f"verifying {args.out}", args) as activity:
-            report = verify_tree(args.out, formats=formats(args), release=args.release, lookup=args.kpack_lookup)
-            activity.update("packages read; hashing files and checking indexes")
-            from rocpkg.verify.keys import signature_key
+        from rocpkg.cli.build import check_jobs
+        from rocpkg.verify.keys import signature_key
 
+        check_jobs(args)
+        with Activity(f"verifying {args.out}", args) as activity:
+            report = verify_tree(args.out, formats=formats(args), release=args.release, lookup=args.kpack_lookup,
+                                 jobs=args.jobs or 0)
+            activity.update("packages read; hashing files and checking indexes")
             keyring, signatures, unchecked = signature_key(args.out, args.keyring)   # OUT's own key unless given
-            report.problems += unchecked + check_integrity(args.out, keyring=keyring, formats=formats(args))
+            report.problems += unchecked + check_integrity(args.out, keyring=keyring, formats=formats(args),
+                                                           jobs=args.jobs)
             report.problems += out_order_problems(args.out)    # releases that apt or dnf would not upgrade to
     elif args.artifacts:
         config = load_config_of(args)
@@ -261,6 +265,7 @@ def _register_commands(sub) -> None:
     p.add_argument("--json", action="store_true", help="machine-readable report (schema rocpkg-verify/1)")
     p.add_argument("--keyring", default=None, help="with OUT: public key file (rocm.gpg or rocm.asc) the index "
                                                    "signatures must verify against")
+    p.add_argument("-j", "--jobs", type=int, default=None, help="with OUT: packages read at once (default: CPU count)")
     p.set_defaults(func=_cmd_verify)
 
     from rocpkg.cli import build as cli_build  # build, demo, detect

@@ -5,7 +5,9 @@ The .deb and .rpm writers have always framed xz and gzip a little differently (x
 gzip header OS byte), and frame zstd differently (dpkg reads one frame, rpm a run of
 them); each keeps its own `Flavour` so that a rebuilt package keeps its bytes (a
 repository refuses a published version whose bytes changed). No output depends on the
-number of threads."""
+number of threads: a run of frames is compressed frame by frame, and one frame of a large
+payload by zstd's own workers, whose output is the same for any number of workers from 1
+up (tests/test_parallel_readback.py holds the library to it)."""
 from __future__ import annotations
 
 import collections
@@ -45,16 +47,24 @@ class Flavour:
     zlib_gzip_header: bool  # zlib's gzip header (OS byte 3) rather than Python gzip's (255)
     zstd_checksum: bool = False  # a content checksum per zstd frame
     zstd_frames: bool = True     # a run of ZSTD_FRAME_SIZE frames; False: one frame
+    # one frame of a payload of at least this many bytes is compressed by zstd's workers
+    # (as many as the writer has threads, at least one: the same bytes for any number);
+    # 0: one single-threaded frame whatever the size
+    zstd_workers_from: int = 0
 
 
 # .deb: zstd frames with content checksums, as dpkg-deb writes them (dpkg then refuses a
 # flipped byte: "Restored data doesn't match checksum"), and one frame only: dpkg 1.21
 # (Debian 12) stops reading data.tar.zst at the end of its first frame ("tar: Unexpected
-# EOF"). One frame is one compressing thread (DEB_THREADS: the md5s go beside it).
+# EOF"). Below DEB_WORKERS_FROM that frame is one compressing thread (the md5s go beside
+# it), the bytes .debs have always had; from it up zstd's workers share the
+# frame (its bytes differ from the single-threaded frame's), so that one large package
+# does not keep every other core idle while it compresses alone.
 # An RPM's payload digest covers its payload; rpm reads a run of frames.
-DEB = Flavour(xz_check=lzma.CHECK_CRC64, zlib_gzip_header=False, zstd_checksum=True, zstd_frames=False)
+DEB_WORKERS_FROM = 64 << 20
+DEB = Flavour(xz_check=lzma.CHECK_CRC64, zlib_gzip_header=False, zstd_checksum=True, zstd_frames=False,
+              zstd_workers_from=DEB_WORKERS_FROM)
 RPM = Flavour(xz_check=lzma.CHECK_CRC32, zlib_gzip_header=True)
-DEB_THREADS = 2
 
 
 def usable_cores() -> int:
@@ -93,11 +103,12 @@ def _unknown(kind: str) -> RocpkgInputError:
 
 class Compressor:
     """write() compresses into sink; close() ends the stream without closing sink.
-    zstd is a run of fixed-size frames (ZstdFrames) or one single-threaded frame (the
-    flavour says which); gzip writes no name and mtime 0.
+    zstd is a run of fixed-size frames (ZstdFrames) or one frame (the flavour says which),
+    single-threaded or, for a payload of `size` bytes from the flavour's zstd_workers_from
+    up, by zstd's workers; gzip writes no name and mtime 0.
     Levels are clamped to each kind's range (zstd 1-19, xz 0-9, gzip 1-9)."""
 
-    def __init__(self, kind: str, sink, level: int, threads: int, flavour: Flavour):
+    def __init__(self, kind: str, sink, level: int, threads: int, flavour: Flavour, size: int = 0):
         self.kind = kind
         self.sink = sink
         self.stream = None
@@ -109,8 +120,10 @@ class Compressor:
             else:
                 # output handed on in 1 MiB pieces, not zstd's 128 KiB: a .deb's data member
                 # goes out in an eighth of the writes (the bytes are the same)
-                self.stream = _context(level, flavour.zstd_checksum).stream_writer(
-                    sink, closefd=False, write_return_read=True, write_size=STREAM_WRITE_SIZE)
+                context = zstd_workers(level, flavour.zstd_checksum, writer_threads(threads)) \
+                    if 0 < flavour.zstd_workers_from <= size else _context(level, flavour.zstd_checksum)
+                self.stream = context.stream_writer(sink, closefd=False, write_return_read=True,
+                                                    write_size=STREAM_WRITE_SIZE)
         elif kind == "xz":
             self.obj = lzma.LZMACompressor(format=lzma.FORMAT_XZ, check=flavour.xz_check,
                                            preset=max(0, min(level, 9)))
@@ -151,6 +164,13 @@ def _context(level: int, checksum: bool) -> zstandard.ZstdCompressor:
     if key not in contexts:
         contexts[key] = zstandard.ZstdCompressor(level=level, write_checksum=checksum, write_content_size=True)
     return contexts[key]
+
+
+def zstd_workers(level: int, checksum: bool, workers: int) -> zstandard.ZstdCompressor:
+    """A context compressing one frame on `workers` zstd threads (at least one): the same
+    bytes for any number of workers, not those of a single-threaded context."""
+    return zstandard.ZstdCompressor(level=level, write_checksum=checksum, write_content_size=True,
+                                    threads=max(1, workers))
 
 
 def _compress_frame(level: int, checksum: bool, data: bytes) -> bytes:
@@ -224,9 +244,10 @@ class ZstdFrames:
                 self.pool.shutdown(cancel_futures=True)
 
 
-def compressor(kind: str, sink, options, flavour: Flavour) -> Compressor:
-    """The payload compressor a BuildOptions asks for (kind, level, threads)."""
-    return Compressor(kind, sink, options.compression_level, options.threads, flavour)
+def compressor(kind: str, sink, options, flavour: Flavour, size: int = 0) -> Compressor:
+    """The payload compressor a BuildOptions asks for (kind, level, threads), for a payload
+    of `size` bytes (the framing of some flavours depends on it)."""
+    return Compressor(kind, sink, options.compression_level, options.threads, flavour, size)
 
 
 def open_decompressor(kind: str, raw, where: str):

@@ -175,7 +175,7 @@ class Repository(Protocol):
     clients: str    # who the snippet and the setup package configure, as a sentence names them ("APT")
 
     def index(self, out_dir: str, *, suite: str, signer, source_date_epoch: int | None, digests,
-              change) -> list[str]:
+              change, rewritten: dict | None = None) -> list[str]:
         """Index every package under OUT/<name>/ and, with a signer (rocpkg.formats.sign.Signer),
         sign the indexes and export the public keys to OUT's top (rocm.gpg, rocm.asc); without
         one, remove signatures an earlier run left. suite names the index (an APT suite, a
@@ -186,7 +186,9 @@ class Repository(Protocol):
         key) -> (hex, size); save() when done; rocpkg.store.recorded for OUT: the build's
         records, a package read only where its bytes changed); change: the journaled change
         the re-index runs in (keep(path) before a package is replaced in place by a writer
-        that does not go through rocpkg.formats.streams). Returns the paths written."""
+        that does not go through rocpkg.formats.streams); rewritten: a dict given (size,
+        sha256) by OUT-relative path of each package replaced in place (RPM headers signed),
+        so that no one reads it again. Returns the paths written."""
 
     def write_snippet(self, out_dir: str, *, suite: str, url: str, key_url: str | None = None,
                       keyring: str | None = None) -> str:

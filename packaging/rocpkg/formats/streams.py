@@ -295,12 +295,21 @@ def _next_hole(fd: int, position: int, size: int) -> int:
         return size
 
 
-def _chunks(source: BinaryIO, size: int) -> Iterator[bytes | memoryview]:
-    """Exactly `size` bytes of an open file, in chunks of at most CHUNK. Holes of a sparse
-    file come from a shared zero buffer instead of read(): the kernel would only hand back
-    zeros, at a real cost for multi-GiB sparse files."""
-    fd = source.fileno()
+def _chunks(fd: int, size: int, sparse: bool = True) -> Iterator[bytes | memoryview]:
+    """Exactly `size` bytes of the file open at fd (at offset 0), in chunks of at most
+    CHUNK, read from the descriptor itself (no buffered file object: a release's thousands
+    of small files would pay its extra system calls each). Holes of a sparse file come from
+    a shared zero buffer instead of read(): the kernel would only hand back zeros, at a
+    real cost for multi-GiB sparse files; a file whose blocks hold all its bytes (sparse
+    false) has no hole to look for."""
     position = 0
+    if not sparse:
+        while position < size:
+            chunk = os.read(fd, min(CHUNK, size - position))
+            if not chunk:
+                raise _SourceChanged(f"it shrank while being packed: it ended at {position} bytes")
+            yield chunk
+            position += len(chunk)
     while position < size:
         data_at = _next_data(fd, position, size)
         while position < data_at:
@@ -310,9 +319,9 @@ def _chunks(source: BinaryIO, size: int) -> Iterator[bytes | memoryview]:
         if position >= size:
             break
         hole_at = _next_hole(fd, position, size)
-        source.seek(position)
+        os.lseek(fd, position, os.SEEK_SET)
         while position < hole_at:
-            chunk = source.read(min(CHUNK, hole_at - position))
+            chunk = os.read(fd, min(CHUNK, hole_at - position))
             if not chunk:
                 raise _SourceChanged(f"it shrank while being packed: it ended at {position} bytes")
             yield chunk
@@ -357,14 +366,15 @@ class SourceFile:
             raise self._error("the source file vanished while packing") from None
         except OSError as exc:
             raise self._error(f"the source file can't be read: {exc.strerror}") from None
-        self.handle = os.fdopen(fd, "rb")
+        self.fd = fd
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode) or (identity != (0, 0) and (info.st_dev, info.st_ino) != identity):
-            self.handle.close()
+            os.close(fd)
             raise self._error("the source file was replaced while packing (not the file the plan read)")
         self.mtime = int(info.st_mtime)
+        self.sparse = info.st_blocks * 512 < size     # a file system may not say: then holes are looked for
         if info.st_size != size:
-            self.handle.close()
+            os.close(fd)
             change = "grew" if info.st_size > size else "shrank"
             raise self._error(f"the source file changed while packing: it {change} while being packed: "
                               f"it has {info.st_size} bytes, the plan says {size}")
@@ -376,13 +386,13 @@ class SourceFile:
         return self
 
     def __exit__(self, *exc) -> None:
-        self.handle.close()
+        os.close(self.fd)
 
     def chunks(self) -> Iterator[bytes | memoryview]:
         """Exactly the planned bytes, in chunks of at most CHUNK that are never reused
         afterwards (a digest thread may still hold one)."""
         try:
-            yield from patch_chunks(_chunks(self.handle, self.size), self.patches)
+            yield from patch_chunks(_chunks(self.fd, self.size, self.sparse), self.patches)
         except _SourceChanged as exc:
             raise self._error(f"the source file changed while packing: {exc}") from None
         except OSError as exc:
@@ -438,19 +448,23 @@ def digester(algorithm: str, threads: int, whole: bool = False):
 class DigestThread:
     """Running digests fed from a bounded queue by a thread of their own, so that hashing
     overlaps reading and compressing (hashlib releases the GIL on large updates). The
-    writer hands each chunk over and moves on; small pieces (tar and cpio headers) are
-    gathered first so that the queue carries few items. begin(key)/end() delimit one
-    file's digest (per-file md5/sha256); without them the digest covers the whole stream.
-    At most DEPTH chunks wait, so memory stays flat in the payload size."""
+    writer hands each chunk over and moves on; small pieces (tar and cpio headers, small
+    files, the begin and end of each file's digest) are gathered into one batch of at
+    most SMALL bytes or BATCH marks first, so that the queue carries few items whatever
+    the number of files (each item is a hand-over between threads). begin(key)/end()
+    delimit one file's digest (per-file md5/sha256); without them the digest covers the
+    whole stream. At most DEPTH items wait, so memory stays flat in the payload size."""
 
     DEPTH = 4
     SMALL = 64 << 10
+    BATCH = 512
 
     def __init__(self, algorithm: str, whole: bool = False):
         self.algorithm = algorithm
         self.results: dict[object, str] = {}
         self.count = 0
-        self._pending = bytearray()
+        self._pending: list = []        # bytearrays of data and (op, key) marks, in order
+        self._pending_bytes = 0
         self._queue: queue.Queue = queue.Queue(self.DEPTH)
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name=f"digest-{algorithm}", daemon=True)
@@ -462,55 +476,64 @@ class DigestThread:
     def _run(self) -> None:
         current = None
         while True:
-            item = self._queue.get()
+            batch = self._queue.get()
             try:
-                if isinstance(item, tuple):
-                    op, key = item
-                    if op == "stop":
-                        return
-                    if op == "begin":
-                        current = hashlib.new(self.algorithm, usedforsecurity=False)
-                    else:
-                        self.results[key] = current.hexdigest()
-                        current = None
-                elif current is not None:
-                    current.update(item)
+                for item in batch:
+                    if isinstance(item, tuple):
+                        op, key = item
+                        if op == "stop":
+                            return
+                        if op == "begin":
+                            current = hashlib.new(self.algorithm, usedforsecurity=False)
+                        else:
+                            self.results[key] = current.hexdigest()
+                            current = None
+                    elif current is not None:
+                        current.update(item)
             except BaseException as exc:  # reported by close(); keep draining so put() never blocks
                 self._error = exc
 
     def _flush(self) -> None:
         if self._pending:
-            self._queue.put(bytes(self._pending))
-            self._pending.clear()
+            self._queue.put(self._pending)
+            self._pending, self._pending_bytes = [], 0
+
+    def _mark(self, op: str, key) -> None:
+        self._pending.append((op, key))
+        if len(self._pending) >= self.BATCH:
+            self._flush()
 
     def write(self, data) -> int:
         n = len(data)
         self.count += n
         if n < self.SMALL:
-            self._pending += data
-            if len(self._pending) >= self.SMALL:
+            if self._pending and isinstance(self._pending[-1], bytearray):
+                self._pending[-1] += data
+            else:
+                self._pending.append(bytearray(data))
+            self._pending_bytes += n
+            if self._pending_bytes >= self.SMALL:
                 self._flush()
         else:
             self._flush()
             if isinstance(data, memoryview) and not data.readonly or isinstance(data, bytearray):
                 data = bytes(data)  # the caller may reuse a mutable buffer
-            self._queue.put(data)
+            self._queue.put((data,))
         return n
 
     def begin(self, key) -> None:
-        self._flush()
-        self._queue.put(("begin", key))
+        self._mark("begin", key)
 
     def end(self, key=None) -> None:
-        self._flush()
-        self._queue.put(("end", key))
+        self._mark("end", key)
 
     def close(self) -> dict[object, str]:
         """Wait for the queued bytes; the digests by key (None: the whole stream's)."""
         if self._thread.is_alive():
             if self._whole:
                 self.end(None)
-            self._queue.put(("stop", None))
+            self._mark("stop", None)
+            self._flush()
             self._thread.join()
         if self._error is not None:
             raise self._error
@@ -523,6 +546,6 @@ class DigestThread:
     def abandon(self) -> None:
         """Stop the thread without waiting for a result (the writer failed)."""
         if self._thread.is_alive():
-            self._pending.clear()
-            self._queue.put(("stop", None))
+            self._pending, self._pending_bytes = [("stop", None)], 0
+            self._flush()
             self._thread.join()

@@ -96,15 +96,16 @@ def publish_repositories(out_dir: str, *, suite: str, signer=None, source_date_e
                                                 suite=suite, signer=signer, source_date_epoch=source_date_epoch) \
             if base and signer is not None and present else []
         recorded = Recorded(out_dir, change=change)     # after the setup packages: they are new bytes
+        rewritten: dict[str, tuple[int, str]] = {}      # packages an indexer replaced in place (RPMs signed)
         for form in present:
             form.repo.index(out_dir, suite=suite, signer=signer, source_date_epoch=source_date_epoch,
-                            digests=recorded, change=change)
+                            digests=recorded, change=change, rewritten=rewritten)
             snippets[form.name] = form.repo.write_snippet(out_dir, suite=suite, url=f"{root}/{form.name}",
                                                           key_url=base and f"{base}/{ARMORED_KEY_NAME}")
         if not snippets:
             trees = [os.path.join(form.name, form.package_root).rstrip(os.sep) for form in REGISTERED.values()]
             raise RocpkgInputError((out_dir, f"no {', '.join(trees[:-1])} or {trees[-1]} directory to index"))
-        manifest = sync_manifest(out_dir, recorded=recorded)  # joins shards' parts; records RPMs signed just now
+        manifest = sync_manifest(out_dir, rewritten, recorded=recorded)  # joins shards' parts; records RPMs signed just now
         repo_setup.record_setup_packages(out_dir, setup)
         for package, copy in zip(setup, repo_setup.copy_stable_names(out_dir, setup)):
             snippets[f"{package.format}-setup"] = copy

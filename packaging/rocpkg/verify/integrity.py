@@ -40,7 +40,9 @@ import subprocess
 import tempfile
 from typing import Iterable
 
+from rocpkg.errors import RocpkgInputError
 from rocpkg.formats.indexes import PackageRef
+from rocpkg.formats.parallel import file_size, spread
 from rocpkg.formats.registry import REGISTERED
 from rocpkg.store.indexes import formats_present, index_opener, package_files, published_entries
 from rocpkg.store.manifest_schema import read_parts
@@ -70,14 +72,39 @@ class _Digests:
 
     def of(self, rel: str) -> tuple[int, str] | None:
         if rel not in self.known:
-            try:
-                with open_file(self.out_dir, rel) as fh:
-                    whole = HashingWriter(None)
-                    copy_stream(fh, whole)
-                self.known[rel] = (whole.count, whole.hexdigest())
-            except FileNotFoundError:
-                self.known[rel] = None
+            self.known[rel] = _digest(self.out_dir, rel)
         return self.known[rel]
+
+    def read_ahead(self, rels: Iterable[str], jobs: int | None) -> None:
+        """Hash these files now, on `jobs` processes (rocpkg.formats.parallel.spread); a
+        file that cannot be read is left for of(), which raises where the serial check would."""
+        todo = sorted(set(rels) - set(self.known))
+        for rel, found in zip(todo, spread(_digest_or_retry, [(self.out_dir, rel) for rel in todo], jobs,
+                                          size=lambda item: file_size(os.path.join(*item)))):
+            if found is not _RETRY:
+                self.known[rel] = found
+
+
+_RETRY = "retry"
+
+
+def _digest(out_dir: str, rel: str) -> tuple[int, str] | None:
+    """(size, sha256) of OUT's file rel, None when there is none."""
+    try:
+        with open_file(out_dir, rel) as fh:
+            whole = HashingWriter(None)
+            copy_stream(fh, whole)
+        return whole.count, whole.hexdigest()
+    except FileNotFoundError:
+        return None
+
+
+def _digest_or_retry(out_dir: str, rel: str):
+    """_digest, or _RETRY where it raised (the error is raised again in the check's order)."""
+    try:
+        return _digest(out_dir, rel)
+    except (OSError, RocpkgInputError):
+        return _RETRY
 
 
 def recorded_files(out_dir: str) -> set[str] | None:
@@ -103,9 +130,10 @@ def unrecorded_packages(out_dir: str | os.PathLike) -> list[tuple[str, str]]:
 
 
 def check_integrity(out_dir: str | os.PathLike, *, keyring: str | os.PathLike | None = None,
-                    formats: Iterable[str] = tuple(REGISTERED)):
+                    formats: Iterable[str] = tuple(REGISTERED), jobs: int | None = None):
     """Problems (verify's Problem) found comparing OUT's packages, manifest and
-    indexes; with keyring (a binary or armored public key file), the index signatures too."""
+    indexes; with keyring (a binary or armored public key file), the index signatures too.
+    The package files are hashed on `jobs` processes (None: one per usable core)."""
     out_dir = os.path.abspath(os.fspath(out_dir))
     check_tree(out_dir, discarded=(STAGING_DIR,))
     formats = set(formats)
@@ -117,6 +145,7 @@ def check_integrity(out_dir: str | os.PathLike, *, keyring: str | os.PathLike | 
 
     doc = read_manifest(out_dir)
     manifest = {e["file"]: e for e in (doc or {}).get("packages", []) if e["format"] in formats}
+    digests.read_ahead([rel for rel, fmt in package_files(out_dir).items() if fmt in formats], jobs)
     for rel, entry in sorted(manifest.items()):
         actual = digests.of(rel)
         if actual is None:

@@ -14,7 +14,6 @@ import io
 import os
 import struct
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 from kpack import targets as kt
 from kpack.archive import KpackReader
@@ -26,6 +25,7 @@ from rocpkg.inputs.facts import ArchiveToc
 from rocpkg.inputs.config import common_namespace, external_rule
 from rocpkg.errors import RocpkgInputError
 from rocpkg.formats import registry
+from rocpkg.formats.parallel import file_size, spread
 from rocpkg.formats.reading import why
 from rocpkg.store.outdir import STAGING_DIR
 from rocpkg.store.files import check_tree
@@ -46,14 +46,15 @@ def reader_of(fmt: str):
     return form.load(form.reader)
 
 
-def read_tree_release(fmt: str, paths: list[str], pool: ThreadPoolExecutor) -> ReleaseView:
+def read_tree_release(fmt: str, paths: list[str], jobs: int | None = None) -> ReleaseView:
     """One format's packages: metadata first (cheap, decides host and device packages),
-    then one streamed pass over each payload; nothing is written to disk."""
+    then one streamed pass over each payload; nothing is written to disk. Both run on
+    `jobs` processes (rocpkg.formats.parallel.spread: the view is the same for any number)."""
     reader = reader_of(fmt)
     specs: dict[str, m.PackageSpec] = {}
     files_of: dict[str, str] = {}
     release = ReleaseView(fmt, specs, lambda name: False, {f: list(t) for f, t in kt.FAMILIES.items()})
-    for path, spec, error in pool.map(lambda path: _read_meta(reader, path), paths):
+    for path, spec, error in spread(_read_meta, [(fmt, path) for path in paths], jobs):
         if error is not None:
             release.problem("unreadable", os.path.basename(path), path, "", error)
         elif spec.name in specs:
@@ -66,7 +67,8 @@ def read_tree_release(fmt: str, paths: list[str], pool: ThreadPoolExecutor) -> R
     release.is_external = external_rule(common_namespace(specs))
     _classify_tree(release, reader)
     names = list(specs)
-    inspectors = pool.map(lambda name: _read_payload(reader, specs[name], files_of[name]), names)
+    inspectors = spread(_read_payload, [(fmt, specs[name], files_of[name]) for name in names], jobs,
+                        size=lambda item: file_size(item[2]))
     for name, inspector in zip(names, inspectors):
         if inspector.listing is not None:
             specs[name].files = inspector.listing
@@ -86,17 +88,18 @@ def package_files(out_dir: str) -> dict[str, list[str]]:
     return {fmt: reader_of(fmt).package_files(os.path.join(out_dir, fmt)) for fmt in registry.NAMES}
 
 
-def _read_meta(reader, path: str):
+def _read_meta(fmt: str, path: str):
     """(path, spec, None), or (path, None, why it is unreadable)."""
     try:
-        return path, reader.read_meta(path), None
+        return path, reader_of(fmt).read_meta(path), None
     except RocpkgInputError as exc:
         return path, None, why(exc)
 
 
-def _read_payload(reader, spec: m.PackageSpec, package_file: str) -> "_Inspector":
+def _read_payload(fmt: str, spec: m.PackageSpec, package_file: str) -> "_Inspector":
     """One pass over the payload: the inspector's look at each entry, and the listing
     when the payload is it (Reader.files_in_metadata false)."""
+    reader = reader_of(fmt)
     inspector = _Inspector(spec, listing=not reader.files_in_metadata)
     try:
         reader.read_payload(package_file, spec, inspector)

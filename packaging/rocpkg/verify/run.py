@@ -70,7 +70,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from concurrent.futures import ThreadPoolExecutor
 from typing import Iterable
 
 from kpack import targets as kt
@@ -182,7 +181,9 @@ def verify_tree(out_dir: str | os.PathLike, *, formats: Iterable[str] = registry
 
     An OUT holding several releases (manifest.json, rocpkg.store.releases) is checked release by
     release (or only `release`, `V-R`), then as a union: two releases must not ship one
-    path under two package names unless their relations say one replaces the other."""
+    path under two package names unless their relations say one replaces the other.
+    `jobs` processes read the packages (0: one per usable core); the report is the same
+    for any number."""
     out_dir = os.path.abspath(os.fspath(out_dir))
     formats = list(formats)
     found = package_files(out_dir)
@@ -195,21 +196,19 @@ def verify_tree(out_dir: str | os.PathLike, *, formats: Iterable[str] = registry
     doc = read_manifest(out_dir)
     groups = _release_groups(out_dir, doc, found, release)
     lookups = {} if lookup else _recorded_lookups(doc)
-    workers = jobs or min(8, os.cpu_count() or 1)
     views: list[tuple[str, ReleaseView]] = []
-    with ThreadPoolExecutor(workers) as pool:
-        for label, files in groups:
-            for fmt in report.formats:
-                if not files.get(fmt):
-                    continue
-                view = read_tree_release(fmt, files[fmt], pool)
-                view.lookup = lookup or lookups.get(label, lookups.get("", FALLTHROUGH))
-                before = len(report.problems)
-                check_release(view, report)
-                if label and len(groups) > 1:  # say which release a problem is in
-                    report.problems[before:] = [dataclasses.replace(p, message=f"release {label}: {p.message}")
-                                                for p in report.problems[before:]]
-                views.append((label, view))
+    for label, files in groups:
+        for fmt in report.formats:
+            if not files.get(fmt):
+                continue
+            view = read_tree_release(fmt, files[fmt], jobs)
+            view.lookup = lookup or lookups.get(label, lookups.get("", FALLTHROUGH))
+            before = len(report.problems)
+            check_release(view, report)
+            if label and len(groups) > 1:  # say which release a problem is in
+                report.problems[before:] = [dataclasses.replace(p, message=f"release {label}: {p.message}")
+                                            for p in report.problems[before:]]
+            views.append((label, view))
     if len(groups) > 1:
         _check_union(views, report)
     finish(report)

@@ -316,7 +316,7 @@ def _write_ar(out: BinaryIO, spec: PackageSpec, control_member, tree: list[_Data
     data_header_at = out.tell()
     out.write(_ar_header(data_name, 0, sde))
     data_at = data_header_at + AR_HEADER_SIZE
-    compressor = compression.compressor(options.compression, out, options, compression.DEB)
+    compressor = compression.compressor(options.compression, out, options, compression.DEB, spec.payload_size)
     digests = _write_data_tar(compressor, spec, tree, sde, compression.writer_threads(options.threads))
     compressor.close()
     data_size = out.tell() - data_at

@@ -4,7 +4,6 @@ from __future__ import annotations
 import os
 
 from rocpkg.formats import preflight, versions
-from rocpkg.formats.compression import DEB_THREADS
 from rocpkg.formats.plugin import Format
 from rocpkg.model import SYMLINK, FileEntry
 
@@ -56,7 +55,7 @@ FORMAT = Format(
     version_problem=preflight.deb_version_problem, relation_problem=preflight.deb_relation_problem,
     lower_devel=True, meta_section="metapackages", plain_shared_objects=True, needs_maintainer=True,
     libc="libc6", debug_suffix="-dbgsym", debug_summary=lambda name: f"debug symbols for {name}",
-    library_metadata=_library_metadata, finish_debug=_finish_debug, writer_threads=DEB_THREADS,
+    library_metadata=_library_metadata, finish_debug=_finish_debug,
     templates=("deb/changelog.j2", "deb/copyright.j2", "deb/control.j2", "deb/maintscript.j2"),
     order_tool="dpkg", compare=versions.dpkg_compare, install_command="apt install {}",
     repository="rocpkg.formats.deb.repository:REPOSITORY", snippet=SNIPPET,

@@ -50,7 +50,7 @@ class AptRepository:
 
     clients = "APT"
 
-    def index(self, out_dir, *, suite, signer, source_date_epoch, digests, change):
+    def index(self, out_dir, *, suite, signer, source_date_epoch, digests, change, rewritten=None):
         from rocpkg.formats.deb.archive import publish_apt
 
         return publish_apt(out_dir, suite=suite, signer=signer, source_date_epoch=source_date_epoch, digests=digests)

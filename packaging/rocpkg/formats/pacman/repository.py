@@ -80,7 +80,7 @@ class PacmanRepository:
 
     clients = "pacman"
 
-    def index(self, out_dir, *, suite, signer, source_date_epoch, digests, change):
+    def index(self, out_dir, *, suite, signer, source_date_epoch, digests, change, rewritten=None):
         from rocpkg.formats.pacman.index import database_names, write_database
 
         database_names(suite)       # a suite pacman cannot name a repository by is refused first

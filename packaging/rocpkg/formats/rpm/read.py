@@ -99,17 +99,21 @@ def replace_signature(path: str | os.PathLike, extra_tags: dict[int, tuple[int, 
     """Add or replace signature tags (e.g. RSAHEADER 268 with an OpenPGP signature
     packet) in place, shrinking RESERVEDSPACE so the file keeps its size and the main
     header and payload stay byte-identical (their digests stay valid)."""
-    info = read_rpm(path)
-    tags = {t: (info.signature_types[t], v) for t, v in info.signature.items()}
-    tags.update(extra_tags)
-    area = info.header_start - LEAD_SIZE
-    try:
-        blob = encode_signature(tags, area)
-    except ValueError as exc:
-        raise RocpkgInputError((os.fspath(path), str(exc))) from None
+    blob = signature_area(read_rpm(path), extra_tags)
     with open(path, "r+b") as f:
         f.seek(LEAD_SIZE)
         f.write(blob)
+
+
+def signature_area(info: RpmInfo, extra_tags: dict[int, tuple[int, object]]) -> bytes:
+    """The bytes from the lead's end to the main header's start with extra_tags added to
+    the signature header of the rpm read as info: the same length as before."""
+    tags = {t: (info.signature_types[t], v) for t, v in info.signature.items()}
+    tags.update(extra_tags)
+    try:
+        return encode_signature(tags, info.header_start - LEAD_SIZE)
+    except ValueError as exc:
+        raise RocpkgInputError((info.path, str(exc))) from None
 
 
 def open_payload_stream(fh, compressor: str):

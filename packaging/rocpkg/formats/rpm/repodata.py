@@ -15,10 +15,9 @@ import gzip
 import io
 import os
 import re
-import shutil
 import time
 import xml.etree.ElementTree as ET
-from concurrent.futures import ThreadPoolExecutor
+from contextlib import closing
 from dataclasses import dataclass
 from xml.sax.saxutils import XMLGenerator
 
@@ -27,8 +26,9 @@ from rocpkg.formats.indexes import Rehash
 from rocpkg.formats.rpm import RpmPackageRecord, package_from_header, read_rpm, split_evr
 from rocpkg.formats.rpm.record import DEPENDENCY_TAGS
 from rocpkg.formats.rpm.relations import FLAG_NAMES, PRE_FLAGS
-from rocpkg.formats.sign import ARMORED_KEY_NAME, Signer, sign_rpm_header
-from rocpkg.formats.streams import AtomicOutput, HashingWriter, hash_file, make_dirs, remove_file, touching
+from rocpkg.formats.rpm.header_signing import SignedCopy, sign_copies
+from rocpkg.formats.sign import ARMORED_KEY_NAME, Signer
+from rocpkg.formats.streams import AtomicOutput, HashingWriter, make_dirs, remove_file, touching
 from rocpkg.formats.urls import source_url
 
 NS_COMMON = "http://linux.duke.edu/metadata/common"
@@ -48,7 +48,7 @@ _XML_INVALID = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
 
 def publish_dnf(out_dir: str | os.PathLike, *, signer: Signer | None = None,
                 source_date_epoch: int | None = None, sign_packages: bool = False, digests=None,
-                change=None) -> list[str]:
+                change=None, rewritten: dict | None = None) -> list[str]:
     """Index every OUT/rpm/**/*.rpm into OUT/rpm/repodata; with a signer, sign
     repomd.xml (and, with sign_packages, each RPM's header, in place, before indexing).
 
@@ -59,6 +59,8 @@ def publish_dnf(out_dir: str | os.PathLike, *, signer: Signer | None = None,
     of the packages' SHA-256 (sha256(path, key) -> (hex, size); save() once the metadata is
     written), None to hash every package. change: the journaled change of OUT the
     re-index runs in (keep(path) before a package is replaced by its signed copy), or None.
+    rewritten: a dict given the (size, sha256) of each package signed in place, by its path
+    relative to OUT.
     """
     if signer is not None:
         signer.check()              # an unusable key fails here, before any work
@@ -70,15 +72,19 @@ def publish_dnf(out_dir: str | os.PathLike, *, signer: Signer | None = None,
 
     written: list[str] = []
     files = _rpm_files(rpm_root)
-    unsigned_digests: dict[str, str] = {}
+    signed: dict[str, SignedCopy] = {}
     if sign_packages and signer is not None:
-        unsigned_digests = _sign_packages([os.path.join(rpm_root, rel) for rel in files], signer, change)
-        written += sorted(unsigned_digests)
+        signed = _sign_packages([os.path.join(rpm_root, rel) for rel in files], signer, published, change)
+        written += sorted(signed)
+        if rewritten is not None:
+            rewritten.update({os.path.relpath(path, out_dir).replace(os.sep, "/"): (copy.size, copy.sha256)
+                              for path, copy in signed.items()})
+    unsigned_digests = {path: copy.unsigned_sha256 for path, copy in signed.items() if copy.unsigned_sha256}
     digests = Rehash() if digests is None else digests
     packages, problems = [], []
     for rel in files:
         try:
-            packages.append(_read_package(rpm_root, rel, source_date_epoch, digests))
+            packages.append(_read_package(rpm_root, rel, source_date_epoch, digests, signed))
         except RocpkgInputError as exc:
             problems += exc.problems
     if problems:
@@ -176,55 +182,36 @@ def _rpm_files(rpm_root: str) -> list[str]:
 
 
 def _read_package(rpm_root: str, rel: str, source_date_epoch: int | None,
-                  digests) -> _Package:
+                  digests, signed: dict[str, SignedCopy]) -> _Package:
     path = os.path.join(rpm_root, rel)
     record = package_from_header(read_rpm(path))
     href = rel.replace(os.sep, "/")
-    sha256, size = digests.sha256(path, href)
+    if path in signed:      # hashed as it was signed
+        sha256, size = signed[path].sha256, signed[path].size
+    else:
+        sha256, size = digests.sha256(path, href)
     mtime = int(os.stat(path).st_mtime)
     if source_date_epoch is not None:
         mtime = min(mtime, int(source_date_epoch))
     return _Package(record=record, href=href, checksum=sha256, size=size, file_time=mtime)
 
 
-def _sign_packages(paths: list[str], signer: Signer, change=None) -> dict[str, str]:
-    """Header-sign every RPM that has no header signature yet (one gpg process per
-    package, so several at once). Returns path -> sha256 of its bytes before signing,
-    for the packages signed: signing a package published unsigned is no conflict."""
-    def sign(path: str) -> str | None:
-        try:
-            if _has_header_signature(path):
-                return None
-        except RocpkgInputError:
-            return None          # unreadable: reported with every other one when indexing
-        before = hash_file(path).hexdigest()
-        return before if _signed_copy(path, signer, change) else None
-
-    with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
-        digests = list(pool.map(sign, paths))
-    return {path: digest for path, digest in zip(paths, digests) if digest}
-
-
-def _signed_copy(path: str, signer: Signer, change) -> bool:
-    """Sign an RPM's header in a copy that then replaces it (a rename): a kill never
-    leaves a half-signed package, and the journaled change of OUT (change: its keep(path))
-    keeps the unsigned one until it is complete. Returns whether
-    it signed."""
-    tmp = f"{path}.tmp-{os.getpid()}"
-    try:
-        shutil.copy2(path, tmp)
-        signed = sign_rpm_header(tmp, signer)
-        if signed:
+def _sign_packages(paths: list[str], signer: Signer, published: dict[tuple, tuple[str, str]],
+                   change=None) -> dict[str, SignedCopy]:
+    """Header-sign every RPM that has no header signature yet, on all cores
+    (rocpkg.formats.rpm.header_signing), each signed copy renamed over its package (a kill
+    never leaves a half-signed package; the journaled change of OUT, change: its keep(path),
+    keeps the unsigned one until the change is complete). Returns path -> its signed copy's
+    record; a package already published carries the sha256 of its bytes before signing:
+    signing a package published unsigned is no conflict."""
+    signed: dict[str, SignedCopy] = {}
+    with closing(sign_copies(paths, signer, unsigned_of=frozenset(published))) as copies:
+        for copy in copies:
             if change is not None:
-                change.keep(path)
-            os.replace(tmp, path)
-    finally:
-        _unlink(tmp)
+                change.keep(copy.path)
+            os.replace(copy.copy, copy.path)
+            signed[copy.path] = copy
     return signed
-
-
-def _has_header_signature(path: str) -> bool:
-    return package_from_header(read_rpm(path)).header_signed
 
 
 def _is_primary_file(path: str) -> bool:

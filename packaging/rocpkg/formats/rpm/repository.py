@@ -47,11 +47,11 @@ class DnfRepository:
 
     clients = "DNF and zypper"
 
-    def index(self, out_dir, *, suite, signer, source_date_epoch, digests, change):
+    def index(self, out_dir, *, suite, signer, source_date_epoch, digests, change, rewritten=None):
         from rocpkg.formats.rpm.repodata import publish_dnf
 
         return publish_dnf(out_dir, signer=signer, source_date_epoch=source_date_epoch,
-                           sign_packages=signer is not None, digests=digests, change=change)
+                           sign_packages=signer is not None, digests=digests, change=change, rewritten=rewritten)
 
     def write_snippet(self, out_dir, *, suite, url, key_url=None, keyring=None):
         from rocpkg.formats.rpm.repodata import write_client_snippet
