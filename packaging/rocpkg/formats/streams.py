@@ -295,6 +295,18 @@ def _next_hole(fd: int, position: int, size: int) -> int:
         return size
 
 
+def _read_span(fd: int, position: int, end: int):
+    """The bytes of fd from its current offset, position, up to end, in CHUNK pieces; a
+    file that ends sooner changed while it was read (_SourceChanged)."""
+    while position < end:
+        chunk = os.read(fd, min(CHUNK, end - position))
+        if not chunk:
+            raise _SourceChanged(f"it shrank while being packed: it ended at {position} bytes")
+        yield chunk
+        position += len(chunk)
+
+
+
 def _chunks(fd: int, size: int, sparse: bool = True) -> Iterator[bytes | memoryview]:
     """Exactly `size` bytes of the file open at fd (at offset 0), in chunks of at most
     CHUNK, read from the descriptor itself (no buffered file object: a release's thousands
@@ -304,12 +316,8 @@ def _chunks(fd: int, size: int, sparse: bool = True) -> Iterator[bytes | memoryv
     false) has no hole to look for."""
     position = 0
     if not sparse:
-        while position < size:
-            chunk = os.read(fd, min(CHUNK, size - position))
-            if not chunk:
-                raise _SourceChanged(f"it shrank while being packed: it ended at {position} bytes")
-            yield chunk
-            position += len(chunk)
+        yield from _read_span(fd, position, size)
+        position = size
     while position < size:
         data_at = _next_data(fd, position, size)
         while position < data_at:
@@ -320,12 +328,8 @@ def _chunks(fd: int, size: int, sparse: bool = True) -> Iterator[bytes | memoryv
             break
         hole_at = _next_hole(fd, position, size)
         os.lseek(fd, position, os.SEEK_SET)
-        while position < hole_at:
-            chunk = os.read(fd, min(CHUNK, hole_at - position))
-            if not chunk:
-                raise _SourceChanged(f"it shrank while being packed: it ended at {position} bytes")
-            yield chunk
-            position += len(chunk)
+        yield from _read_span(fd, position, hole_at)
+        position = hole_at
     now = os.fstat(fd).st_size
     if now != size:
         raise _SourceChanged(f"it {'grew' if now > size else 'shrank'} while being packed: it has {now} bytes now")

@@ -118,6 +118,17 @@ def index_recorded(out_dir: str | os.PathLike, settings: RepoSettings, *, signer
     return found
 
 
+def _manifest_to_change(out_dir: str, verb: str) -> dict:
+    """OUT's manifest, which a command that removes releases changes; bad input naming OUT
+    or its manifest when there is none."""
+    if not os.path.isdir(out_dir):
+        raise RocpkgInputError((out_dir, "no such directory"))
+    doc = releases.read_manifest(out_dir)
+    if doc is None:
+        raise RocpkgInputError((os.path.join(out_dir, releases.MANIFEST), f"missing: OUT has no releases to {verb}"))
+    return doc
+
+
 def prune(out_dir: str | os.PathLike, *, keep: int | None = None, keep_list: Iterable[str] = (),
           suite: str = "stable", signer=None, base_url: str | None = None, dry_run: bool = False,
           policy=None, allow_empty: bool = False, settings: RepoSettings | None = None) -> LifecycleResult:
@@ -126,11 +137,7 @@ def prune(out_dir: str | os.PathLike, *, keep: int | None = None, keep_list: Ite
     keep, the releases it removes. dry_run: only say what would go. Removing every release
     is refused unless allow_empty. settings: recorded in OUT with the change."""
     out_dir = os.path.abspath(os.fspath(out_dir))
-    if not os.path.isdir(out_dir):
-        raise RocpkgInputError((out_dir, "no such directory"))
-    doc = releases.read_manifest(out_dir)
-    if doc is None:
-        raise RocpkgInputError((os.path.join(out_dir, releases.MANIFEST), "missing: OUT has no releases to prune"))
+    doc = _manifest_to_change(out_dir, "prune")
     keep_list = list(keep_list)
     known = {r.id for r in releases.manifest_releases(doc)}
     unknown = [k for k in keep_list if k not in known]
@@ -156,11 +163,7 @@ def remove_release(out_dir: str | os.PathLike, release_id: str, *, suite: str = 
     (OUT's last release too). dry_run: only say what would go. settings: recorded in OUT
     with the change."""
     out_dir = os.path.abspath(os.fspath(out_dir))
-    if not os.path.isdir(out_dir):
-        raise RocpkgInputError((out_dir, "no such directory"))
-    doc = releases.read_manifest(out_dir)
-    if doc is None:
-        raise RocpkgInputError((os.path.join(out_dir, releases.MANIFEST), "missing: OUT has no releases to remove"))
+    doc = _manifest_to_change(out_dir, "remove")
     records = releases.manifest_releases(doc)
     record = find_record(records, release_id, "RELEASE")
     later = [r for r in records if r.series == record.series and releases.release_order(r) > releases.release_order(record)]
