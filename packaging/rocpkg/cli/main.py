@@ -177,7 +177,7 @@ def _cmd_verify(args) -> int:
     elif verbosity(args) < 0:     # -q: the verdict only
         print("OK: no problem found" if report.ok else f"FAILED: {counted(len(report.problems), 'problem')}")
     else:
-        _print_verify_summary(report, signatures)
+        _print_verify_summary(report, signatures, verbosity(args))
     for line in report.warnings:
         print(f"warning: {line}", file=sys.stderr)
     for problem in report.problems:
@@ -194,13 +194,16 @@ def _signature_line(signatures: dict) -> str:
            f"({', '.join(signatures['fingerprints']) or 'no key gpg can read'})"
 
 
-def _print_verify_summary(report, signatures: dict | None = None) -> None:
+def _print_verify_summary(report, signatures: dict | None = None, verbose: int = 0) -> None:
     print(f"verify {report.source}: {', '.join(report.formats)}")
     for fmt in report.formats:
         c = report.counts.get(fmt, {})
         ids = "; ".join(f"{t}: {', '.join(v)}" for t, v in report.targets.get(fmt, {}).items()) or "-"
         mine = sum(1 for p in report.problems if p.format == fmt)
-        print(f"== {fmt}: {counted(c.get('packages', 0), 'package')}, "
+        releases = report.releases.get(fmt, [])     # the counts are sums over these
+        which = f"release {releases[0]}: " if len(releases) == 1 else \
+            f"{len(releases)} releases ({shortened(releases, verbose, shown=4)}): " if releases else ""
+        print(f"== {fmt}: {which}{counted(c.get('packages', 0), 'package')}, "
               f"{counted(c.get('host_binaries', 0), 'host binary', 'host binaries')} with kernels, "
               f"{counted(c.get('archives', 0), 'archive')}, {counted(c.get('lookups', 0), 'archive lookup')}, "
               f"{counted(c.get('kernels_checked', 0), 'kernel')} checked, {counted(mine, 'problem')}")
@@ -209,7 +212,8 @@ def _print_verify_summary(report, signatures: dict | None = None) -> None:
         print(f"  {counted(len(mine), 'meta-package closure')} computed; per family alias:")
         for closure in mine:
             if closure.kind == "alias":
-                print(f"  {closure.family} <- {closure.root} ({counted(len(closure.packages), 'package')})")
+                of = f", release {closure.release}" if len(releases) > 1 else ""
+                print(f"  {closure.family} <- {closure.root} ({counted(len(closure.packages), 'package')}{of})")
                 for target, names in closure.devices.items():
                     print(f"      {target}: {', '.join(names)}")
         print(f"  external: {', '.join(report.externals.get(fmt, [])) or '-'}")

@@ -42,6 +42,7 @@ class Checker:
         self.counts = {"packages": len(self.specs), "host_binaries": 0, "archives": len(release.archives),
                        "lookups": 0, "kernels_checked": 0, "closures": 0}
         self.empty: set[str] = set()
+        self.externals: set[str] = set()      # names relations reach outside the repository
         self._reach: dict | None = None   # graphs.closures of the package set, once
         self._payload_paths: dict[str, list[str]] = {}   # package -> the paths it ships
 
@@ -93,8 +94,7 @@ class Checker:
         self.check_file_conflicts()
         self.check_relations()
         check_libraries(self.r, self.closure)
-        self.report.counts[self.fmt] = self.counts
-        self.report.targets[self.fmt] = self.variants
+        self.report.add_checked(self.fmt, self.counts, self.variants, self.externals)
         self.report.problems.extend(self.r.problems)
 
     def _exact_paths(self, marker: Marker, path: str, target_id: str) -> list[str]:
@@ -303,7 +303,7 @@ class Checker:
 
     def check_relations(self) -> None:
         provided = {relation_names(p)[0] for s in self.specs.values() for p in s.provides} | set(self.specs)
-        externals: set[str] = set()
+        externals = self.externals
         for name, spec in sorted(self.specs.items()):
             for attr in RELATION_FIELDS:
                 for rel in getattr(spec, attr):
@@ -317,7 +317,6 @@ class Checker:
                     self.problem("relation", name, "", "",
                                  f"{attr.replace('_', '-')} {rel!r}: no package of the repository is or provides "
                                  f"{' or '.join(names)}, and it is not an external package")
-        self.report.externals[self.fmt] = sorted(externals)
 
 
 def check_release(release: ReleaseView, report: VerifyReport) -> None:

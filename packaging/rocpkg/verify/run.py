@@ -191,11 +191,13 @@ def verify_tree(out_dir: str | os.PathLike, *, formats: Iterable[str] = registry
         wanted = ", ".join(f"no {registry.get(f).suffix} under {f}/" for f in formats)
         raise RocpkgInputError((out_dir, f"{wanted}: nothing to verify"))
     report = VerifyReport(source=out_dir, formats=[f for f in registry.NAMES if found[f] and f in formats])
-    from rocpkg.store.releases import read_manifest
+    from rocpkg.store.releases import manifest_releases, read_manifest
 
     doc = read_manifest(out_dir)
     groups = _release_groups(out_dir, doc, found, release)
     lookups = {} if lookup else _recorded_lookups(doc)
+    recorded = manifest_releases(doc)
+    only = [recorded[0].id] if len(recorded) == 1 else []   # the release of an OUT of one
     views: list[tuple[str, ReleaseView]] = []
     for label, files in groups:
         for fmt in report.formats:
@@ -203,11 +205,14 @@ def verify_tree(out_dir: str | os.PathLike, *, formats: Iterable[str] = registry
                 continue
             view = read_tree_release(fmt, files[fmt], jobs)
             view.lookup = lookup or lookups.get(label, lookups.get("", FALLTHROUGH))
-            before = len(report.problems)
+            before, closures = len(report.problems), len(report.closures)
             check_release(view, report)
             if label and len(groups) > 1:  # say which release a problem is in
                 report.problems[before:] = [dataclasses.replace(p, message=f"release {label}: {p.message}")
                                             for p in report.problems[before:]]
+            for checked in [label] if label else only:   # which release the counts and closures cover
+                report.releases.setdefault(fmt, []).append(checked)
+                report.closures[closures:] = [dataclasses.replace(c, release=checked) for c in report.closures[closures:]]
             views.append((label, view))
     if len(groups) > 1:
         _check_union(views, report)

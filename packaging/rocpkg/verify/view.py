@@ -52,6 +52,7 @@ class Closure:
     packages: list[str] = field(default_factory=list)
     devices: dict[str, list[str]] = field(default_factory=dict)   # target -> device packages
     unresolved: list[str] = field(default_factory=list)
+    release: str = ""               # the release of OUT it was computed in ("" a plan's, or OUT's one)
 
 
 @dataclass
@@ -64,6 +65,7 @@ class VerifyReport:
     counts: dict[str, dict[str, int]] = field(default_factory=dict)
     targets: dict[str, dict[str, list[str]]] = field(default_factory=dict)  # fmt -> target -> IDs
     warnings: list[str] = field(default_factory=list)
+    releases: dict[str, list[str]] = field(default_factory=dict)   # fmt -> the release ids of OUT checked
 
     @property
     def ok(self) -> bool:
@@ -76,8 +78,22 @@ class VerifyReport:
     def to_dict(self) -> dict:
         return {"schema": REPORT_SCHEMA, "source": self.source, "ok": self.ok, "formats": self.formats,
                 "counts": self.counts, "targets": self.targets, "externals": self.externals,
-                "warnings": self.warnings, "problems": [asdict(p) for p in self.problems],
+                "warnings": self.warnings, "releases": self.releases, "problems": [asdict(p) for p in self.problems],
                 "closures": [asdict(c) for c in self.closures]}
+
+    def add_checked(self, fmt: str, counts: dict[str, int], targets: dict[str, list[str]],
+                    externals: set[str]) -> None:
+        """Fold what one release's checks of `fmt` covered into the report: counts add up,
+        target IDs and external names are unions, so a report over several releases of one
+        OUT counts every package and kernel it checked (a plan has one release per format)."""
+        mine = self.counts.setdefault(fmt, {})
+        for key, value in counts.items():
+            mine[key] = mine.get(key, 0) + value
+        ids = self.targets.setdefault(fmt, {})
+        for target, found in targets.items():
+            ids[target] = sorted(set(ids.get(target, ())) | set(found), key=lambda x: (x != target, x))
+        self.targets[fmt] = dict(sorted(ids.items(), key=lambda item: target_order(item[0])))
+        self.externals[fmt] = sorted(set(self.externals.get(fmt, ())) | externals)
 
 
 # -- the per-format view both entry points build --------------------------------------------
