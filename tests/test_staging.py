@@ -272,8 +272,8 @@ def test_a_sparse_host_elf_is_searched_through_its_holes(tmp_path):
         fh.write(image[end - (end - start) % 4096:])
     assert path.read_bytes() == image
     search = StreamedSearch(embedded_objects=False)
-    with SourceFile("test", str(path), len(image)) as source:
-        search.start(source.handle)
+    with open(path, "rb") as handle, SourceFile("test", str(path), len(image)) as source:
+        search.start(handle)
         assert b"".join(bytes(c) for c in search.watch(source.chunks())) == image
     assert search.whole
     assert search.findings(path) == host_device_code(path, embedded_objects=False) != []
