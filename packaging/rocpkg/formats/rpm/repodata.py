@@ -73,14 +73,7 @@ def publish_dnf(out_dir: str | os.PathLike, *, signer: Signer | None = None,
 
     written: list[str] = []
     files = _rpm_files(rpm_root)
-    headers, problems = {}, []      # each package's header read once (a signed one again after signing)
-    for rel in files:
-        try:
-            headers[rel] = package_from_header(read_rpm(os.path.join(rpm_root, rel)))
-        except RocpkgInputError as exc:
-            problems += exc.problems
-    if problems:
-        raise RocpkgInputError(*problems)
+    headers = _read_headers(rpm_root, files)    # each once (a package signed here again after)
     signed: dict[str, SignedCopy] = {}
     unsigned = [os.path.join(rpm_root, rel) for rel, record in headers.items() if not record.header_signed]
     if sign_packages and signer is not None and unsigned:   # signed at build time: none to read here
@@ -89,12 +82,10 @@ def publish_dnf(out_dir: str | os.PathLike, *, signer: Signer | None = None,
         if rewritten is not None:
             rewritten.update({os.path.relpath(path, out_dir).replace(os.sep, "/"): (copy.size, copy.sha256)
                               for path, copy in signed.items()})
-        for rel in files:
-            if os.path.join(rpm_root, rel) in signed:
-                headers[rel] = package_from_header(read_rpm(os.path.join(rpm_root, rel)))
+        headers.update(_read_headers(rpm_root, [rel for rel in files if os.path.join(rpm_root, rel) in signed]))
     unsigned_digests = {path: copy.unsigned_sha256 for path, copy in signed.items() if copy.unsigned_sha256}
     digests = Rehash() if digests is None else digests
-    packages = []
+    packages, problems = [], []
     for rel in files:
         try:
             packages.append(_read_package(rpm_root, rel, headers[rel], source_date_epoch, digests, signed))
@@ -192,6 +183,20 @@ def _rpm_files(rpm_root: str) -> list[str]:
             if name.endswith(".rpm") and not name.endswith(".src.rpm"):
                 found.append(os.path.relpath(os.path.join(dirpath, name), rpm_root))
     return sorted(found)
+
+
+def _read_headers(rpm_root: str, files: list[str]) -> dict[str, RpmPackageRecord]:
+    """rel -> the record of the RPM's header (its payload is not read); bad input naming
+    every unreadable one."""
+    headers, problems = {}, []
+    for rel in files:
+        try:
+            headers[rel] = package_from_header(read_rpm(os.path.join(rpm_root, rel)))
+        except RocpkgInputError as exc:
+            problems += exc.problems
+    if problems:
+        raise RocpkgInputError(*problems)
+    return headers
 
 
 def _read_package(rpm_root: str, rel: str, record: RpmPackageRecord, source_date_epoch: int | None,
