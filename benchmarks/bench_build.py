@@ -20,9 +20,11 @@ process's peak RSS; a sampler adds the tree's summed peak RSS), each run under
 With --many-files the sample artifacts gain a release's many small files (many_files.py: a
 header tree in one devel package, per-target library files in each target's package), which
 every contender packages alike. With --end-to-end only rocpkg runs, per core count, step by
-step on one OUT: `build -j N`, `repo` (indexing and signing with a throwaway key; unsigned
-when gpg is missing), `verify --keyring OUT/rocm.gpg`, each step's wall and CPU and its ratio
-to the build.
+step on one OUT, signing with a throwaway key as the README recommends (unsigned when gpg is
+missing): `build -j N --sign-key K` (the RPM headers signed as they are written), `repo
+--sign-key K` (indexes from the build's records, signs the indexes), `verify --keyring
+OUT/rocm.gpg`, each step's wall and CPU and its ratio to the build; --sign-in-repo: an
+unsigned build, then `repo` signs every RPM header too (the slow path, for comparison).
 
     PYTHONPATH=packaging:. python3 benchmarks/bench_build.py --size-mb 1024 --cores 1,2
     PYTHONPATH=packaging:. python3 benchmarks/bench_build.py --many-files --end-to-end --cores 2
@@ -372,17 +374,20 @@ def agent_cpu(home: str | None) -> float:
 
 
 def end_to_end(cores: int, fmts: list[str], repeat: int, rocpkg: list[str], artifacts: Path, out: Path,
-               home: str | None, env: dict) -> dict[str, dict]:
+               home: str | None, env: dict, sign_in_repo: bool = False) -> dict[str, dict]:
     """build, repo (+ sign), verify on one OUT, each step timed alone (the disk synced
     between steps), its CPU with the gpg-agent's; the fastest of `repeat` chains, step by
-    step."""
-    repo_label = "repo + sign" if home else "repo (unsigned)"
+    step. With a key, the flow the README recommends: `build --sign-key` (the writers sign
+    the RPM headers and record the signed bytes), then `repo --sign-key`, which indexes from
+    those records and signs only the indexes; sign_in_repo: the build signs nothing and
+    `repo` signs every RPM header (reading each package again)."""
+    repo_label = ("repo + sign" if sign_in_repo else "repo + index sign") if home else "repo (unsigned)"
     signing = ["--gpg-home", home, "--sign-key", KEY_UID] if home else []
     rounds: dict[str, list[dict]] = {"build": [], repo_label: [], "verify": []}
     for _ in range(max(1, repeat)):
         shutil.rmtree(out, ignore_errors=True)
         steps = {"build": rocpkg + ["build", "-a", str(artifacts), "-o", str(out), "--formats", ",".join(fmts),
-                                    "-j", str(cores)],
+                                    "-j", str(cores)] + ([] if sign_in_repo else signing),
                  repo_label: rocpkg + ["repo", str(out)] + signing,
                  "verify": rocpkg + ["verify", str(out)] + (["--keyring", str(out / "rocm.gpg")] if home else [])}
         for label, cmd in steps.items():
@@ -451,7 +456,9 @@ def main() -> int:
                         help="with --many-files: per-target library files, over all targets (default half the headers)")
     parser.add_argument("--many-files-kib", type=float, default=20, help="with --many-files: mean file size, KiB")
     parser.add_argument("--end-to-end", action="store_true",
-                        help="rocpkg only: build, repo + sign, verify, each step timed, per core count")
+                        help="rocpkg only: build --sign-key, repo --sign-key, verify, each step timed, per core count")
+    parser.add_argument("--sign-in-repo", action="store_true",
+                        help="with --end-to-end: the build signs nothing, repo signs every RPM header")
     parser.add_argument("--json", help="write the results here too")
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
@@ -513,7 +520,8 @@ def main() -> int:
             try:
                 e2e: dict[int, dict] = {}
                 for cores in core_counts:
-                    e2e[cores] = end_to_end(cores, fmts, args.repeat, rocpkg, artifacts, work / "out", home, env)
+                    e2e[cores] = end_to_end(cores, fmts, args.repeat, rocpkg, artifacts, work / "out", home, env,
+                                            args.sign_in_repo)
                     print_end_to_end(cores, e2e[cores])
                     if args.json:
                         Path(args.json).write_text(json.dumps({"payload": payload, "packages": len(sizes),

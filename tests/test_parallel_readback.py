@@ -177,3 +177,41 @@ def test_a_signed_copy_is_the_package_signed_in_place_and_its_digest_is_its_byte
         handed.append(copy.path)
     assert sorted(handed) == sorted(paths)
     assert not list(tmp_path.glob("*.tmp-*"))       # none renamed here: every copy removed at the end
+
+
+def test_rpms_signed_at_build_time_are_indexed_without_a_byte_of_them_read_again(small_release, tmp_path, signer,
+                                                                                   monkeypatch):
+    """build --sign-key, then repo --sign-key: the headers were signed by the writers and
+    their bytes recorded, so repo signs only the indexes, reads no package to hash it, and
+    leaves every RPM as the build wrote it; the tree is the one an unsigned build signed by
+    repo gives."""
+    from rocpkg.formats.rpm import header_signing
+    from rocpkg.store.recorded import Recorded
+
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")
+    signing = ["--gpg-home", signer.gnupg_home, "--sign-key", signer.key_id]
+    found = {}
+    for flow in ("in repo", "at build"):
+        out = tmp_path / "out"      # one path: the client snippets name it
+        assert main(["-q", "build", "-a", str(small_release), "-o", str(out), "--formats", "deb,rpm", "-j", "2"]
+                    + (signing if flow == "at build" else [])) == 0
+        rpms = sorted((out / "rpm").rglob("*.rpm"))
+        built = {p: (p.stat().st_ino, p.stat().st_mtime_ns) for p in rpms}
+        hashed, signing_runs = [], []
+        real_hash, real_sign = Recorded._hash, header_signing.sign_copies
+        monkeypatch.setattr(Recorded, "_hash", lambda self, rel: hashed.append(rel) or real_hash(self, rel))
+        monkeypatch.setattr("rocpkg.formats.rpm.repodata.sign_copies",
+                            lambda paths, *a, **k: signing_runs.append(len(paths)) or real_sign(paths, *a, **k))
+        assert main(["-q", "repo", str(out)] + signing) == 0
+        monkeypatch.setattr(Recorded, "_hash", real_hash)
+        monkeypatch.setattr("rocpkg.formats.rpm.repodata.sign_copies", real_sign)
+        if flow == "at build":
+            assert rpms and hashed == [] and signing_runs == []
+            assert {p: (p.stat().st_ino, p.stat().st_mtime_ns) for p in rpms} == built
+        else:
+            assert signing_runs == [len(rpms)]
+        found[flow] = _digests(out)
+        done = rocpkg("verify", out, "--keyring", out / "rocm.gpg", "-j", 2)
+        assert done.returncode == 0, done.stderr
+        shutil.rmtree(out)
+    assert found["at build"] == found["in repo"]

@@ -75,20 +75,26 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
-_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3   # glibc's mallopt parameters
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD, _M_ARENA_MAX = -1, -3, -8   # glibc's mallopt parameters
 
 
 def keep_frame_buffers() -> None:
     """Have glibc's malloc keep freed frame-sized buffers for the next frame. By default
     a 4 MiB block is mapped for each allocation and unmapped when freed (or the heap is
     trimmed), so every frame's input and output would fault their pages in again and a
-    large part of a build's CPU would go to the kernel. Process-wide; a no-op without glibc."""
+    large part of a build's CPU would go to the kernel. All the process's threads then
+    share one arena: each compressing thread's own arena would keep the frames it freed,
+    and a worker whose packages are given many threads, package after package, would hold
+    more the more it wrote (its memory grew with the payload at 16 cores); with one, what
+    it keeps is what one package's frames in flight need. Call it before the process
+    starts a thread. Process-wide; a no-op without glibc."""
     try:
         mallopt = ctypes.CDLL(None).mallopt
     except (AttributeError, OSError):
         return
     mallopt(_M_MMAP_THRESHOLD, 32 << 20)
     mallopt(_M_TRIM_THRESHOLD, 128 << 20)
+    mallopt(_M_ARENA_MAX, 1)
 
 
 def writer_threads(threads: int) -> int:

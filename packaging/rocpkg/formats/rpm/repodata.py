@@ -50,7 +50,8 @@ def publish_dnf(out_dir: str | os.PathLike, *, signer: Signer | None = None,
                 source_date_epoch: int | None = None, sign_packages: bool = False, digests=None,
                 change=None, rewritten: dict | None = None) -> list[str]:
     """Index every OUT/rpm/**/*.rpm into OUT/rpm/repodata; with a signer, sign
-    repomd.xml (and, with sign_packages, each RPM's header, in place, before indexing).
+    repomd.xml (and, with sign_packages, each RPM's header not signed yet, in place, before
+    indexing: RPMs signed at build time are not read beyond their headers).
 
     Returns the paths written. Raises RocpkgInputError for unreadable RPMs and for a
     package already published with different bytes (all such problems at once).
@@ -72,19 +73,22 @@ def publish_dnf(out_dir: str | os.PathLike, *, signer: Signer | None = None,
 
     written: list[str] = []
     files = _rpm_files(rpm_root)
+    headers = _read_headers(rpm_root, files)    # each once (a package signed here again after)
     signed: dict[str, SignedCopy] = {}
-    if sign_packages and signer is not None:
-        signed = _sign_packages([os.path.join(rpm_root, rel) for rel in files], signer, published, change)
+    unsigned = [os.path.join(rpm_root, rel) for rel, record in headers.items() if not record.header_signed]
+    if sign_packages and signer is not None and unsigned:   # signed at build time: none to read here
+        signed = _sign_packages(unsigned, signer, published, change)
         written += sorted(signed)
         if rewritten is not None:
             rewritten.update({os.path.relpath(path, out_dir).replace(os.sep, "/"): (copy.size, copy.sha256)
                               for path, copy in signed.items()})
+        headers.update(_read_headers(rpm_root, [rel for rel in files if os.path.join(rpm_root, rel) in signed]))
     unsigned_digests = {path: copy.unsigned_sha256 for path, copy in signed.items() if copy.unsigned_sha256}
     digests = Rehash() if digests is None else digests
     packages, problems = [], []
     for rel in files:
         try:
-            packages.append(_read_package(rpm_root, rel, source_date_epoch, digests, signed))
+            packages.append(_read_package(rpm_root, rel, headers[rel], source_date_epoch, digests, signed))
         except RocpkgInputError as exc:
             problems += exc.problems
     if problems:
@@ -181,10 +185,25 @@ def _rpm_files(rpm_root: str) -> list[str]:
     return sorted(found)
 
 
-def _read_package(rpm_root: str, rel: str, source_date_epoch: int | None,
+def _read_headers(rpm_root: str, files: list[str]) -> dict[str, RpmPackageRecord]:
+    """rel -> the record of the RPM's header (its payload is not read); bad input naming
+    every unreadable one."""
+    headers, problems = {}, []
+    for rel in files:
+        try:
+            headers[rel] = package_from_header(read_rpm(os.path.join(rpm_root, rel)))
+        except RocpkgInputError as exc:
+            problems += exc.problems
+    if problems:
+        raise RocpkgInputError(*problems)
+    return headers
+
+
+def _read_package(rpm_root: str, rel: str, record: RpmPackageRecord, source_date_epoch: int | None,
                   digests, signed: dict[str, SignedCopy]) -> _Package:
+    """rel's index entry from its header's record: its SHA-256 and size as signed, else from
+    the digest source (which may be bad input: the file's bytes are not those recorded)."""
     path = os.path.join(rpm_root, rel)
-    record = package_from_header(read_rpm(path))
     href = rel.replace(os.sep, "/")
     if path in signed:      # hashed as it was signed
         sha256, size = signed[path].sha256, signed[path].size
