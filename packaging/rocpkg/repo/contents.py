@@ -95,13 +95,14 @@ def find_record(records: list[releases.ReleaseRecord], release_id: str, where: s
     raise RocpkgInputError((where, f"no release {release_id!r} in OUT; {closest(release_id, ids)}"))
 
 
-def closest(word: str, known: list[str], what: str = "releases") -> str:
-    """"closest: a, b" (difflib) or, with none close, how many `what` there are and a few of them."""
+def closest(word: str, known: list[str], what: str = "release") -> str:
+    """"closest: a, b" (difflib) or, with none close, how many `what` (a noun, made plural
+    by an s) there are and a few of them."""
     near = difflib.get_close_matches(word, known, n=4, cutoff=0.5)
     if near:
         return f"closest: {', '.join(near)}"
     shown = ", ".join(known[-4:])
-    return f"OUT has {len(known)} {what}" + (f" ({'..., ' if len(known) > 4 else ''}{shown})" if known else "")
+    return f"OUT has {len(known)} {what}{'' if len(known) == 1 else 's'}" + (f" ({'..., ' if len(known) > 4 else ''}{shown})" if known else "")
 
 
 # -- one package --------------------------------------------------------------------------------
@@ -127,7 +128,7 @@ def find_package(doc: dict, records: list[releases.ReleaseRecord], text: str) ->
                   if e["name"].lower() == name.lower()]
     if not candidates:
         names = sorted({e["name"] for e in doc.get("packages", [])})
-        raise RocpkgInputError((name, f"no package of that name in OUT; {closest(name, names, 'package names')}"))
+        raise RocpkgInputError((name, f"no package of that name in OUT; {closest(name, names, 'package name')}"))
     if version:
         wanted = [c for c in candidates if version in (c.release, c.entry["version"],
                                                         f"{c.entry['version']}-{c.entry['release']}")]
