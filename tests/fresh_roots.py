@@ -7,6 +7,7 @@ Kept apart from the tests so that another build (a variant, other build options)
 `Case`, not another harness."""
 from __future__ import annotations
 
+import pytest
 import http.server
 import os
 import shutil
@@ -288,3 +289,11 @@ def place_install_test(shared_dir: Path, root: Root, where: str = "/root/therock
     shutil.copy(script, target / script.name)
     (target / "packaging_utils.py").write_text(PACKAGING_UTILS_STAND_IN)
     return f"{where}/{script.name}"
+
+
+@pytest.fixture(scope="module")
+def server():
+    """A RepositoryServer on 127.0.0.1 for one test module (import it where it is used)."""
+    served = RepositoryServer()
+    yield served
+    served.close()

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from fresh_roots import RepositoryServer, Root, place_install_test
+from fresh_roots import RepositoryServer, Root, place_install_test, server  # noqa: F401 (a fixture)
 from links_release import ASAN, PATCH, RELEASE, RESPIN, Build, built_release, installed_links, rocpkg
 from repo_helpers import DnfClient, ZypperClient, stand_in_repository
 from rocpkg.formats.rpm import write_rpm
@@ -42,13 +42,6 @@ COMMON = "reference/therock-install-test/native_linux_package_test_common.py"
 # Each build's prefix and the name of its /opt/rocm/<name> link: the variant's, or the release's.
 PREFIX = {b.id: "/opt/rocm/core-7.1" for b in (RELEASE, RESPIN, PATCH)} | {ASAN.id: "/opt/rocm/core-asan-7.1"}
 LINK = {b.id: "core" for b in (RELEASE, RESPIN, PATCH)} | {ASAN.id: "core-asan"}
-
-
-@pytest.fixture(scope="module")
-def server():
-    served = RepositoryServer()
-    yield served
-    served.close()
 
 
 @pytest.fixture(scope="module")

@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from cli_run import rocpkg
-from fresh_roots import (KEY_PATHS, SUITE, VERSION, Case, RepositoryServer, Root, build_release, fetch,
+from fresh_roots import (KEY_PATHS, SUITE, VERSION, Case, RepositoryServer, server, Root, build_release, fetch,
                          make_root, mirror_problem, missing_for_roots, place_install_test)
 from repo_helpers import kill_gpg_agent, make_signer, stand_in_repository
 from rocpkg.repo.setup import top_metapackage
@@ -77,13 +77,6 @@ def debian_root(tmp_path_factory):
     print(f"\nmmdebstrap {SUITE}: {time.perf_counter() - started:.0f} s")
     yield base
     shutil.rmtree(base, ignore_errors=True)
-
-
-@pytest.fixture(scope="module")
-def server():
-    served = RepositoryServer()
-    yield served
-    served.close()
 
 
 @pytest.fixture(scope="module")
