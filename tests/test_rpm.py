@@ -387,8 +387,9 @@ def test_a_source_that_shrinks_after_the_check_leaves_no_partial_rpm(tmp_path, m
     check = rpm_write.check_sources
 
     def check_then_truncate(*args):
-        check(*args)
+        found = check(*args)
         os.truncate(victim, 10)             # another process rewrites the artifact
+        return found
 
     monkeypatch.setattr(rpm_write, "check_sources", check_then_truncate)
     out = tmp_path / "out"

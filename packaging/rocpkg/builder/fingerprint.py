@@ -108,29 +108,33 @@ def _spec_fields(spec: m.PackageSpec) -> dict:
     return fields
 
 
-def source_identities(spec: m.PackageSpec) -> list[list]:
-    """Each source file's (path, size, mtime_ns, inode), or (path, None) when it cannot be
-    stat'ed. Taken before the package is written: a file changed while it is read then
-    differs from its record, and the next build rebuilds the package."""
+def source_identities(spec: m.PackageSpec) -> list[tuple]:
+    """Each source file's (path, size, mtime_ns, inode) now, or (path, None) when it
+    cannot be stat'ed: what a recorded package's sources are compared with. A writer
+    reports the same identities as it found them before it read a byte
+    (BuiltPackage.sources): a file changed while it was read then differs from its record,
+    and the next build rebuilds the package."""
     sources = []
     for entry in spec.files:
         if entry.type != m.FILE:
             continue
         try:
             st = os.stat(entry.source)
-            sources.append([entry.source, st.st_size, st.st_mtime_ns, st.st_ino])
+            sources.append((entry.source, st.st_size, st.st_mtime_ns, st.st_ino))
         except OSError:
-            sources.append([entry.source, None])
+            sources.append((entry.source, None))
     return sources
 
 
 def package_fingerprint(spec: m.PackageSpec, options: m.BuildOptions, code: str, signer_id: str = "",
-                        sources: list[list] | None = None) -> str:
+                        sources=None) -> str:
     """What a package's bytes depend on, hashed. Source files count by (path, size,
-    mtime_ns, inode): a touched or replaced file rebuilds its packages. sources: their
-    identities as source_identities took them (default: now)."""
+    mtime_ns, inode), in path order whatever order they were found in: a touched or
+    replaced file rebuilds its packages. sources: their identities as the writer found
+    them (BuiltPackage.sources; default: source_identities, now)."""
     if sources is None:
         sources = source_identities(spec)
+    sources = sorted(sources, key=lambda found: found[0])
     blob = json.dumps({"code": code, "spec": _spec_fields(spec), "options": _options_key(options),
                        "signer": signer_id, "sources": sources}, sort_keys=True, separators=(",", ":"),
                       default=bytes.hex)  # FileEntry.patches hold bytes

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from rocpkg.formats.registry import file_name, get as get_format
 from rocpkg import model as m
 from rocpkg.errors import RocpkgInputError
-from rocpkg.builder.fingerprint import code_fingerprint, package_fingerprint, source_identities
+from rocpkg.builder.fingerprint import code_fingerprint, package_fingerprint
 from rocpkg.formats.streams import hash_file
 
 
@@ -92,16 +92,15 @@ class Written:
 def build_one(task: Task) -> Written | list[tuple[str, str]]:
     """Write one package into the staging area, with the state its next build compares.
     Its fingerprint is taken here, in parallel (not in the parent, which moves and records
-    every package one at a time), from its sources' identities stat'ed before the write:
-    a source changed while it was
-    read no longer matches, so the next build writes the package again. Bad input comes
+    every package one at a time), from its sources' identities as the writer found them
+    before reading them (BuiltPackage.sources): a source changed while it was read no
+    longer matches, so the next build writes the package again. Bad input comes
     back as a problem list (exceptions lose their structure crossing processes). The
     parent moves it into place and writes its rendered metadata and its state
     (rocpkg.builder.run._record): many workers creating small files at once spend more CPU in
     the kernel's file system locks than on the files."""
     spec = task.spec
     started = time.perf_counter()
-    sources = source_identities(spec)
     try:
         form = get_format(spec.format)
         built = form.write(spec, task.staging, task.options)
@@ -114,7 +113,8 @@ def build_one(task: Task) -> Written | list[tuple[str, str]]:
         return exc.problems
     done = outcome(spec, built.size, built.sha256, rebuilt=True, seconds=time.perf_counter() - started)
     signer_id = task.signer.fingerprint if task.signer is not None else ""
-    fingerprint = package_fingerprint(spec, task.options, code_fingerprint_of(task.build), signer_id, sources)
+    fingerprint = package_fingerprint(spec, task.options, code_fingerprint_of(task.build), signer_id,
+                                      built.sources)
     state = {"fingerprint": fingerprint, "file": done.file, "size": built.size, "sha256": built.sha256,
              "mtime_ns": st.st_mtime_ns, "ino": st.st_ino}
     return Written(done, built.metadata, state, built.path)

@@ -131,11 +131,14 @@ def with_parents(owner: str, files: Iterable[FileEntry]) -> list[FileEntry]:
     return [entries[p] for p in sorted(entries, key=sort_key)]
 
 
-def check_sources(owner: str, files: Iterable[FileEntry]) -> None:
-    """Before a byte is written: every regular file's source is a readable regular file
-    of its planned size; every bad one is reported at once. (Its digests are taken while
-    it streams into the package: one read of each source.)"""
-    problems = []
+def check_sources(owner: str, files: Iterable[FileEntry]) -> tuple[tuple[str, int, int, int], ...]:
+    """Before a byte is written: every regular file's source is a regular file of its
+    planned size; every bad one is reported at once. Returns what was found of each, in
+    order: (source, size, mtime_ns, inode), the identities the build records
+    (BuiltPackage.sources). One stat per source: that it can be read is what opening it
+    shows (the catalog opened every artifact; SourceFile opens it again to read it, and
+    its digests are taken while it streams into the package: one read of each source)."""
+    problems, found = [], []
     for entry in files:
         if entry.type != FILE:
             continue
@@ -151,10 +154,10 @@ def check_sources(owner: str, files: Iterable[FileEntry]) -> None:
             elif info.st_size != entry.size:
                 why = (f"the source file has {info.st_size} bytes, planned {entry.size} "
                        f"(changed since planning?)")
-            elif not os.access(entry.source, os.R_OK):
-                why = "the source file can't be read: permission denied"
             else:
+                found.append((entry.source, info.st_size, info.st_mtime_ns, info.st_ino))
                 continue
         problems.append((f"{owner}: {entry.path}", f"{why} ({entry.source})"))
     if problems:
         raise RocpkgInputError(*problems)
+    return tuple(found)

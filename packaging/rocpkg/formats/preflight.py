@@ -254,7 +254,7 @@ def path_problems(path: str, *, absolute: bool = True) -> list[str]:
     if len(raw) > PATH_LIMIT:
         problems.append(f"path of {len(raw)} bytes is longer than {PATH_LIMIT} (PATH_MAX less the "
                         f"suffix dpkg and rpm add while unpacking)")
-    for part in path.split("/"):
+    for part in path.split("/") if len(raw) > COMPONENT_LIMIT else ():   # a shorter path has no longer name
         if len(part.encode("utf-8")) > COMPONENT_LIMIT:
             problems.append(f"file name of {len(part.encode('utf-8'))} bytes is longer than {COMPONENT_LIMIT} "
                             f"(dpkg and rpm add {UNPACK_SUFFIX} bytes while unpacking; the limit is {NAME_MAX})")

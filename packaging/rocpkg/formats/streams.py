@@ -392,6 +392,47 @@ class SourceFile:
     def __exit__(self, *exc) -> None:
         os.close(self.fd)
 
+    def copy_to(self, out, digests, key) -> None:
+        """Write exactly the planned bytes to `out` and to each digest of `digests`,
+        which take them as `key`'s (begin/end around them): how every writer streams a
+        source. A file of at most CHUNK bytes with no holes and no patches, most of a
+        release's files, is read in one piece, with no generator between the read and
+        its consumers."""
+        for digest in digests:
+            digest.begin(key)
+        if self.size <= CHUNK and not self.sparse and not self.patches:
+            data = self._whole()
+            out.write(data)
+            for digest in digests:
+                digest.write(data)
+        else:
+            for chunk in self.chunks():
+                out.write(chunk)
+                for digest in digests:
+                    digest.write(chunk)
+        for digest in digests:
+            digest.end(key)
+
+    def _whole(self) -> bytes:
+        """The whole file of at most CHUNK bytes from offset 0 (one read of a byte more
+        than planned: a file that grew since it was opened says so)."""
+        try:
+            data = os.read(self.fd, self.size + 1)
+            while 0 < len(data) < self.size:     # a short read that is not the end
+                more = os.read(self.fd, self.size + 1 - len(data))
+                if not more:
+                    break
+                data += more
+        except OSError as exc:
+            raise self._error(f"the source file can't be read: {exc.strerror}") from None
+        if len(data) > self.size:
+            raise self._error(f"the source file changed while packing: it grew while being packed: it has more "
+                              f"than the {self.size} bytes planned")
+        if len(data) < self.size:
+            raise self._error(f"the source file changed while packing: it shrank while being packed: it ended "
+                              f"at {len(data)} bytes")
+        return data
+
     def chunks(self) -> Iterator[bytes | memoryview]:
         """Exactly the planned bytes, in chunks of at most CHUNK that are never reused
         afterwards (a digest thread may still hold one)."""

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from kpack import targets as kt
 from kpack.detect import EMBEDDING_SUFFIXES
 from rocpkg.errors import RocpkgInputError
-from rocpkg.inputs.facts import FileFacts, read_facts
+from rocpkg.inputs.facts import HEAD_SIZE, FileFacts, plain_facts, read_facts
 from rocpkg.inputs.host_code import FILE_FLAGS as _FILE_FLAGS
 from rocpkg.inputs.host_code import search
 from rocpkg.formats.preflight import printable
@@ -393,15 +393,23 @@ class _Walker:
         """Add the entries of one directory; return the names of its subdirectories."""
         subdirs = []
         try:
-            names = sorted(os.listdir(fd))
+            with os.scandir(fd) as listing:
+                found = sorted((item.name, item) for item in listing)
         except OSError as exc:
             self.problem(os.path.join(stage.root, rel_dir), f"cannot list: {exc.strerror}")
             return subdirs
-        for name in names:
+        for name, item in found:
             rel = f"{rel_dir}/{name}" if rel_dir else name
             full = os.path.join(stage.root, rel)
             try:
-                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                # the directory's own word for a regular file is enough: _file opens it
+                # (never through a symlink) and takes its mode and size from the open file
+                if item.is_file(follow_symlinks=False):
+                    entry = self._file(fd, name, rel, full)
+                    if entry is not None:
+                        self._add(stage, entry)
+                    continue
+                st = item.stat(follow_symlinks=False)
             except OSError as exc:
                 self.problem(full, f"cannot stat: {exc.strerror}")
                 continue
@@ -424,12 +432,16 @@ class _Walker:
                 kind = next((what for test, what in _TYPE_NAMES if test(st.st_mode)), "an unknown file type")
                 self.problem(full, f"is {kind}: only regular files, directories and symlinks can be packaged")
                 continue
-            if self.adir.kind == "family":
-                entry = self._route(entry)
-                if entry is None:
-                    continue
-            stage.entries.append(entry)
+            self._add(stage, entry)
         return subdirs
+
+    def _add(self, stage: Stage, entry: StageEntry) -> None:
+        """An entry of the stage (in a family dir, once routed to its target)."""
+        if self.adir.kind == "family":
+            entry = self._route(entry)
+            if entry is None:
+                return
+        stage.entries.append(entry)
 
     def _file(self, dir_fd: int, name: str, rel: str, full: str) -> StageEntry | None:
         """Open a regular file (the readability test that also holds for root), read its
@@ -439,19 +451,25 @@ class _Walker:
         except OSError as exc:
             self.problem(full, _open_error(exc, dir_fd, name))
             return None
-        with os.fdopen(fd, "rb") as fh:
+        try:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
                 self.problem(full, "changed type while being read (now not a regular file)")
                 return None
             embedded = (self.adir.kind == "family" and not _TARGET_IN_NAME.search(rel)
                         and rel.lower().endswith(EMBEDDING_SUFFIXES))
-            try:
-                facts = dataclasses.replace(read_facts(fh, name, embedded, host_code=False),
-                                            identity=(st.st_dev, st.st_ino))
-            except OSError as exc:
-                self.problem(full, f"cannot be read: {exc.strerror or exc}")
-                return None
+            identity = (st.st_dev, st.st_ino)
+            # most files are told by their first bytes, read on the descriptor; the rest
+            # are read further through a file object
+            facts = plain_facts(os.pread(fd, HEAD_SIZE, 0), name, embedded, identity)
+            if facts is None:
+                with os.fdopen(os.dup(fd), "rb") as fh:
+                    facts = dataclasses.replace(read_facts(fh, name, embedded, host_code=False), identity=identity)
+        except OSError as exc:
+            self.problem(full, f"cannot be read: {exc.strerror or exc}")
+            return None
+        finally:
+            os.close(fd)
         self.facts[full] = facts
         if facts.elf == "host":
             self.host_elfs.append(full)

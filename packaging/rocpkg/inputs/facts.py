@@ -95,12 +95,30 @@ class FileFacts:
     elf_end: int = 0
 
 
+HEAD_SIZE = 64     # the leading bytes that tell what kind of file an artifact is
+
+
+def plain_facts(head: bytes, name: str, scan_embedded: bool = False,
+                identity: tuple[int, int] = (0, 0)) -> FileFacts | None:
+    """The facts of a file whose first HEAD_SIZE bytes (or all of them) say there is
+    nothing more to read in it (not ELF, not a kpack archive, not device code, not a
+    file to search for embedded code); None when read_facts must read further. Most of
+    a release's files (headers, data, scripts) end here, after one read."""
+    elf = head.startswith(ELF_MAGIC)
+    if (elf and len(head) >= 20) or name.endswith(".kpack") or head.startswith((b"KPAK", *DEVICE_MAGICS)) \
+            or scan_embedded:
+        return None
+    return FileFacts(elf="other" if elf else "", identity=identity)
+
 
 def read_facts(fh, name: str, scan_embedded: bool = False, host_code: bool = True) -> FileFacts:
     """Every fact of one open artifact file (seekable binary handle) that a later stage
     needs; format errors are recorded in the facts, OSError propagates. host_code=False
     leaves a host ELF's device code (its data sections) for _with_host_code."""
-    head = fh.read(64)
+    head = fh.read(HEAD_SIZE)
+    plain = plain_facts(head, name, scan_embedded)
+    if plain is not None:
+        return plain
     if head.startswith(ELF_MAGIC) and len(head) >= 20:
         machine = struct.unpack_from(">H" if head[5] == 2 else "<H", head, 18)[0]
         if machine == EM_AMDGPU:
@@ -109,9 +127,7 @@ def read_facts(fh, name: str, scan_embedded: bool = False, host_code: bool = Tru
         return _with_host_code(facts, fh) if host_code else facts
     if name.endswith(".kpack") or head.startswith(b"KPAK"):
         return _archive_facts(fh)
-    if head.startswith(DEVICE_MAGICS) or scan_embedded:
-        return _device_facts(fh, scan_embedded)
-    return FileFacts(elf="other" if head.startswith(ELF_MAGIC) else "")
+    return _device_facts(fh, scan_embedded)
 
 
 def _code_object_facts(fh) -> FileFacts:
@@ -137,6 +153,7 @@ def _with_runpath(facts: FileFacts, fh) -> FileFacts:
 
     tags, error = runpath_tags(fh)
     return dataclasses.replace(facts, runpath_tags=tags, runpath_error=error)
+
 
 
 def _host_elf_facts(fh, head: bytes) -> FileFacts:

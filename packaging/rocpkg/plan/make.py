@@ -204,11 +204,14 @@ class _PlanBuilder:
         for path in list(by_path):
             parent = path[:path.rfind("/")]   # normalised, absolute, below a prefix that is not /
             while len(parent) >= len(self.prefix) and parent.startswith(self.prefix):
-                if parent not in by_path:
+                found = by_path.get(parent)
+                if found is None:
                     by_path[parent] = m.FileEntry(parent, m.DIR, 0o755)
-                elif by_path[parent].type != m.DIR:
-                    self.problems.append((pkg_label, f"{parent} is both a directory and a {by_path[parent].type}"))
+                elif found.type != m.DIR:
+                    self.problems.append((pkg_label, f"{parent} is both a directory and a {found.type}"))
                     break
+                else:
+                    break   # a listed directory: its own turn adds its parents (one added here: this walk did)
                 parent = parent[:parent.rfind("/")]
         return [by_path[p] for p in sorted(by_path)]
 

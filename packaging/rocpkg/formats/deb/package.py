@@ -105,10 +105,10 @@ def _tarinfo(name: str, kind: bytes, mode: int, mtime: int, size: int = 0, linkn
 @functools.lru_cache(maxsize=4096)
 def _tar_header(fields: tuple) -> bytes:
     """GNU-format header (dpkg rejects PAX) of _tarinfo's fields; sizes >= 8 GiB go
-    base-256, long names into ././@LongLink records. The usual header (short names,
-    sizes under 8 GiB) is packed directly: tarfile takes longer to make one than zstd
-    takes to compress a small file, and a release has thousands. Kept: a release's
-    packages repeat their directories (./opt/, ./opt/rocm-7.1.0/, ...) and doc dirs."""
+    base-256, long names into ././@LongLink records. The usual header (sizes under 8
+    GiB) is packed directly: tarfile takes longer to make one than zstd takes to
+    compress a small file, and a release has thousands. Kept: a release's packages
+    repeat their directories (./opt/, ./opt/rocm-7.1.0/, ...) and doc dirs."""
     if _FAST_HEADERS:
         header = _gnu_header(*fields)
         if header is not None:
@@ -116,25 +116,42 @@ def _tar_header(fields: tuple) -> bytes:
     return _tarinfo(*fields).tobuf(tarfile.GNU_FORMAT, "utf-8", "strict")
 
 
+def _header_block(name: bytes, mode: int, size: int, mtime: int, kind: bytes, link: bytes, owner: bytes) -> bytes:
+    """One 512-byte header block as tarfile packs it (names cut at 100 bytes)."""
+    header = b"".join((name[:100].ljust(100, b"\0"), b"%07o\0" % (mode & 0o7777), b"0000000\0" * 2,
+                       b"%011o\0" % size, b"%011o\0" % mtime, b" " * 8, kind, link[:100].ljust(100, b"\0"),
+                       tarfile.GNU_MAGIC, owner.ljust(32, b"\0") * 2)).ljust(tarfile.BLOCKSIZE, b"\0")
+    return header[:148] + b"%06o\0" % sum(header) + header[155:]
+
+
+def _long_record(value: bytes, kind: bytes) -> bytes:
+    """A GNU ././@LongLink record (kind L: the name, K: the link target) as tarfile
+    writes it before a header whose name or link is over 100 bytes."""
+    value += b"\0"
+    return _header_block(b"././@LongLink", 0, len(value), 0, kind, b"", b"") + value + b"\0" * (-len(value) % tarfile.BLOCKSIZE)
+
+
 def _gnu_header(name: str, kind: bytes, mode: int, mtime: int, size: int = 0, linkname: str = "") -> bytes | None:
-    """tarfile's GNU header for owner root:root, packed by hand; None where tarfile would
-    write more than one block or another number encoding."""
+    """tarfile's GNU header for owner root:root, with its long-name and long-link
+    records, packed by hand; None where tarfile would encode a number otherwise."""
     if kind == tarfile.DIRTYPE and not name.endswith("/"):
         name += "/"
-    encoded, link = name.encode("utf-8"), linkname.encode("utf-8")
-    if len(encoded) > 100 or len(link) > 100 or not (0 <= size < 8 ** 11 and 0 <= mtime < 8 ** 11):
+    if not (0 <= size < 8 ** 11 and 0 <= mtime < 8 ** 11):
         return None
-    header = b"".join((encoded.ljust(100, b"\0"), b"%07o\0" % (mode & 0o7777), b"0000000\0" * 2,
-                       b"%011o\0" % size, b"%011o\0" % mtime, b" " * 8, kind, link.ljust(100, b"\0"),
-                       tarfile.GNU_MAGIC, b"root".ljust(32, b"\0") * 2)).ljust(tarfile.BLOCKSIZE, b"\0")
-    return header[:148] + b"%06o\0" % sum(header) + header[155:]
+    encoded, link = name.encode("utf-8"), linkname.encode("utf-8")
+    records = (_long_record(link, tarfile.GNUTYPE_LONGLINK) if len(link) > 100 else b"") \
+        + (_long_record(encoded, tarfile.GNUTYPE_LONGNAME) if len(encoded) > 100 else b"")
+    return records + _header_block(encoded, mode, size, mtime, kind, link, b"root")
 
 
 def _same_as_tarfile() -> bool:
     """Whether _gnu_header gives this Python's tarfile bytes (tarfile's device fields
     changed within 3.11): if not, every header comes from tarfile."""
+    long = "./opt/" + "d/" * 60 + "x"
     probes = [("./opt/x", tarfile.REGTYPE, 0o644, 1700000000, 12345), ("./opt", tarfile.DIRTYPE, 0o755, 0),
-              ("./opt/l", tarfile.SYMTYPE, 0o777, 5, 0, "x/y")]
+              ("./opt/l", tarfile.SYMTYPE, 0o777, 5, 0, "x/y"), (long, tarfile.REGTYPE, 0o755, 7, 99),
+              (long, tarfile.DIRTYPE, 0o755, 7), ("./opt/m", tarfile.SYMTYPE, 0o777, 5, 0, long),
+              (long + "é", tarfile.SYMTYPE, 0o777, 5, 0, long + "/é")]
     return all(_gnu_header(*p) == _tarinfo(*p).tobuf(tarfile.GNU_FORMAT, "utf-8", "strict") for p in probes)
 
 
@@ -199,11 +216,7 @@ def _write_payload_file(tar_out, md5: DigestThread, spec: PackageSpec, entry: Fi
         header = _tar_header((_tar_name(entry.path), tarfile.REGTYPE,
                                       _normalised_mode(entry.mode), min(source.mtime, sde), entry.size))
         tar_out.write(header)
-        md5.begin(entry.path)
-        for chunk in source.chunks():
-            tar_out.write(chunk)
-            md5.write(chunk)
-        md5.end(entry.path)
+        source.copy_to(tar_out, (md5,), entry.path)
     padding = _tar_padding(entry.size)
     tar_out.write(padding)
     return len(header) + entry.size + len(padding)
@@ -277,7 +290,7 @@ def write_deb(spec: PackageSpec, out_dir: str, options: BuildOptions) -> BuiltPa
     control_text = _checked_control(spec, rendered.control)
     tree = _data_tree(spec, rendered.doc_files)
     conffiles = [d.entry.path for d in tree if d.entry.type == FILE and d.entry.path.startswith("/etc/")]
-    check_sources(spec.name, [d.entry for d in tree if d.content is None])
+    sources = check_sources(spec.name, [d.entry for d in tree if d.content is None])
 
     has_sources = any(d.entry.type == FILE and d.content is None for d in tree)
 
@@ -299,7 +312,7 @@ def write_deb(spec: PackageSpec, out_dir: str, options: BuildOptions) -> BuiltPa
         size = hash_open(out, 0, sha256)
     installed = spec.payload_size + sum(len(d) for d in rendered.doc_files.values())
     return BuiltPackage(spec=spec, path=path, size=size, sha256=sha256.hexdigest(),
-                        installed_size=installed, metadata=rendered.control)
+                        installed_size=installed, metadata=rendered.control, sources=sources)
 
 
 def _write_ar(out: BinaryIO, spec: PackageSpec, control_member, tree: list[_DataEntry], options: BuildOptions) -> None:

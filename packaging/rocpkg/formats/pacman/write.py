@@ -177,14 +177,7 @@ def _write_file(sink, spec: PackageSpec, entry: FileEntry, sde: int, md5, sha256
         mtime = mtimes[entry.path] = min(source.mtime, sde)
         header = tar.header(entry.path[1:], tar.REG, _mode(entry), mtime, entry.size)
         sink.write(header)
-        md5.begin(entry.path)
-        sha256.begin(entry.path)
-        for chunk in source.chunks():
-            sink.write(chunk)
-            md5.write(chunk)
-            sha256.write(chunk)
-        md5.end(entry.path)
-        sha256.end(entry.path)
+        source.copy_to(sink, (md5, sha256), entry.path)
     pad = tar.padding(entry.size)
     sink.write(pad)
     return len(header) + entry.size + len(pad)
@@ -208,7 +201,7 @@ def write_pacman(spec: PackageSpec, out_dir: str, options: BuildOptions) -> Buil
     files = checked_files(spec.name, spec.files)
     info = pkginfo(spec, options, files)
     tree = with_all_parents(files)
-    check_sources(spec.name, files)
+    sources = check_sources(spec.name, files)
     sde = options.source_date_epoch
     texts = {".PKGINFO": render("pacman/PKGINFO.j2", info=info).encode("utf-8"),
              ".BUILDINFO": render("pacman/BUILDINFO.j2", info=info, tool_version=rocpkg.__version__).encode("utf-8")}
@@ -233,4 +226,4 @@ def write_pacman(spec: PackageSpec, out_dir: str, options: BuildOptions) -> Buil
             while chunk := payload.read(CHUNK):
                 whole.write(chunk)
     return BuiltPackage(spec=spec, path=path, size=whole.count, sha256=whole.hexdigest(),
-                        installed_size=info.size, metadata=texts[".PKGINFO"].decode("utf-8"))
+                        installed_size=info.size, metadata=texts[".PKGINFO"].decode("utf-8"), sources=sources)

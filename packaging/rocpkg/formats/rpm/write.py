@@ -246,11 +246,7 @@ def _stream_payload(spec, files, payload_sink, large: bool, mtime: int, threads:
             elif entry.type == FILE:
                 where = f"{spec.name}: {entry.path}"
                 with SourceFile(where, entry.source, size, entry.patches, entry.identity) as source:
-                    sha256.begin(entry.path)
-                    for chunk in source.chunks():
-                        cpio.write_data(chunk)
-                        sha256.write(chunk)
-                    sha256.end(entry.path)
+                    source.copy_to(cpio, (sha256,), entry.path)
         cpio.finish()
     except BaseException:
         sha256.abandon()
@@ -280,7 +276,7 @@ def write_rpm(spec: PackageSpec, out_dir: str, options: BuildOptions) -> BuiltPa
     except ValueError as exc:
         raise RocpkgInputError((f"{spec.name}: spec", str(exc))) from None
     files = checked_files(spec.name, spec.files)
-    check_sources(spec.name, files)
+    sources = check_sources(spec.name, files)
     large = any(_entry_size(e) >= LARGE_SIZE for e in files)
     threads = compression.writer_threads(options.threads)
     placeholder = "0" * 64
@@ -326,4 +322,5 @@ def write_rpm(spec: PackageSpec, out_dir: str, options: BuildOptions) -> BuiltPa
         whole = hashlib.sha256(encode_lead(nevr) + sig + final_header)
         size = payload_start + hash_open(out, payload_start, whole)
     return BuiltPackage(spec=spec, path=path, size=size, sha256=whole.hexdigest(),
-                        installed_size=sum(_entry_size(e) for e in files), metadata=spec_text)
+                        installed_size=sum(_entry_size(e) for e in files), metadata=spec_text,
+                        sources=sources)
