@@ -205,13 +205,11 @@ class _PlanBuilder:
             parent = path[:path.rfind("/")]   # normalised, absolute, below a prefix that is not /
             while len(parent) >= len(self.prefix) and parent.startswith(self.prefix):
                 found = by_path.get(parent)
-                if found is None:
-                    by_path[parent] = m.FileEntry(parent, m.DIR, 0o755)
-                elif found.type != m.DIR:
-                    self.problems.append((pkg_label, f"{parent} is both a directory and a {found.type}"))
+                if found is not None:   # a listed directory adds its own parents (one added here: this walk)
+                    if found.type != m.DIR:
+                        self.problems.append((pkg_label, f"{parent} is both a directory and a {found.type}"))
                     break
-                else:
-                    break   # a listed directory: its own turn adds its parents (one added here: this walk did)
+                by_path[parent] = m.FileEntry(parent, m.DIR, 0o755)
                 parent = parent[:parent.rfind("/")]
         return [by_path[p] for p in sorted(by_path)]
 
