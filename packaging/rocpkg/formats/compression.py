@@ -59,9 +59,12 @@ class Flavour:
 # EOF"). Below DEB_WORKERS_FROM that frame is one compressing thread (the md5s go beside
 # it), the bytes .debs have always had; from it up zstd's workers share the
 # frame (its bytes differ from the single-threaded frame's), so that one large package
-# does not keep every other core idle while it compresses alone.
+# does not keep every other core idle while it compresses alone. The threshold is a
+# package that can bound a build on many cores (256 MiB is a second or more of zstd -3 on
+# one core): zstd's workers cost about a tenth more CPU than one thread for the same
+# bytes, which a smaller package would pay on a one- or two-core machine for no gain.
 # An RPM's payload digest covers its payload; rpm reads a run of frames.
-DEB_WORKERS_FROM = 64 << 20
+DEB_WORKERS_FROM = 256 << 20
 DEB = Flavour(xz_check=lzma.CHECK_CRC64, zlib_gzip_header=False, zstd_checksum=True, zstd_frames=False,
               zstd_workers_from=DEB_WORKERS_FROM)
 RPM = Flavour(xz_check=lzma.CHECK_CRC32, zlib_gzip_header=True)
@@ -173,10 +176,18 @@ def _context(level: int, checksum: bool) -> zstandard.ZstdCompressor:
 
 
 def zstd_workers(level: int, checksum: bool, workers: int) -> zstandard.ZstdCompressor:
-    """A context compressing one frame on `workers` zstd threads (at least one): the same
-    bytes for any number of workers, not those of a single-threaded context."""
-    return zstandard.ZstdCompressor(level=level, write_checksum=checksum, write_content_size=True,
-                                    threads=max(1, workers))
+    """This thread's context compressing one frame on `workers` zstd threads (at least
+    one): the same bytes for any number of workers, not those of a single-threaded
+    context. The last one made is kept for the next large package of the same setting,
+    like _context: a new one would allocate its workers' buffers again for every large
+    package and fault every page of them in again. Only one is kept (a setting's
+    buffers grow with its workers): memory stays that of one package's workers."""
+    key = (level, checksum, max(1, workers))
+    kept = getattr(_THREAD_CONTEXTS, "with_workers", None)
+    if kept is None or kept[0] != key:
+        kept = _THREAD_CONTEXTS.with_workers = (key, zstandard.ZstdCompressor(
+            level=level, write_checksum=checksum, write_content_size=True, threads=key[2]))
+    return kept[1]
 
 
 def _compress_frame(level: int, checksum: bool, data: bytes) -> bytes:
