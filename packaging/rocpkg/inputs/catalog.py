@@ -445,7 +445,8 @@ class _Walker:
 
     def _file(self, dir_fd: int, name: str, rel: str, full: str) -> StageEntry | None:
         """Open a regular file (the readability test that also holds for root), read its
-        facts, and make its entry from what the open file says (not from the earlier lstat)."""
+        facts, and make its entry from what the open file says (fstat: its type, mode,
+        size and identity), not from the directory listing."""
         try:
             fd = os.open(name, _FILE_FLAGS, dir_fd=dir_fd)
         except OSError as exc:

@@ -155,7 +155,6 @@ def _with_runpath(facts: FileFacts, fh) -> FileFacts:
     return dataclasses.replace(facts, runpath_tags=tags, runpath_error=error)
 
 
-
 def _host_elf_facts(fh, head: bytes) -> FileFacts:
     """DT_NEEDED, SONAME, symbol versions, debug facts and the `.rocm_kpack_ref` marker,
     from one read of the section table (head: the file's first 64 bytes, already read)."""
