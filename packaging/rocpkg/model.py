@@ -55,6 +55,11 @@ class Alternative:
     slaves: tuple[tuple[str, str, str], ...] = ()   # (link, name, target)
 
 
+# PackageSpec's relation fields, in the order its declaration gives them
+RELATION_FIELDS = ("depends", "pre_depends", "recommends", "suggests", "conflicts", "breaks", "replaces", "provides",
+                   "obsoletes")
+
+
 @dataclass
 class PackageSpec:
     """One output package of one format, fully resolved: names and relations are already

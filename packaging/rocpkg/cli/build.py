@@ -4,7 +4,6 @@ cli._register_commands calls register().
 """
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -202,8 +201,7 @@ def _build(args, shard, workers, settings=None) -> int:
             print(f"warning: {args.output}: the repository indexes are stale ({counted(len(stale), 'package')} "
                   f"missing from them or differing): run `rocpkg repo {args.output}`", file=sys.stderr)
     if args.json:
-        json.dump(summary, sys.stdout, indent=1)
-        sys.stdout.write("\n")
+        print_json(summary)
     return 0
 
 

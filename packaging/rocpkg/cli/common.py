@@ -207,11 +207,6 @@ def print_json(doc: dict) -> None:
     sys.stdout.write("\n")
 
 
-def plural(count: int, word: str, many: str | None = None) -> str:
-    """"1 release", "2 releases" (many: the plural when it is not word + "s")."""
-    return f"{count} {word if count == 1 else many or word + 's'}"
-
-
 ALIKE_SHOWN = 4     # a cause with this many problems or more is said once, with a count
 
 

@@ -58,7 +58,7 @@ def _cmd_ls(args) -> int:
 
 
 def _cmd_show(args) -> int:
-    from rocpkg.repo.contents import find_package, package_metadata, read_releases
+    from rocpkg.repo.contents import SHOWN_RELATIONS, find_package, package_metadata, read_releases
 
     doc, records = read_releases(args.out)
     found = find_package(doc, records, args.name)
@@ -80,8 +80,7 @@ def _cmd_show(args) -> int:
             print(f"  kind: {kind}")
         print(f"  file: {meta['file']} ({human_bytes(meta['size'])})")
         print(f"  sha256: {meta['sha256']}")
-        for key in ("depends", "pre_depends", "recommends", "suggests", "provides", "conflicts", "breaks",
-                    "replaces", "obsoletes"):
+        for key in SHOWN_RELATIONS:
             if key in meta:
                 print(f"  {key.replace('_', '-')}: {', '.join(meta[key])}")
         if "files" in meta:

@@ -41,8 +41,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _cmd_plan(args) -> int:
-    import json
-
     from rocpkg.plan.dump import plan_to_dict, plan_to_dot
 
     if args.no_files and not args.json:
@@ -54,8 +52,7 @@ def _cmd_plan(args) -> int:
 
         plan = restrict(plan, chosen)
     if args.json:
-        json.dump(plan_to_dict(plan, with_files=not args.no_files), sys.stdout, indent=1)
-        sys.stdout.write("\n")
+        print_json(plan_to_dict(plan, with_files=not args.no_files))
         return 0
     if args.dot:
         sys.stdout.write(plan_to_dot(plan, formats(args)[0]))
@@ -138,8 +135,6 @@ def _cmd_repo(args) -> int:
 
 def _cmd_verify(args) -> int:
     """Verify a built OUT tree, or the plan of -c/-a before building; exit 2 on any problem."""
-    import json
-
     from rocpkg.verify.run import verify_plan, verify_tree
 
     if args.out:
@@ -172,8 +167,7 @@ def _cmd_verify(args) -> int:
         doc = report.to_dict()
         if signatures is not None:
             doc["signatures"] = signatures
-        json.dump(doc, sys.stdout, indent=1)
-        sys.stdout.write("\n")
+        print_json(doc)
     elif verbosity(args) < 0:     # -q: the verdict only
         print("OK: no problem found" if report.ok else f"FAILED: {counted(len(report.problems), 'problem')}")
     else:

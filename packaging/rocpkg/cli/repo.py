@@ -61,7 +61,6 @@ def lifecycle_json(schema: str, out: str, result, **fields) -> int:
 
 def _cmd_promote(args) -> int:
     from rocpkg.repo.lifecycle import promote
-
     from rocpkg.store.settings import read_settings
 
     settings = use_settings(args, args.dst, inherit=read_settings(args.src))

@@ -14,7 +14,7 @@ import time
 
 from rocpkg.errors import RocpkgInputError
 
-_RSA_ALGORITHMS = {"1", "2", "3"}
+RSA_ALGORITHMS = {"1", "2", "3"}     # OpenPGP public key algorithm ids (RFC 4880 9.1) of RSA
 _REFUSED_ALGORITHMS = {"16": "Elgamal", "17": "DSA", "20": "Elgamal"}
 _WEAK_DIGESTS = {"1": "MD5", "2": "SHA-1", "3": "RIPEMD-160"}
 _HASH_NAMES = {1: "MD5", 2: "SHA1", 3: "RIPEMD160", 8: "SHA256", 9: "SHA384", 10: "SHA512", 11: "SHA224"}
@@ -40,7 +40,7 @@ def key_problems(keys, packets: list[bytes], *, now: int) -> tuple[list[str], li
         for algorithm, bits, _created, _expires, _caps, _validity in [primary] + signing:
             if algorithm in _REFUSED_ALGORITHMS:
                 reasons.append(f"{_REFUSED_ALGORITHMS[algorithm]} key (clients refuse DSA and Elgamal signatures)")
-            elif algorithm in _RSA_ALGORITHMS and bits < MIN_RSA_BITS:
+            elif algorithm in RSA_ALGORITHMS and bits < MIN_RSA_BITS:
                 reasons.append(f"RSA {bits} bits (clients refuse RSA under {MIN_RSA_BITS} bits)")
         if primary[5] == "r":
             reasons.append("revoked")

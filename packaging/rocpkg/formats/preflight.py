@@ -264,8 +264,6 @@ def path_problems(path: str, *, absolute: bool = True) -> list[str]:
 # -- the plan ------------------------------------------------------------------------------
 
 _ONE_LINE_FIELDS = ("maintainer", "vendor", "license", "homepage", "section", "priority", "group", "summary")
-_RELATION_FIELDS = ("depends", "pre_depends", "recommends", "suggests", "conflicts", "breaks", "replaces",
-                    "provides", "obsoletes")
 
 
 def check_plan(packages: dict[str, list[m.PackageSpec]], formats) -> list[tuple[str, str]]:
@@ -325,7 +323,7 @@ def _spec_problems(spec: m.PackageSpec, form) -> list[tuple[str, str]]:
     if "%" in spec.name or "%" in spec.evr:
         out.append(("name", "'%' would start an rpm macro"))
     check = form.relation_problem
-    for field in _RELATION_FIELDS:
+    for field in m.RELATION_FIELDS:
         for relation in getattr(spec, field):
             problem = check(relation)
             if problem:

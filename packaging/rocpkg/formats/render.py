@@ -27,7 +27,7 @@ import jinja2
 from rocpkg import bundled_dir
 
 from rocpkg.errors import RocpkgInputError
-from rocpkg.model import DIR, FILE, BuildOptions, PackageSpec
+from rocpkg.model import DIR, FILE, RELATION_FIELDS, BuildOptions, PackageSpec
 from rocpkg.formats.preflight import control_problem
 
 SYNOPSIS_MAX = 79           # lintian: synopsis must be shorter than 80 characters
@@ -333,8 +333,6 @@ def installed_size_kib(spec: PackageSpec, doc_files: dict[str, bytes]) -> int:
 
 _ONE_LINE = ("name", "version", "release", "arch", "maintainer", "vendor", "license", "homepage", "section",
              "priority", "group", "summary")
-_RELATIONS = ("depends", "pre_depends", "recommends", "suggests", "conflicts", "breaks", "replaces", "provides",
-              "obsoletes")
 
 
 def check_metadata(spec: PackageSpec) -> None:
@@ -342,7 +340,7 @@ def check_metadata(spec: PackageSpec) -> None:
     in a one-line field or a relation, a control character in the description."""
     problems = [(f"{spec.name}: {name}", control_problem(str(getattr(spec, name))))
                 for name in _ONE_LINE if control_problem(str(getattr(spec, name)))]
-    problems += [(f"{spec.name}: {name}", control_problem(rel)) for name in _RELATIONS
+    problems += [(f"{spec.name}: {name}", control_problem(rel)) for name in RELATION_FIELDS
                  for rel in getattr(spec, name) if control_problem(rel)]
     problems += [(f"{spec.name}: {name}", control_problem(value) or "not a control field name")
                  for name, value in spec.deb_fields

@@ -49,12 +49,11 @@ import time
 from dataclasses import dataclass
 
 from rocpkg.errors import RocpkgInputError
-from rocpkg.formats.openpgp import armor, cleartext, cleartext_frame, dearmor, key_problems, packets, signature_class
+from rocpkg.formats.openpgp import (RSA_ALGORITHMS, armor, cleartext, cleartext_frame, dearmor, key_problems,
+                                    packets, signature_class)
 from rocpkg.formats.rpm import TYPE_BIN, SigTag, package_from_header, read_rpm, replace_signature
 from rocpkg.formats.streams import AtomicOutput, write_all
 
-# OpenPGP public key algorithm ids (RFC 4880 9.1) that rpm files under SigTag.RSA.
-_RSA_ALGORITHMS = {"1", "2", "3"}
 DIGEST = "SHA256"
 
 KEYRING_NAME = "rocm.gpg"     # binary keyring, for apt's signed-by=
@@ -182,7 +181,7 @@ class Signer:
     @property
     def rpm_header_signature_tag(self) -> int:
         """The signature-header tag rpm expects for the newest key's header signature."""
-        return SigTag.RSA if self.newest.algorithm in _RSA_ALGORITHMS else SigTag.DSA
+        return SigTag.RSA if self.newest.algorithm in RSA_ALGORITHMS else SigTag.DSA      # how rpm files them
 
     def check(self) -> list[str]:
         """Raise RocpkgInputError now, before anything is written, for a key that is
@@ -308,19 +307,22 @@ class _ImportedKeys:
 
     def __enter__(self) -> str:
         self.home = tempfile.mkdtemp(prefix="rocpkg-keys-")
-        for path in self.files:
-            try:
-                with open(path, "rb") as fh:
-                    data = fh.read(1 << 20)
-            except OSError as exc:
-                shutil.rmtree(self.home, ignore_errors=True)
-                raise RocpkgInputError((path, f"cannot read the public key: {exc.strerror}")) from None
-            proc = subprocess.run(["gpg", "--homedir", self.home, "--batch", "--no-tty", "--quiet", "--import"],
-                                  input=data, capture_output=True)
-            if proc.returncode != 0:
-                shutil.rmtree(self.home, ignore_errors=True)
-                raise RocpkgInputError((path, "not an OpenPGP public key gpg can import"))
+        try:
+            for path in self.files:
+                self._import(path)
+        except BaseException:
+            shutil.rmtree(self.home, ignore_errors=True)
+            raise
         return self.home
+
+    def _import(self, path: str) -> None:
+        try:
+            with open(path, "rb") as fh:
+                data = fh.read(1 << 20)
+        except OSError as exc:
+            raise RocpkgInputError((path, f"cannot read the public key: {exc.strerror}")) from None
+        if _run_gpg(self.home, ["--import"], data).returncode != 0:
+            raise RocpkgInputError((path, "not an OpenPGP public key gpg can import"))
 
     def __exit__(self, *exc) -> None:
         shutil.rmtree(self.home, ignore_errors=True)
@@ -351,6 +353,19 @@ def _ask_server(url: str, data: bytes, fingerprint: str, *, clearsign: bool) -> 
 
 def _gpg(home: str, args: list[str], data: bytes = b"", *, what: str, key: str, passphrase: str | None = None,
          check: bool = True) -> bytes:
+    """gpg's output for args in GnuPG home `home`; with check, a failure is bad input
+    saying what could not be done with which key."""
+    proc = _run_gpg(home, args, data, passphrase)
+    if proc.returncode != 0 and check:
+        message = proc.stderr.decode("utf-8", "replace").strip().splitlines()
+        raise RocpkgInputError(("--sign-key", f"gpg could not {what} with {key!r}: "
+                               + (message[-1] if message else f"exit {proc.returncode}")))
+    return proc.stdout
+
+
+def _run_gpg(home: str, args: list[str], data: bytes = b"", passphrase: str | None = None):
+    """gpg run in batch mode in GnuPG home `home` (never a prompt), data on stdin; a missing
+    gpg is bad input."""
     cmd = ["gpg", "--homedir", home, "--batch", "--no-tty", "--quiet", "--pinentry-mode", "loopback"]
     pass_fds: tuple[int, ...] = ()
     read_fd = write_fd = -1
@@ -361,17 +376,12 @@ def _gpg(home: str, args: list[str], data: bytes = b"", *, what: str, key: str, 
         cmd += ["--passphrase-fd", str(read_fd)]
         pass_fds = (read_fd,)
     try:
-        proc = subprocess.run(cmd + args, input=data, capture_output=True, pass_fds=pass_fds)
+        return subprocess.run(cmd + args, input=data, capture_output=True, pass_fds=pass_fds)
     except FileNotFoundError as exc:
         raise RocpkgInputError(("gpg", f"cannot run gpg: {exc}")) from None
     finally:
         if read_fd >= 0:
             os.close(read_fd)
-    if proc.returncode != 0 and check:
-        message = proc.stderr.decode("utf-8", "replace").strip().splitlines()
-        raise RocpkgInputError(("--sign-key", f"gpg could not {what} with {key!r}: "
-                               + (message[-1] if message else f"exit {proc.returncode}")))
-    return proc.stdout
 
 
 def _parse_listing(text: str) -> list[KeyFacts]:

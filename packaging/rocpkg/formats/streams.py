@@ -2,6 +2,7 @@
 model: count and hash while writing, never read a file twice)."""
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import os
@@ -306,6 +307,22 @@ def _read_span(fd: int, position: int, end: int):
         position += len(chunk)
 
 
+def _whole(fd: int, size: int) -> bytes:
+    """The whole file open at fd (at offset 0), `size` bytes, in one read of a byte more
+    (a file that grew since it was opened says so); one that ends sooner or later changed
+    while it was read (_SourceChanged)."""
+    data = os.read(fd, size + 1)
+    while 0 < len(data) < size:     # a short read that is not the end
+        more = os.read(fd, size + 1 - len(data))
+        if not more:
+            break
+        data += more
+    if len(data) > size:
+        raise _SourceChanged(f"it grew while being packed: it has more than the {size} bytes planned")
+    if len(data) < size:
+        raise _SourceChanged(f"it shrank while being packed: it ended at {len(data)} bytes")
+    return data
+
 
 def _chunks(fd: int, size: int, sparse: bool = True) -> Iterator[bytes | memoryview]:
     """Exactly `size` bytes of the file open at fd (at offset 0), in chunks of at most
@@ -401,7 +418,8 @@ class SourceFile:
         for digest in digests:
             digest.begin(key)
         if self.size <= CHUNK and not self.sparse and not self.patches:
-            data = self._whole()
+            with self._reading():
+                data = _whole(self.fd, self.size)
             out.write(data)
             for digest in digests:
                 digest.write(data)
@@ -413,31 +431,17 @@ class SourceFile:
         for digest in digests:
             digest.end(key)
 
-    def _whole(self) -> bytes:
-        """The whole file of at most CHUNK bytes from offset 0 (one read of a byte more
-        than planned: a file that grew since it was opened says so)."""
-        try:
-            data = os.read(self.fd, self.size + 1)
-            while 0 < len(data) < self.size:     # a short read that is not the end
-                more = os.read(self.fd, self.size + 1 - len(data))
-                if not more:
-                    break
-                data += more
-        except OSError as exc:
-            raise self._error(f"the source file can't be read: {exc.strerror}") from None
-        if len(data) > self.size:
-            raise self._error(f"the source file changed while packing: it grew while being packed: it has more "
-                              f"than the {self.size} bytes planned")
-        if len(data) < self.size:
-            raise self._error(f"the source file changed while packing: it shrank while being packed: it ended "
-                              f"at {len(data)} bytes")
-        return data
-
     def chunks(self) -> Iterator[bytes | memoryview]:
         """Exactly the planned bytes, in chunks of at most CHUNK that are never reused
         afterwards (a digest thread may still hold one)."""
-        try:
+        with self._reading():
             yield from patch_chunks(_chunks(self.fd, self.size, self.sparse), self.patches)
+
+    @contextlib.contextmanager
+    def _reading(self):
+        """A read of the source: a change of size or a failed read is bad input naming it."""
+        try:
+            yield
         except _SourceChanged as exc:
             raise self._error(f"the source file changed while packing: {exc}") from None
         except OSError as exc:

@@ -17,8 +17,7 @@ def spec_to_dict(spec: m.PackageSpec, with_files: bool = True) -> dict:
         "target": spec.target, "family": spec.family, "version": spec.version, "release": spec.release,
         "epoch": spec.epoch, "arch": spec.arch, "filename": file_name(spec), "summary": spec.summary,
     }
-    for attr in ("depends", "pre_depends", "recommends", "suggests", "conflicts", "breaks", "replaces",
-                 "provides", "obsoletes"):
+    for attr in m.RELATION_FIELDS:
         out[attr] = list(getattr(spec, attr))
     out["scripts"] = dict(spec.scripts)
     out["files"] = sum(1 for f in spec.files if f.type != m.DIR)

@@ -21,6 +21,11 @@ from rocpkg.repo.retention import channel_of
 from rocpkg.store import releases
 
 
+# the relations `show` gives, in its order
+SHOWN_RELATIONS = ("depends", "pre_depends", "recommends", "suggests", "provides", "conflicts", "breaks", "replaces",
+                   "obsoletes")
+
+
 @dataclass
 class ReleaseRow:
     """One release of OUT, as `ls` lists it."""
@@ -160,8 +165,7 @@ def package_metadata(out_dir: str, found: Found, with_files: bool = False) -> di
     doc = {"format": entry["format"], "name": spec.name, "version": spec.version, "release": spec.release,
            "epoch": spec.epoch, "arch": spec.arch, "kind": entry.get("kind", ""), "target": entry.get("target", ""),
            "release_id": found.release, "file": entry["file"], "size": entry["size"], "sha256": entry["sha256"]}
-    for key in ("depends", "pre_depends", "recommends", "suggests", "provides", "conflicts", "breaks",
-                "replaces", "obsoletes"):
+    for key in SHOWN_RELATIONS:
         values = list(getattr(spec, key, []) or [])
         if values:
             doc[key] = values

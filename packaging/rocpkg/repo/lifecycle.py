@@ -247,10 +247,11 @@ def promote(src: str | os.PathLike, dst: str | os.PathLike, release_id: str, *, 
     if problems:    # a symlinked directory is met by each file under it: named once
         raise RocpkgInputError(*dict.fromkeys(problems))
     _require_signer_if_signed(dst, signer)
-    if signer is None and index_signatures(src) and not any(form.repo.indexed(dst) for form in formats_present(dst)):
+    src_signed = index_signatures(src) if signer is None else []
+    if src_signed and not any(form.repo.indexed(dst) for form in formats_present(dst)):
         channel = retention.channel_of(record) or "new"
         raise RocpkgInputError((dst, f"a {channel} channel promoted from {src}, whose indexes are signed "
-                                     f"({index_signatures(src)[0]}): give the key (--sign-key, --gpg-home) to sign "
+                                     f"({src_signed[0]}): give the key (--sign-key, --gpg-home) to sign "
                                      f"it; rocpkg never makes an unsigned copy of a signed channel"))
     if dry_run:
         doc = releases.read_manifest(dst) if os.path.isdir(dst) else None
