@@ -2,7 +2,6 @@
 model: count and hash while writing, never read a file twice)."""
 from __future__ import annotations
 
-import contextlib
 import errno
 import hashlib
 import os
@@ -418,8 +417,10 @@ class SourceFile:
         for digest in digests:
             digest.begin(key)
         if self.size <= CHUNK and not self.sparse and not self.patches:
-            with self._reading():
+            try:
                 data = _whole(self.fd, self.size)
+            except (_SourceChanged, OSError) as exc:
+                raise self._failed(exc) from None
             out.write(data)
             for digest in digests:
                 digest.write(data)
@@ -434,18 +435,16 @@ class SourceFile:
     def chunks(self) -> Iterator[bytes | memoryview]:
         """Exactly the planned bytes, in chunks of at most CHUNK that are never reused
         afterwards (a digest thread may still hold one)."""
-        with self._reading():
-            yield from patch_chunks(_chunks(self.fd, self.size, self.sparse), self.patches)
-
-    @contextlib.contextmanager
-    def _reading(self):
-        """A read of the source: a change of size or a failed read is bad input naming it."""
         try:
-            yield
-        except _SourceChanged as exc:
-            raise self._error(f"the source file changed while packing: {exc}") from None
-        except OSError as exc:
-            raise self._error(f"the source file can't be read: {exc.strerror}") from None
+            yield from patch_chunks(_chunks(self.fd, self.size, self.sparse), self.patches)
+        except (_SourceChanged, OSError) as exc:
+            raise self._failed(exc) from None
+
+    def _failed(self, exc: Exception) -> RocpkgInputError:
+        """What a failed read of the source is: a change of its size, or the OS's error."""
+        if isinstance(exc, _SourceChanged):
+            return self._error(f"the source file changed while packing: {exc}")
+        return self._error(f"the source file can't be read: {exc.strerror}")
 
 
 # -- digests beside the writer --------------------------------------------------------------
