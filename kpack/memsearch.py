@@ -28,3 +28,14 @@ def find(haystack: bytes, needle: bytes, start: int = 0, end: int | None = None)
     base = ctypes.cast(ctypes.c_char_p(haystack), ctypes.c_void_p).value
     found = _MEMMEM(base + start, end - start, needle, len(needle))
     return -1 if found is None else found - base
+
+
+def find_in(buffer: bytearray, needle: bytes, end: int) -> int:
+    """buffer.find(needle, 0, end) for a bytearray that a reader fills again and again
+    (readinto: no new object per read), without copying it."""
+    end = min(end, len(buffer))
+    if _MEMMEM is None or end <= 0:
+        return buffer.find(needle, 0, max(end, 0))
+    base = ctypes.addressof(ctypes.c_char.from_buffer(buffer))
+    found = _MEMMEM(base, end, needle, len(needle))
+    return -1 if found is None else found - base

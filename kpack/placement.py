@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import struct
+import threading
 from typing import BinaryIO, NamedTuple
 
 from kpack import elfread, memsearch
@@ -74,18 +75,36 @@ def _sections(handle: BinaryIO, size: int) -> list[elfread.Section]:
 
 
 def _find(handle: BinaryIO, magics: tuple[bytes, ...], start: int, end: int) -> int:
-    """Offset of the first of `magics` in [start, end), or -1; reads 1 MiB at a time."""
+    """Offset of the first of `magics` in [start, end), or -1; reads 1 MiB at a time into
+    this thread's buffer (a host ELF's data sections are most of a release's host bytes:
+    no new object, no fresh pages per read)."""
     overlap = max(len(magic) for magic in magics) - 1
-    position = start
-    while position < end:
-        handle.seek(position)
-        chunk = handle.read(min(SCAN_CHUNK + overlap, end - position))
-        hits = [hit for hit in (memsearch.find(chunk, magic, 0, SCAN_CHUNK + len(magic) - 1) for magic in magics)
-                if hit >= 0]
-        if hits:
-            return position + min(hits)
-        position += SCAN_CHUNK
+    buffer = _scan_buffer(SCAN_CHUNK + overlap)
+    with memoryview(buffer) as view:
+        position = start
+        while position < end:
+            want = min(SCAN_CHUNK + overlap, end - position)
+            handle.seek(position)
+            got = handle.readinto(view[:want])
+            hits = [hit for hit in (memsearch.find_in(buffer, magic, min(got, SCAN_CHUNK + len(magic) - 1))
+                                    for magic in magics) if hit >= 0]
+            if hits:
+                return position + min(hits)
+            if got < want:
+                return -1   # the file ends before the section does
+            position += SCAN_CHUNK
     return -1
+
+
+_THREAD_BUFFERS = threading.local()
+
+
+def _scan_buffer(size: int) -> bytearray:
+    """This thread's search buffer of at least `size` bytes (one per thread, kept)."""
+    buffer = getattr(_THREAD_BUFFERS, "buffer", None)
+    if buffer is None or len(buffer) < size:
+        buffer = _THREAD_BUFFERS.buffer = bytearray(size)
+    return buffer
 
 
 def _bundles_in(handle: BinaryIO, start: int, end: int, *, check_objects: bool) -> list[Bundle]:

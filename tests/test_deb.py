@@ -418,15 +418,18 @@ def test_a_source_file_that_shrank_is_refused(library, sources, tmp_path):
 
 
 def test_a_file_that_shrinks_while_packing_is_refused(library, sources, tmp_path, monkeypatch):
-    """Another process truncates the file after the sources were checked."""
-    check = deb.check_sources
+    """Another process truncates the file after the writer opened it."""
+    from rocpkg.formats.filelist import PackageSources
 
-    def check_then_truncate(*args):
-        found = check(*args)
-        os.truncate(sources / "lib/libhip.so.7", 10)
-        return found
+    opened = PackageSources.open
 
-    monkeypatch.setattr(deb, "check_sources", check_then_truncate)
+    def open_then_truncate(self, entry, *args):
+        source = opened(self, entry, *args)
+        if entry.source.endswith("lib/libhip.so.7"):
+            os.truncate(sources / "lib/libhip.so.7", 10)
+        return source
+
+    monkeypatch.setattr(PackageSources, "open", open_then_truncate)
     assert_refused(library, tmp_path / "out", "/opt/rocm-7.1.0/lib/libhip.so.7", "changed while packing")
 
 

@@ -381,17 +381,19 @@ def test_a_vanished_source_names_package_and_path_and_leaves_no_file(tmp_path):
     assert not out.exists() or os.listdir(out) == []
 
 
-def test_a_source_that_shrinks_after_the_check_leaves_no_partial_rpm(tmp_path, monkeypatch):
+def test_a_source_that_shrinks_after_it_is_opened_leaves_no_partial_rpm(tmp_path, monkeypatch):
     victim = source(tmp_path, "victim.bin", b"x" * 100_000)
     package = spec("rocm-victim7.1", [file_entry(f"{PREFIX}/victim.bin", victim)])
-    check = rpm_write.check_sources
+    from rocpkg.formats.filelist import PackageSources
 
-    def check_then_truncate(*args):
-        found = check(*args)
+    opened = PackageSources.open
+
+    def open_then_truncate(*args):
+        source = opened(*args)
         os.truncate(victim, 10)             # another process rewrites the artifact
-        return found
+        return source
 
-    monkeypatch.setattr(rpm_write, "check_sources", check_then_truncate)
+    monkeypatch.setattr(PackageSources, "open", open_then_truncate)
     out = tmp_path / "out"
     with pytest.raises(RocpkgInputError, match="shrank while being packed") as error:
         rpm.write_rpm(package, str(out), options())

@@ -158,5 +158,5 @@ class BuiltPackage:
     installed_size: int = 0     # bytes of payload
     metadata: str = ""          # the rendered metadata (Format.metadata_suffix), for OUT/control
     # (source, size, mtime_ns, inode) of each source file, as found before a byte of it was
-    # read (formats.filelist.check_sources): the build's fingerprint records them
+    # read (formats.filelist.PackageSources): the build's fingerprint records them
     sources: tuple = ()

@@ -1,6 +1,6 @@
 """The one normalised file list every writer packs (nfpm's files/files.go): install
 paths checked once with one rule, duplicates and system directories refused, parents
-added where a format needs them, and sources checked before a byte is written.
+added where a format needs them, and the sources a writer reads (PackageSources).
 
 Every problem of a package is reported at once, each naming the package and the path."""
 from __future__ import annotations
@@ -8,9 +8,11 @@ from __future__ import annotations
 import os
 import posixpath
 import stat
-from typing import Iterable
+from contextlib import contextmanager
+from typing import Iterable, Iterator
 
 from rocpkg.errors import RocpkgInputError
+from rocpkg.formats.streams import SourceFile
 from rocpkg.model import DIR, FILE, SYMLINK, FileEntry
 
 # Directories that belong to the base system (Debian's base-files, Fedora's filesystem
@@ -131,14 +133,45 @@ def with_parents(owner: str, files: Iterable[FileEntry]) -> list[FileEntry]:
     return [entries[p] for p in sorted(entries, key=sort_key)]
 
 
-def check_sources(owner: str, files: Iterable[FileEntry]) -> tuple[tuple[str, int, int, int], ...]:
-    """Before a byte is written: every regular file's source is a regular file of its
-    planned size; every bad one is reported at once. Returns what was found of each, in
-    order: (source, size, mtime_ns, inode), the identities the build records
-    (BuiltPackage.sources). One stat per source: that it can be read is what opening it
-    shows (the catalog opened every artifact; SourceFile opens it again to read it, and
-    its digests are taken while it streams into the package: one read of each source)."""
-    problems, found = [], []
+class PackageSources:
+    """The source files of one package as its writer reads them: each opened once, by
+    open(), as a SourceFile (which refuses a file that is not the planned one: vanished,
+    replaced, resized, unreadable), and what each was when opened recorded, in order:
+    (source, size, mtime_ns, inode), the identities the build records
+    (BuiltPackage.sources) before a byte of it is read. A writer runs inside checked():
+    when a source is refused, every bad source of the package is reported at once."""
+
+    def __init__(self, owner: str, files: Iterable[FileEntry]):
+        self.owner = owner
+        self.files = files
+        self.found: list[tuple[str, int, int, int]] = []
+
+    def open(self, entry: FileEntry, size: int | None = None) -> SourceFile:
+        """entry's source, opened for its one read (size: the bytes planned, entry.size
+        by default)."""
+        source = SourceFile(f"{self.owner}: {entry.path}", entry.source, entry.size if size is None else size,
+                            entry.patches, entry.identity)
+        self.found.append(source.found)
+        return source
+
+    @contextmanager
+    def checked(self) -> Iterator["PackageSources"]:
+        """A refused source is reported with every other bad source of the package
+        (source_problems)."""
+        try:
+            yield self
+        except RocpkgInputError as exc:
+            named = {where for where, _ in exc.problems}
+            others = [problem for problem in source_problems(self.owner, self.files) if problem[0] not in named]
+            if others:
+                raise RocpkgInputError(*exc.problems, *others) from None
+            raise
+
+
+def source_problems(owner: str, files: Iterable[FileEntry]) -> list[tuple[str, str]]:
+    """(where, what) for each regular file whose source is not a regular file of its
+    planned size."""
+    problems = []
     for entry in files:
         if entry.type != FILE:
             continue
@@ -155,9 +188,6 @@ def check_sources(owner: str, files: Iterable[FileEntry]) -> tuple[tuple[str, in
                 why = (f"the source file has {info.st_size} bytes, planned {entry.size} "
                        f"(changed since planning?)")
             else:
-                found.append((entry.source, info.st_size, info.st_mtime_ns, info.st_ino))
                 continue
         problems.append((f"{owner}: {entry.path}", f"{why} ({entry.source})"))
-    if problems:
-        raise RocpkgInputError(*problems)
-    return tuple(found)
+    return problems

@@ -41,7 +41,7 @@ class Format:
     file_name:       spec -> the package's file name
     pool:            spec -> the directory under OUT/<name>/ that holds the package file
     writer:          "module:function" of the writer, f(spec, out_dir, options) -> BuiltPackage,
-                     with the identities of the sources it read (formats.filelist.check_sources)
+                     with the identities of the sources it read (formats.filelist.PackageSources)
     name_rule:       a regular expression a package name must fully match
     arch_rule:       a regular expression an architecture name must fully match
     version_problem: evr -> why the format cannot carry it ("" when it can)

@@ -383,7 +383,7 @@ class SourceFile:
         try:  # never through a symlink swapped in since the catalog read the file
             fd = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         except FileNotFoundError:
-            raise self._error("the source file vanished while packing") from None
+            raise self._error("the source file is missing (vanished since planning?)") from None
         except OSError as exc:
             raise self._error(f"the source file can't be read: {exc.strerror}") from None
         self.fd = fd
@@ -392,12 +392,11 @@ class SourceFile:
             os.close(fd)
             raise self._error("the source file was replaced while packing (not the file the plan read)")
         self.mtime = int(info.st_mtime)
+        self.found = (source, info.st_size, info.st_mtime_ns, info.st_ino)   # what was opened
         self.sparse = info.st_blocks * 512 < size     # a file system may not say: then holes are looked for
         if info.st_size != size:
             os.close(fd)
-            change = "grew" if info.st_size > size else "shrank"
-            raise self._error(f"the source file changed while packing: it {change} while being packed: "
-                              f"it has {info.st_size} bytes, the plan says {size}")
+            raise self._error(f"the source file has {info.st_size} bytes, planned {size} (changed since planning?)")
 
     def _error(self, what: str) -> RocpkgInputError:
         return RocpkgInputError((self.where, f"{what} ({self.source})"))

@@ -56,6 +56,7 @@ class StageEntry:
     target: str = ""    # bare lower-case target ("gfx942") for device files
     variant: str = ""   # full target ID it was built for ("gfx90a:xnack+")
     facts: FileFacts | None = None  # regular files only
+    identity: tuple[int, int] = (0, 0)  # (st_dev, st_ino) of the file the catalog read (regular files)
 
 
 @dataclass
@@ -220,9 +221,9 @@ def _index(root, families: dict[str, list[str]]):
         raise RocpkgInputError((root, f"cannot open: {exc.strerror}")) from None
     catalog = Catalog(root=root, families=families)
     problems: list[tuple[str, str]] = []
-    host_elfs: list[str] = []
+    host_elfs: list[tuple[str, tuple[int, int]]] = []
 
-    def take(adir: ArtifactDir, dir_facts: dict[str, FileFacts], dir_elfs: list[str]) -> None:
+    def take(adir: ArtifactDir, dir_facts: dict[str, FileFacts], dir_elfs: list[tuple[str, tuple[int, int]]]) -> None:
         catalog.facts.update(dir_facts)
         host_elfs.extend(dir_elfs)
         catalog.dirs.setdefault((adir.artifact, adir.component), []).append(adir)
@@ -260,7 +261,7 @@ def _index(root, families: dict[str, list[str]]):
                 problems.append((printable(path), f"cannot open: {exc.strerror}"))
                 continue
             dir_facts: dict[str, FileFacts] = {}
-            dir_elfs: list[str] = []
+            dir_elfs: list[tuple[str, tuple[int, int]]] = []
             try:
                 _Walker(families, adir, problems, dir_facts, dir_elfs).read_stages(dir_fd)
             finally:
@@ -281,10 +282,10 @@ class _Walker:
     through directory descriptors, never through a symlink."""
 
     def __init__(self, families: dict[str, list[str]], adir: ArtifactDir, problems: list[tuple[str, str]],
-                 facts: dict[str, FileFacts], host_elfs: list[str]):
+                 facts: dict[str, FileFacts], host_elfs: list[tuple[str, tuple[int, int]]]):
         self.families = families
         self.facts = facts           # this dir's files' facts, kept apart (scan_device_dirs)
-        self.host_elfs = host_elfs   # whose device code scan() reads afterwards
+        self.host_elfs = host_elfs   # (path, identity): whose device code scan() reads afterwards
         self.adir = adir
         self.problems = problems
         self.default_target = adir.bare_target if adir.kind == "target" else ""
@@ -462,10 +463,10 @@ class _Walker:
             identity = (st.st_dev, st.st_ino)
             # most files are told by their first bytes, read on the descriptor; the rest
             # are read further through a file object
-            facts = plain_facts(os.pread(fd, HEAD_SIZE, 0), name, embedded, identity)
+            facts = plain_facts(os.pread(fd, HEAD_SIZE, 0), name, embedded)
             if facts is None:
                 with os.fdopen(os.dup(fd), "rb") as fh:
-                    facts = dataclasses.replace(read_facts(fh, name, embedded, host_code=False), identity=identity)
+                    facts = read_facts(fh, name, embedded, host_code=False)
         except OSError as exc:
             self.problem(full, f"cannot be read: {exc.strerror or exc}")
             return None
@@ -473,9 +474,9 @@ class _Walker:
             os.close(fd)
         self.facts[full] = facts
         if facts.elf == "host":
-            self.host_elfs.append(full)
+            self.host_elfs.append((full, identity))
         return StageEntry(rel, "file", stat.S_IMODE(st.st_mode), st.st_size, full, "", self.default_target,
-                          self.variant, facts)
+                          self.variant, facts, identity)
 
     def _route(self, entry: StageEntry) -> StageEntry | None:
         """Find the one target of an entry in a family dir, or report it. A per-arch dir
@@ -512,8 +513,7 @@ class _Walker:
             self.problem(entry.source, f"routed to {target}, which is not in family {adir.suffix}")
             return None
         variant = variants[0] if len(set(variants)) == 1 else target
-        return StageEntry(entry.rel, entry.type, entry.mode, entry.size, entry.source, entry.link_target, target,
-                          variant, entry.facts)
+        return dataclasses.replace(entry, target=target, variant=variant)
 
 
 def _is_symlink(dir_fd: int, rel: str) -> bool:

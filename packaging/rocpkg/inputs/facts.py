@@ -51,8 +51,6 @@ class FileFacts:
     host_code: device code a host ELF still carries (kpack.placement.host_device_code: a
               non-empty .hip_fatbin means the kpack split step did not run)
     *_error:  what is wrong with the marker, the archive or the device code, "" if nothing
-    identity: (st_dev, st_ino) of the file the catalog read, so that a later reader can
-              tell whether the path still names the same file
     runpath_tags: (file offset, DT_RPATH in this ELF's word size and byte order) of the
               d_tag of each DT_RUNPATH entry of a host ELF's dynamic table: the patches that
               turn RUNPATH into RPATH as TheRock's runpath_to_rpath does (rocpkg.inputs.rpath)
@@ -81,7 +79,6 @@ class FileFacts:
     targets: tuple[str, ...] = ()
     device_error: str = ""
     host_code: tuple[tuple[str, str], ...] = ()   # device code inside a host ELF: (kind, what)
-    identity: tuple[int, int] = (0, 0)
     runpath_tags: tuple[tuple[int, bytes], ...] = ()
     runpath_error: str = ""
     build_id: str = ""
@@ -95,20 +92,21 @@ class FileFacts:
     elf_end: int = 0
 
 
+_PLAIN, _OTHER_ELF = FileFacts(), FileFacts(elf="other")
 HEAD_SIZE = 64     # the leading bytes that tell what kind of file an artifact is
 
 
-def plain_facts(head: bytes, name: str, scan_embedded: bool = False,
-                identity: tuple[int, int] = (0, 0)) -> FileFacts | None:
+def plain_facts(head: bytes, name: str, scan_embedded: bool = False) -> FileFacts | None:
     """The facts of a file whose first HEAD_SIZE bytes (or all of them) say there is
     nothing more to read in it (not ELF, not a kpack archive, not device code, not a
     file to search for embedded code); None when read_facts must read further. Most of
-    a release's files (headers, data, scripts) end here, after one read."""
+    a release's files (headers, data, scripts) end here, after one read, and share one
+    of two FileFacts (facts are immutable and say nothing of the file's identity)."""
     elf = head.startswith(ELF_MAGIC)
     if (elf and len(head) >= 20) or name.endswith(".kpack") or head.startswith((b"KPAK", *DEVICE_MAGICS)) \
             or scan_embedded:
         return None
-    return FileFacts(elf="other" if elf else "", identity=identity)
+    return _OTHER_ELF if elf else _PLAIN
 
 
 def read_facts(fh, name: str, scan_embedded: bool = False, host_code: bool = True) -> FileFacts:

@@ -20,14 +20,14 @@ from kpack.errors import KpackFormatError
 FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0)
 
 
-def search(facts: dict, sources: list[str], embedded_objects: bool, starmap_async=None):
-    """Start the search of each host ELF in `sources` (on starmap_async's workers, else on
-    threads, done before this returns); returns the call that waits for it, adds what it
-    found to `facts` and returns the problems (a file replaced or unreadable since the
-    walk). Each file is opened again, no symlink followed, and must be the one the walk
-    read (its identity in facts)."""
-    sources = list(sources)
-    arguments = [(source, facts[source].identity, embedded_objects) for source in sources]
+def search(facts: dict, sources: list[tuple[str, tuple[int, int]]], embedded_objects: bool, starmap_async=None):
+    """Start the search of each host ELF of `sources`, (path, the identity the walk read),
+    on starmap_async's workers, else on threads (done before this returns); returns the
+    call that waits for it, adds what it found to `facts` and returns the problems (a file
+    replaced or unreadable since the walk). Each file is opened again, no symlink
+    followed, and must be the one the walk read."""
+    arguments = [(source, identity, embedded_objects) for source, identity in sources]
+    sources = [source for source, _ in sources]
     if starmap_async is not None:
         waiter = starmap_async(found_in, arguments)
     else:

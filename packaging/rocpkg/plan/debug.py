@@ -114,7 +114,7 @@ def _index_entry(index: DebugIndex, entry) -> None:
         index.problems.append((where, f"its build-id is {facts.build_id or 'missing'}, not the {named} "
                                       "its .build-id path names"))
         return
-    candidate = DebugFile(named, entry.source, entry.size, facts.identity)
+    candidate = DebugFile(named, entry.source, entry.size, entry.identity)
     kept = index.files.setdefault(named, candidate)
     if kept is not candidate and not _same_bytes(kept, candidate):
         index.findings.append(DebugFinding(DEBUG_CONFLICT, where, f"build-id {named} also has the debug file "

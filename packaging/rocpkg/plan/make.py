@@ -184,7 +184,7 @@ class _PlanBuilder:
                 patches, why = planned_patches(e.facts, self.settings.get("runpath_to_rpath", False))
                 self.problems += [(printable(e.source), why)] if why else []
                 fe = m.FileEntry(path, m.FILE, e.mode & 0o755, e.source, e.size, patches=patches,
-                                 identity=getattr(e.facts, "identity", (0, 0)))
+                                 identity=e.identity)
             elif e.type == "symlink":
                 fe = m.FileEntry(path, m.SYMLINK, 0o777, "", 0, e.link_target)
             else:

@@ -26,12 +26,12 @@ from typing import BinaryIO, Iterator
 
 from rocpkg.formats import compression
 from rocpkg.errors import RocpkgInputError
-from rocpkg.formats.filelist import check_sources, checked_files, with_parents
+from rocpkg.formats.filelist import PackageSources, checked_files, with_parents
 from rocpkg.model import DIR, FILE, SYMLINK, BuildOptions, BuiltPackage, FileEntry, PackageSpec
 from rocpkg.formats.render import render_deb
 from rocpkg.formats.tarinfo import root_tarinfo
 from rocpkg.formats.deb.plugin import FORMAT, file_name
-from rocpkg.formats.streams import CHUNK, AtomicOutput, DigestThread, SourceFile, digester, hash_open
+from rocpkg.formats.streams import CHUNK, AtomicOutput, DigestThread, digester, hash_open
 
 AR_MAGIC = b"!<arch>\n"
 AR_HEADER_SIZE = 60
@@ -208,11 +208,10 @@ def _normalised_mode(mode: int) -> int:
     return mode & 0o7755
 
 
-def _write_payload_file(tar_out, md5: DigestThread, spec: PackageSpec, entry: FileEntry, sde: int) -> int:
+def _write_payload_file(tar_out, md5: DigestThread, sources: PackageSources, entry: FileEntry, sde: int) -> int:
     """Header + bytes of one source file (its md5 taken beside, by the digest thread);
     returns the tar bytes written."""
-    where = f"{spec.name}: {entry.path}"
-    with SourceFile(where, entry.source, entry.size, entry.patches, entry.identity) as source:
+    with sources.open(entry) as source:
         header = _tar_header((_tar_name(entry.path), tarfile.REGTYPE,
                                       _normalised_mode(entry.mode), min(source.mtime, sde), entry.size))
         tar_out.write(header)
@@ -222,7 +221,7 @@ def _write_payload_file(tar_out, md5: DigestThread, spec: PackageSpec, entry: Fi
     return len(header) + entry.size + len(padding)
 
 
-def _write_data_tar(tar_out, spec: PackageSpec, tree: list[_DataEntry], sde: int, threads: int) -> dict[str, str]:
+def _write_data_tar(tar_out, sources: PackageSources, tree: list[_DataEntry], sde: int, threads: int) -> dict[str, str]:
     """Stream the whole data.tar into tar_out (a compressor); returns the md5 of every
     source file, taken on the way (streams.digester: md5 is slower than zstd -3, so
     beside the compressor's own workers when the package has cores to spare)."""
@@ -230,7 +229,7 @@ def _write_data_tar(tar_out, spec: PackageSpec, tree: list[_DataEntry], sde: int
     md5 = digester("md5", threads)
     try:
         for item in tree:
-            offset += _write_data_item(tar_out, md5, spec, item, sde)
+            offset += _write_data_item(tar_out, md5, sources, item, sde)
     except BaseException:
         md5.abandon()
         raise
@@ -238,12 +237,12 @@ def _write_data_tar(tar_out, spec: PackageSpec, tree: list[_DataEntry], sde: int
     return md5.close()
 
 
-def _write_data_item(tar_out, md5: DigestThread, spec: PackageSpec, item: _DataEntry, sde: int) -> int:
+def _write_data_item(tar_out, md5: DigestThread, sources: PackageSources, item: _DataEntry, sde: int) -> int:
     """One data.tar member; returns the bytes written."""
     entry = item.entry
     name = _tar_name(entry.path)
     if entry.type == FILE and item.content is None:
-        return _write_payload_file(tar_out, md5, spec, entry, sde)
+        return _write_payload_file(tar_out, md5, sources, entry, sde)
     if entry.type == FILE:
         header = _tar_header((name, tarfile.REGTYPE, _normalised_mode(entry.mode), sde, len(item.content)))
         block = header + item.content + _tar_padding(len(item.content))
@@ -290,7 +289,7 @@ def write_deb(spec: PackageSpec, out_dir: str, options: BuildOptions) -> BuiltPa
     control_text = _checked_control(spec, rendered.control)
     tree = _data_tree(spec, rendered.doc_files)
     conffiles = [d.entry.path for d in tree if d.entry.type == FILE and d.entry.path.startswith("/etc/")]
-    sources = check_sources(spec.name, [d.entry for d in tree if d.content is None])
+    sources = PackageSources(spec.name, [d.entry for d in tree if d.content is None])
 
     has_sources = any(d.entry.type == FILE and d.content is None for d in tree)
 
@@ -299,9 +298,9 @@ def write_deb(spec: PackageSpec, out_dir: str, options: BuildOptions) -> BuiltPa
                                               conffiles, options.source_date_epoch, spec.shlibs), stored=has_sources)
 
     path = os.path.join(out_dir, file_name(spec))
-    with AtomicOutput(path, "w+b") as out:
+    with AtomicOutput(path, "w+b") as out, sources.checked():
         try:
-            _write_ar(out, spec, control_member, tree, options)
+            _write_ar(out, spec, sources, control_member, tree, options)
         except _MemberTooLarge as exc:
             raise RocpkgInputError((f"{spec.name}: {file_name(spec)}", str(exc))) from None
         # The .deb's sha256 (the Packages index and the manifest carry it) covers
@@ -312,10 +311,11 @@ def write_deb(spec: PackageSpec, out_dir: str, options: BuildOptions) -> BuiltPa
         size = hash_open(out, 0, sha256)
     installed = spec.payload_size + sum(len(d) for d in rendered.doc_files.values())
     return BuiltPackage(spec=spec, path=path, size=size, sha256=sha256.hexdigest(),
-                        installed_size=installed, metadata=rendered.control, sources=sources)
+                        installed_size=installed, metadata=rendered.control, sources=tuple(sources.found))
 
 
-def _write_ar(out: BinaryIO, spec: PackageSpec, control_member, tree: list[_DataEntry], options: BuildOptions) -> None:
+def _write_ar(out: BinaryIO, spec: PackageSpec, sources: PackageSources, control_member, tree: list[_DataEntry],
+              options: BuildOptions) -> None:
     """The ar archive: debian-binary, control.tar.gz with placeholder md5sums, then
     data.tar.* compressed straight into `out`; then the data member's size and the real
     md5sums are patched in place (both keep their length)."""
@@ -330,7 +330,7 @@ def _write_ar(out: BinaryIO, spec: PackageSpec, control_member, tree: list[_Data
     out.write(_ar_header(data_name, 0, sde))
     data_at = data_header_at + AR_HEADER_SIZE
     compressor = compression.compressor(options.compression, out, options, compression.DEB, spec.payload_size)
-    digests = _write_data_tar(compressor, spec, tree, sde, compression.writer_threads(options.threads))
+    digests = _write_data_tar(compressor, sources, tree, sde, compression.writer_threads(options.threads))
     compressor.close()
     data_size = out.tell() - data_at
     # no source file, no md5 to fill in: the placeholder is the member (not compressed again)

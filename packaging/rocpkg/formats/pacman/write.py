@@ -22,11 +22,11 @@ from dataclasses import dataclass, field
 import rocpkg
 from rocpkg.errors import RocpkgInputError
 from rocpkg.formats import compression
-from rocpkg.formats.filelist import check_sources, checked_files
+from rocpkg.formats.filelist import PackageSources, checked_files
 from rocpkg.formats.pacman import mtree, rules, tar
 from rocpkg.formats.pacman.templates import render
 from rocpkg.formats.render import SCRIPT_NAMES, check_metadata, deb_synopsis, render_script
-from rocpkg.formats.streams import CHUNK, AtomicOutput, HashingWriter, SourceFile, digester
+from rocpkg.formats.streams import CHUNK, AtomicOutput, HashingWriter, digester
 from rocpkg.model import DIR, FILE, SYMLINK, BuildOptions, BuiltPackage, FileEntry, PackageSpec
 
 # zstd as a run of independent frames (threads do not change the bytes), each with its
@@ -141,7 +141,7 @@ def _mode(entry: FileEntry) -> int:
     return 0o777 if entry.type == SYMLINK else entry.mode & 0o7755
 
 
-def _write_files(sink, spec: PackageSpec, tree: list[FileEntry], sde: int,
+def _write_files(sink, sources: PackageSources, tree: list[FileEntry], sde: int,
                  threads: int) -> tuple[list[mtree.MtreeEntry], int]:
     """The files' tar members into sink; returns their mtree entries and the bytes written."""
     md5, sha256 = digester("md5", threads), digester("sha256", threads)
@@ -154,7 +154,7 @@ def _write_files(sink, spec: PackageSpec, tree: list[FileEntry], sde: int,
             elif entry.type == SYMLINK:
                 block = tar.header(name, tar.SYM, 0o777, sde, 0, entry.link_target)
             else:
-                offset += _write_file(sink, spec, entry, sde, md5, sha256, mtimes)
+                offset += _write_file(sink, sources, entry, sde, md5, sha256, mtimes)
                 continue
             sink.write(block)
             offset += len(block)
@@ -171,9 +171,8 @@ def _write_files(sink, spec: PackageSpec, tree: list[FileEntry], sde: int,
     return entries, offset
 
 
-def _write_file(sink, spec: PackageSpec, entry: FileEntry, sde: int, md5, sha256, mtimes: dict) -> int:
-    where = f"{spec.name}: {entry.path}"
-    with SourceFile(where, entry.source, entry.size, entry.patches, entry.identity) as source:
+def _write_file(sink, sources: PackageSources, entry: FileEntry, sde: int, md5, sha256, mtimes: dict) -> int:
+    with sources.open(entry) as source:
         mtime = mtimes[entry.path] = min(source.mtime, sde)
         header = tar.header(entry.path[1:], tar.REG, _mode(entry), mtime, entry.size)
         sink.write(header)
@@ -201,7 +200,7 @@ def write_pacman(spec: PackageSpec, out_dir: str, options: BuildOptions) -> Buil
     files = checked_files(spec.name, spec.files)
     info = pkginfo(spec, options, files)
     tree = with_all_parents(files)
-    sources = check_sources(spec.name, files)
+    sources = PackageSources(spec.name, files)
     sde = options.source_date_epoch
     texts = {".PKGINFO": render("pacman/PKGINFO.j2", info=info).encode("utf-8"),
              ".BUILDINFO": render("pacman/BUILDINFO.j2", info=info, tool_version=rocpkg.__version__).encode("utf-8")}
@@ -211,9 +210,9 @@ def write_pacman(spec: PackageSpec, out_dir: str, options: BuildOptions) -> Buil
     threads = compression.writer_threads(options.threads)
     path = os.path.join(out_dir, filename(spec, options))
     os.makedirs(out_dir, exist_ok=True)
-    with tempfile.TemporaryFile(dir=out_dir) as payload:
+    with tempfile.TemporaryFile(dir=out_dir) as payload, sources.checked():
         compressor = compression.compressor(options.compression, payload, options, PACMAN)
-        listed, size = _write_files(compressor, spec, tree, sde, threads)
+        listed, size = _write_files(compressor, sources, tree, sde, threads)
         meta = _meta_members(texts, listed, sde)
         compressor.write(tar.end(len(meta) + size))
         compressor.close()
@@ -226,4 +225,5 @@ def write_pacman(spec: PackageSpec, out_dir: str, options: BuildOptions) -> Buil
             while chunk := payload.read(CHUNK):
                 whole.write(chunk)
     return BuiltPackage(spec=spec, path=path, size=whole.count, sha256=whole.hexdigest(),
-                        installed_size=info.size, metadata=texts[".PKGINFO"].decode("utf-8"), sources=sources)
+                        installed_size=info.size, metadata=texts[".PKGINFO"].decode("utf-8"),
+                        sources=tuple(sources.found))

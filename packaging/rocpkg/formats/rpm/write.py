@@ -10,7 +10,7 @@ import os
 from rocpkg.formats.rpm.plugin import FORMAT, file_name
 from rocpkg.formats import compression
 from rocpkg.errors import RocpkgInputError
-from rocpkg.formats.filelist import check_sources, checked_files
+from rocpkg.formats.filelist import PackageSources, checked_files
 from rocpkg.model import DIR, FILE, SYMLINK, BuildOptions, BuiltPackage, FileEntry, PackageSpec
 from rocpkg.formats.render import render_spec
 from rocpkg.formats.rpm.cpio import CpioWriter
@@ -21,7 +21,7 @@ from rocpkg.formats.rpm.spec import RELATION_KEYS, SCRIPT_SENSE, ParsedSpec, par
 from rocpkg.formats.rpm.tags import (LARGE_SIZE, PGPHASHALGO_SHA256, RPMFILE_CONFIG, RPMFILE_NONE,
                              RPMFILE_NOREPLACE, RPMVERIFY_ALL, TYPE_I18NSTRING,
                              TYPE_INT16, TYPE_INT32, TYPE_INT64, TYPE_STRING, TYPE_STRING_ARRAY, Tag)
-from rocpkg.formats.streams import AtomicOutput, SourceFile, Tee, digester, hash_open
+from rocpkg.formats.streams import AtomicOutput, Tee, digester, hash_open
 
 BUILDHOST = "localhost"
 RPMVERSION = "4.18.0"       # the rpm feature level this writer follows
@@ -231,7 +231,8 @@ def _all_relation_tags(parsed: ParsedSpec, provides: list, requires: list) -> di
     return tags
 
 
-def _stream_payload(spec, files, payload_sink, large: bool, mtime: int, threads: int) -> dict[str, str]:
+def _stream_payload(sources: PackageSources, files, payload_sink, large: bool, mtime: int,
+                    threads: int) -> dict[str, str]:
     """The cpio archive of every entry, file bytes streamed from the sources; returns the
     SHA-256 of each regular file (the header's FILEDIGESTS), taken on the way
     (streams.digester: beside the writer when the package has cores to spare)."""
@@ -244,8 +245,7 @@ def _stream_payload(spec, files, payload_sink, large: bool, mtime: int, threads:
             if entry.type == SYMLINK:
                 cpio.write_data(entry.link_target.encode("utf-8", "surrogateescape"))
             elif entry.type == FILE:
-                where = f"{spec.name}: {entry.path}"
-                with SourceFile(where, entry.source, size, entry.patches, entry.identity) as source:
+                with sources.open(entry, size) as source:
                     source.copy_to(cpio, (sha256,), entry.path)
         cpio.finish()
     except BaseException:
@@ -255,12 +255,13 @@ def _stream_payload(spec, files, payload_sink, large: bool, mtime: int, threads:
 
 
 def write_rpm(spec: PackageSpec, out_dir: str, options: BuildOptions) -> BuiltPackage:
-    """Write out_dir/<file_name(spec)>, streaming: (1) check the sources; (2) lead,
-    placeholder signature, placeholder header (every digest zeros: digests are fixed-length
-    hex, so the header's length does not depend on them), then the compressed cpio while
-    taking each file's sha256 and the compressed payload's; (3) rewrite the header with
-    the real digests (same length) and the signature in its fixed-size slot; (4) one pass
-    over the compressed payload for the whole file's sha256. Each source is read once.
+    """Write out_dir/<file_name(spec)>, streaming: (1) lead, placeholder signature,
+    placeholder header (every digest zeros: digests are fixed-length hex, so the header's
+    length does not depend on them), then the compressed cpio while taking each file's
+    sha256 and the compressed payload's; (2) rewrite the header with the real digests
+    (same length) and the signature in its fixed-size slot; (3) one pass over the
+    compressed payload for the whole file's sha256. Each source is read once, checked as
+    it is opened (formats.filelist.PackageSources).
     Written through AtomicOutput: a failure leaves no partial file.
 
     The digest scheme is rpm >= 4.14's: header SHA256 (and SHA1) in the signature, the
@@ -276,7 +277,7 @@ def write_rpm(spec: PackageSpec, out_dir: str, options: BuildOptions) -> BuiltPa
     except ValueError as exc:
         raise RocpkgInputError((f"{spec.name}: spec", str(exc))) from None
     files = checked_files(spec.name, spec.files)
-    sources = check_sources(spec.name, files)
+    sources = PackageSources(spec.name, files)
     large = any(_entry_size(e) >= LARGE_SIZE for e in files)
     threads = compression.writer_threads(options.threads)
     placeholder = "0" * 64
@@ -287,7 +288,7 @@ def write_rpm(spec: PackageSpec, out_dir: str, options: BuildOptions) -> BuiltPa
     sig_area = len(encode_signature(signature_tags(header, LARGE_SIZE + 1, LARGE_SIZE + 1), None))
     nevr = f"{parsed.preamble['name']}-{spec.evr}"
     path = os.path.join(out_dir, file_name(spec))
-    with AtomicOutput(path, "w+b") as out:
+    with AtomicOutput(path, "w+b") as out, sources.checked():
         out.write(encode_lead(nevr))
         out.write(bytes(sig_area))
         header_start = out.tell()
@@ -298,7 +299,7 @@ def write_rpm(spec: PackageSpec, out_dir: str, options: BuildOptions) -> BuiltPa
         compressor = compression.compressor(options.compression, compressed, options, compression.RPM)
         uncompressed = Tee(compressor)
         try:
-            digests = _stream_payload(spec, files, uncompressed, large, options.source_date_epoch, threads)
+            digests = _stream_payload(sources, files, uncompressed, large, options.source_date_epoch, threads)
             compressor.close()
         except BaseException:
             compressed_digest.abandon()
@@ -323,4 +324,4 @@ def write_rpm(spec: PackageSpec, out_dir: str, options: BuildOptions) -> BuiltPa
         size = payload_start + hash_open(out, payload_start, whole)
     return BuiltPackage(spec=spec, path=path, size=size, sha256=whole.hexdigest(),
                         installed_size=sum(_entry_size(e) for e in files), metadata=spec_text,
-                        sources=sources)
+                        sources=tuple(sources.found))
