@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import operator
 import os
 import re
 
@@ -96,7 +97,7 @@ def _options_key(options: m.BuildOptions) -> dict:
 
 
 _SPEC_FIELDS = tuple(f.name for f in dataclasses.fields(m.PackageSpec) if f.name != "files")
-_FILE_FIELDS = tuple(f.name for f in dataclasses.fields(m.FileEntry))
+_FILE_FIELDS = operator.attrgetter(*(f.name for f in dataclasses.fields(m.FileEntry)))
 
 
 def _spec_fields(spec: m.PackageSpec) -> dict:
@@ -104,7 +105,7 @@ def _spec_fields(spec: m.PackageSpec) -> dict:
     gives, without its deep copies (which cost more than writing a small package)."""
     fields = {name: getattr(spec, name) for name in _SPEC_FIELDS}
     fields["links"] = [dataclasses.astuple(link) for link in spec.links]
-    fields["files"] = [[getattr(entry, name) for name in _FILE_FIELDS] for entry in spec.files]
+    fields["files"] = list(map(_FILE_FIELDS, spec.files))    # each entry's fields, in order (a tuple)
     return fields
 
 

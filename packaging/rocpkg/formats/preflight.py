@@ -285,11 +285,11 @@ def check_plan(packages: dict[str, list[m.PackageSpec]], formats) -> list[tuple[
                 nodes.setdefault(fe.path, (fe, spec))
         unfit: set[str] = set()
         for path, (fe, spec) in nodes.items():
-            origin = f" (artifact file {printable(fe.source)})" if fe.source else ""
             found = path_problems(path)
             if fe.type == m.DIR and path in SYSTEM_DIRS:
                 found.append("a system directory, which no package may own")
             if found:  # said once for a directory, not again for everything below it
+                origin = f" (artifact file {printable(fe.source)})" if fe.source else ""
                 unfit.add(path)
                 if posixpath.dirname(path) not in unfit:
                     problems += [(printable(path), what + origin) for what in found]

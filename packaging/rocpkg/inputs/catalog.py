@@ -32,7 +32,7 @@ from kpack.detect import EMBEDDING_SUFFIXES
 from rocpkg.errors import RocpkgInputError
 from rocpkg.inputs.facts import HEAD_SIZE, FileFacts, plain_facts, read_facts
 from rocpkg.inputs.host_code import FILE_FLAGS as _FILE_FLAGS
-from rocpkg.inputs.host_code import search
+from rocpkg.inputs.host_code import HostSearch
 from rocpkg.formats.preflight import printable
 
 MANIFEST = "artifact_manifest.txt"
@@ -158,12 +158,15 @@ class Catalog:
 
 _DROPPED_BITS = ((stat.S_ISUID, "setuid"), (stat.S_ISGID, "setgid"), (stat.S_ISVTX, "sticky"),
                  (stat.S_IWOTH, "world-writable"))
+_ANY_DROPPED = stat.S_ISUID | stat.S_ISGID | stat.S_ISVTX | stat.S_IWOTH
 
 
 def dropped_mode_bits(mode: int, entry_type: str) -> str:
     """The risky permission bits of an artifact file or dir that a package never carries
     (setuid, setgid, sticky, world-writable), named for a warning; "" when there are none."""
-    names = [name for bit, name in _DROPPED_BITS if mode & bit] if entry_type != "symlink" else []
+    if not mode & _ANY_DROPPED or entry_type == "symlink":
+        return ""
+    names = [name for bit, name in _DROPPED_BITS if mode & bit]
     return f"{'/'.join(names)} bit{'s' if len(names) > 1 else ''}" if names else ""
 
 
@@ -199,19 +202,21 @@ def scan(root: str | os.PathLike, families: dict[str, list[str]] | None = None, 
     """Index every artifact dir under root; all problems are reported together. With
     embedded_objects=False host data sections are searched for offload bundles only.
     starmap_async: worker processes that search the host ELFs' data sections while the
-    caller plans (catalog.settle() waits for them; rocpkg.inputs.host_code); without
-    them the search is done before this returns."""
-    catalog, problems, host_elfs = _index(root, families or kt.FAMILIES)
+    walk goes on and the caller plans (catalog.settle() waits for them;
+    rocpkg.inputs.host_code); without them the search is done before this returns."""
+    search = HostSearch(embedded_objects, starmap_async)
+    catalog, problems = _index(root, families or kt.FAMILIES, search.add)
     if problems:
         raise RocpkgInputError(*problems)
-    catalog.pending = search(catalog.facts, host_elfs, embedded_objects, starmap_async)
+    catalog.pending = search.finish(catalog.facts)
     if starmap_async is None:
         catalog.settle()
     return catalog
 
 
-def _index(root, families: dict[str, list[str]]):
-    """The catalog of root's artifact dirs, with the problems and the host ELFs found."""
+def _index(root, families: dict[str, list[str]], host_elfs_found):
+    """The catalog of root's artifact dirs and the problems; host_elfs_found([(path,
+    identity)]) is told of each artifact dir's host ELFs once the dir is read."""
     root = os.path.abspath(os.fspath(root))
     try:  # the root the user named may itself be a symlink; nothing below it is followed
         root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
@@ -221,11 +226,11 @@ def _index(root, families: dict[str, list[str]]):
         raise RocpkgInputError((root, f"cannot open: {exc.strerror}")) from None
     catalog = Catalog(root=root, families=families)
     problems: list[tuple[str, str]] = []
-    host_elfs: list[tuple[str, tuple[int, int]]] = []
 
     def take(adir: ArtifactDir, dir_facts: dict[str, FileFacts], dir_elfs: list[tuple[str, tuple[int, int]]]) -> None:
         catalog.facts.update(dir_facts)
-        host_elfs.extend(dir_elfs)
+        if dir_elfs:
+            host_elfs_found(dir_elfs)
         catalog.dirs.setdefault((adir.artifact, adir.component), []).append(adir)
 
     try:
@@ -269,7 +274,7 @@ def _index(root, families: dict[str, list[str]]):
             take(adir, dir_facts, dir_elfs)
     finally:
         os.close(root_fd)
-    return catalog, problems, host_elfs
+    return catalog, problems
 
 
 _TYPE_NAMES = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),

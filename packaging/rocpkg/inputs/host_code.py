@@ -1,10 +1,10 @@
 """The device code a host ELF still carries (a fat binary the kpack split left, bundles in
-its data sections), searched after the catalog's walk.
+its data sections), searched beside the catalog's walk.
 
 Why apart from the walk: a release's host data sections are GiBs, and searching the
-largest alone takes longer than the rest of the catalog. So the catalog starts the search
-once its walk has listed the host ELFs, on the build's worker processes when there are
-some, and the planner goes on meanwhile; the plan is returned once the search is in
+largest alone takes longer than the rest of the catalog. So the catalog hands the host
+ELFs to the search as its walk lists them, to the build's worker processes when there are
+some (they search while the walk and the planner go on); the plan is returned once the search is in
 (rocpkg.plan.make), so the build's checks see every finding before a package is written.
 Without workers it runs on threads (kpack.memsearch lets them run) before the catalog is
 returned.
@@ -20,30 +20,55 @@ from kpack.errors import KpackFormatError
 FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0)
 
 
-def search(facts: dict, sources: list[tuple[str, tuple[int, int]]], embedded_objects: bool, starmap_async=None):
-    """Start the search of each host ELF of `sources`, (path, the identity the walk read),
-    on starmap_async's workers, else on threads (done before this returns); returns the
-    call that waits for it, adds what it found to `facts` and returns the problems (a file
+class HostSearch:
+    """The search of the host ELFs' data sections, fed by the catalog's walk (add) as it
+    finds them. With worker processes (starmap_async) a batch starts as soon as it has
+    BATCH files, so the workers search while the walk goes on; without them every file is
+    searched on threads once the walk is over (finish). finish() returns the call that
+    waits for the search, adds what it found to the facts and returns the problems (a file
     replaced or unreadable since the walk). Each file is opened again, no symlink
-    followed, and must be the one the walk read."""
-    arguments = [(source, identity, embedded_objects) for source, identity in sources]
-    sources = [source for source, _ in sources]
-    if starmap_async is not None:
-        waiter = starmap_async(found_in, arguments)
-    else:
-        read = _on_threads(arguments)
-        waiter = lambda: read  # noqa: E731
+    followed, and must be the one the walk read (its identity)."""
 
-    def finish() -> list[tuple[str, str]]:
-        problems = []
-        for source, (changes, problem) in zip(sources, waiter()):
-            if problem is not None:
-                problems.append(problem)
-            else:
-                facts[source] = dataclasses.replace(facts[source], **changes)
-        return problems
+    BATCH = 2   # one file would be searched here, not on the workers (Workers.starmap_async)
 
-    return finish
+    def __init__(self, embedded_objects: bool, starmap_async=None):
+        self.embedded_objects, self.starmap_async = embedded_objects, starmap_async
+        self.queued: list[tuple[str, tuple[int, int]]] = []    # (path, identity) not started yet
+        self.started: list[tuple[list[str], object]] = []     # (paths, the call that waits for them)
+
+    def add(self, found: list[tuple[str, tuple[int, int]]]) -> None:
+        """More host ELFs the walk read: (path, identity)."""
+        self.queued.extend(found)
+        if self.starmap_async is not None and len(self.queued) >= self.BATCH:
+            self._start()
+
+    def _start(self) -> None:
+        batch, self.queued = self.queued, []
+        arguments = [(source, identity, self.embedded_objects) for source, identity in batch]
+        if self.starmap_async is not None:
+            waiter = self.starmap_async(found_in, arguments)
+        else:
+            read = _on_threads(arguments)
+            waiter = lambda: read  # noqa: E731
+        self.started.append(([source for source, _ in batch], waiter))
+
+    def finish(self, facts: dict):
+        """Start what is left; the call that waits for every file (see the class)."""
+        if self.queued:
+            self._start()
+        started, self.started = self.started, []
+
+        def settle() -> list[tuple[str, str]]:
+            problems = []
+            for sources, waiter in started:
+                for source, (changes, problem) in zip(sources, waiter()):
+                    if problem is not None:
+                        problems.append(problem)
+                    else:
+                        facts[source] = dataclasses.replace(facts[source], **changes)
+            return problems
+
+        return settle
 
 
 def found_in(source: str, identity: tuple[int, int], embedded_objects: bool):

@@ -292,11 +292,18 @@ class Checker:
 
     def check_file_conflicts(self) -> None:
         owners: dict[str, list[tuple[str, str]]] = {}
+        shared: set[str] = set()    # the paths of more than one package: only those are sorted
         for name, spec in self.specs.items():
             for fe in spec.files:
-                owners.setdefault(fe.path, []).append((name, fe.type))
-        for path, who in sorted(owners.items()):
-            if len(who) < 2 or all(kind == m.DIR for _, kind in who):
+                who = owners.get(fe.path)
+                if who is None:
+                    owners[fe.path] = [(name, fe.type)]
+                else:
+                    who.append((name, fe.type))
+                    shared.add(fe.path)
+        for path in sorted(shared):
+            who = owners[path]
+            if all(kind == m.DIR for _, kind in who):
                 continue
             names = sorted(n for n, _ in who)
             self.problem("file-conflict", names[0], path, "", f"also shipped by {', '.join(names[1:])}")

@@ -149,9 +149,11 @@ def _check_placement(release: ReleaseView, report: VerifyReport, spec: m.Package
     there means the kpack split step did not run; a runtime's own embedded kernels, such
     as ROCr's trap handlers, are a warning), and in a device package only code for its
     target."""
-    from kpack.placement import EMBEDDED_CODE_OBJECT, code_fits
-
     if spec.kind != m.KIND_DEVICE:
+        if not facts.host_code:
+            return
+        from kpack.placement import EMBEDDED_CODE_OBJECT
+
         for kind, what in facts.host_code:
             if kind == EMBEDDED_CODE_OBJECT:
                 report.warnings.append(f"{spec.name}: {fe.path}: {what} (kept: a runtime may carry its own kernels)")
@@ -159,8 +161,10 @@ def _check_placement(release: ReleaseView, report: VerifyReport, spec: m.Package
                 release.problem("device-code-in-host", spec.name, fe.path, "",
                                 f"{fe.source} {what}; host packages carry no kernels")
         return
-    if fe.path.endswith(".kpack") or not spec.target:
+    if fe.path.endswith(".kpack") or not spec.target or not facts.targets:
         return  # archives: kpack.check compares every code object with the arch it is filed under
+    from kpack.placement import code_fits
+
     foreign = [t for t in facts.targets if not code_fits(t, spec.target, families)]
     if foreign:
         release.problem("misfiled-device-code", spec.name, fe.path, spec.target,
