@@ -62,7 +62,7 @@ class StageEntry:
 @dataclass
 class Stage:
     line: str                       # the manifest line ("math-libs/rocFFT/stage")
-    root: str                       # absolute stage dir
+    root: str                       # absolute stage dir, normalised (below an artifact dir: never "/")
     entries: list[StageEntry] = field(default_factory=list)
 
     def matches(self, subdir: str) -> bool:
@@ -406,7 +406,7 @@ class _Walker:
             return subdirs
         for name, item in found:
             rel = f"{rel_dir}/{name}" if rel_dir else name
-            full = os.path.join(stage.root, rel)
+            full = f"{stage.root}/{rel}"     # os.path.join's result: the root is normalised, never "/"
             try:
                 # the directory's own word for a regular file is enough: _file opens it
                 # (never through a symlink) and takes its mode and size from the open file
