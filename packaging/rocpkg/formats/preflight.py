@@ -376,13 +376,22 @@ def _through_symlinks(nodes) -> list[tuple[str, str]]:
     write through the link."""
     links = {path for path, (fe, _) in nodes.items() if fe.type == m.SYMLINK}
     below: dict[str, list[str]] = {}
+    # directory -> the shipped symlink at or above it, nearest first (None: none); the
+    # paths are normalised and absolute, and a release's files share their directories
+    nearest: dict[str, str | None] = {"": None}
     for path in nodes if links else ():
-        end = path.rfind("/")
-        while end > 0:   # each ancestor, nearest first (the paths are normalised and absolute)
-            if path[:end] in links:
-                below.setdefault(path[:end], []).append(path)
+        directory, chain = path[:path.rfind("/")], []
+        while directory not in nearest:
+            if directory in links:
+                nearest[directory] = directory
                 break
-            end = path.rfind("/", 0, end)
+            chain.append(directory)
+            directory = directory[:directory.rfind("/")]
+        found = nearest[directory]
+        for passed in chain:
+            nearest[passed] = found
+        if found is not None:
+            below.setdefault(found, []).append(path)
     return [(printable(link), f"is shipped as a symlink, but {printable(paths[0])}"
                               f"{f' and {len(paths) - 1} more paths are' if len(paths) > 1 else ' is'} "
                               f"installed through it")
