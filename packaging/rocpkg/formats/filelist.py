@@ -9,7 +9,7 @@ import os
 import posixpath
 import stat
 from contextlib import contextmanager
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, Sequence
 
 from rocpkg.errors import RocpkgInputError
 from rocpkg.formats.streams import SourceFile
@@ -141,7 +141,7 @@ class PackageSources:
     (BuiltPackage.sources) before a byte of it is read. A writer runs inside checked():
     when a source is refused, every bad source of the package is reported at once."""
 
-    def __init__(self, owner: str, files: Iterable[FileEntry]):
+    def __init__(self, owner: str, files: Sequence[FileEntry]):
         self.owner = owner
         self.files = files
         self.found: list[tuple[str, int, int, int]] = []

@@ -4,8 +4,9 @@ its data sections), searched beside the catalog's walk.
 Why apart from the walk: a release's host data sections are GiBs, and searching the
 largest alone takes longer than the rest of the catalog. So the catalog hands the host
 ELFs to the search as its walk lists them, to the build's worker processes when there are
-some (they search while the walk and the planner go on); the plan is returned once the search is in
-(rocpkg.plan.make), so the build's checks see every finding before a package is written.
+some (they search while the walk and the planner go on); the plan is returned once the
+search is in (rocpkg.plan.make), so the build's checks see every finding before a package
+is written.
 Without workers it runs on threads (kpack.memsearch lets them run) before the catalog is
 returned.
 """
