@@ -275,3 +275,29 @@ def stand_in_repository(root: Path, packages: list[tuple[str, str, list[str]]], 
     repo_file = root / f"{repo_id}.repo"
     repo_file.write_text(f"[{repo_id}]\nname={repo_id}\nbaseurl=file://{root}/rpm\ngpgcheck=0\nrepo_gpgcheck=0\n")
     return repo_file
+
+
+def differing_signatures(first: Path, second: Path, digests: tuple[dict, dict], home: str) -> str:
+    """Why two trees that should be byte-identical are not, for the files whose bytes
+    differ (`digests`: each tree's rel -> sha256): each RPM's header signatures as
+    (class, digest algorithm, creation time, issuer) in both, with the signing key's
+    listing. Reproducible signatures are a promise; a rare difference is diagnosed from this."""
+    from rocpkg.formats.openpgp import _signature_fields, packets
+    from rocpkg.formats.rpm.read import read_rpm
+    from rocpkg.formats.rpm.tags import SigTag
+
+    def described(path: Path) -> str:
+        if not path.is_file():
+            return "missing"
+        if path.suffix != ".rpm":
+            return f"{path.stat().st_size} bytes"
+        info = read_rpm(path)
+        found = [(tag.name, _signature_fields(body)[:4]) for tag in (SigTag.RSA, SigTag.DSA)
+                 if tag in info.signature for kind, body, _ in packets(bytes(info.signature[tag])) if kind == 2]
+        return f"{info.size} bytes, header signatures {found or 'none'}"
+
+    lines = [f"{rel}: {described(first / rel)} | {described(second / rel)}"
+             for rel in sorted(set(digests[0]) | set(digests[1])) if digests[0].get(rel) != digests[1].get(rel)]
+    keys = subprocess.run(["gpg", "--homedir", home, "--with-colons", "--list-keys"], capture_output=True, text=True)
+    return "\n".join(lines + ["key: " + " ".join(line for line in keys.stdout.splitlines()
+                                                  if line.startswith(("pub", "sub")))])

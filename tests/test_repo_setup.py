@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from repo_helpers import META, META_CLOSURE, AptClient, ZypperClient, planned_installs, write_chain
+from repo_helpers import META, META_CLOSURE, AptClient, ZypperClient, differing_signatures, planned_installs, write_chain
 from rocpkg.cli.main import main
 from rocpkg.formats.deb import read_deb_control
 from rocpkg.formats.rpm import package_from_header, read_rpm
@@ -160,7 +160,8 @@ def test_setup_packages_are_reproducible_and_kept_when_nothing_changed(out, tmp_
     write_chain(again, "rpm")
     publish(again, signer, f"file://{out}")
     for name in ("rocm-repo.deb", "rocm-repo.rpm"):
-        assert (again / name).read_bytes() == (out / name).read_bytes()
+        assert (again / name).read_bytes() == (out / name).read_bytes(), \
+            differing_signatures(out, again, ({name: "first"}, {name: "second"}), signer.gnupg_home)
     before = {p: p.stat().st_mtime_ns for p in again.rglob("rocm-repo*")}
     publish(again, signer, f"file://{out}")
     assert {p: p.stat().st_mtime_ns for p in again.rglob("rocm-repo*") if "pool" in str(p) or "noarch" in str(p)} \
