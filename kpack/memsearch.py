@@ -20,22 +20,13 @@ def _libc_memmem():
 _MEMMEM = _libc_memmem()
 
 
-def find(haystack: bytes, needle: bytes, start: int = 0, end: int | None = None) -> int:
-    """haystack.find(needle, start, end) for a bytes haystack and a non-empty needle."""
+def find(haystack: bytes | bytearray, needle: bytes, start: int = 0, end: int | None = None) -> int:
+    """haystack.find(needle, start, end) for a non-empty needle, in bytes or in a
+    bytearray that a reader fills again and again (readinto), without copying it."""
     end = len(haystack) if end is None else min(end, len(haystack))
     if _MEMMEM is None or start >= end:
         return haystack.find(needle, start, end)
-    base = ctypes.cast(ctypes.c_char_p(haystack), ctypes.c_void_p).value
+    base = ctypes.cast(ctypes.c_char_p(haystack), ctypes.c_void_p).value if isinstance(haystack, bytes) \
+        else ctypes.addressof(ctypes.c_char.from_buffer(haystack))
     found = _MEMMEM(base + start, end - start, needle, len(needle))
-    return -1 if found is None else found - base
-
-
-def find_in(buffer: bytearray, needle: bytes, end: int) -> int:
-    """buffer.find(needle, 0, end) for a bytearray that a reader fills again and again
-    (readinto: no new object per read), without copying it."""
-    end = min(end, len(buffer))
-    if _MEMMEM is None or end <= 0:
-        return buffer.find(needle, 0, max(end, 0))
-    base = ctypes.addressof(ctypes.c_char.from_buffer(buffer))
-    found = _MEMMEM(base, end, needle, len(needle))
     return -1 if found is None else found - base

@@ -86,7 +86,7 @@ def _find(handle: BinaryIO, magics: tuple[bytes, ...], start: int, end: int) -> 
             want = min(SCAN_CHUNK + overlap, end - position)
             handle.seek(position)
             got = handle.readinto(view[:want])
-            hits = [hit for hit in (memsearch.find_in(buffer, magic, min(got, SCAN_CHUNK + len(magic) - 1))
+            hits = [hit for hit in (memsearch.find(buffer, magic, 0, min(got, SCAN_CHUNK + len(magic) - 1))
                                     for magic in magics) if hit >= 0]
             if hits:
                 return position + min(hits)

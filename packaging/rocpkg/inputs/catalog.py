@@ -469,10 +469,11 @@ class _Walker:
             identity = (st.st_dev, st.st_ino)
             # most files are told by their first bytes, read on the descriptor; the rest
             # are read further through a file object
-            facts = plain_facts(os.pread(fd, HEAD_SIZE, 0), name, embedded)
+            head = os.pread(fd, HEAD_SIZE, 0)
+            facts = plain_facts(head, name, embedded)
             if facts is None:
                 with os.fdopen(os.dup(fd), "rb") as fh:
-                    facts = read_facts(fh, name, embedded, host_code=False)
+                    facts = read_facts(fh, name, embedded, host_code=False, head=head)
         except OSError as exc:
             self.problem(full, f"cannot be read: {exc.strerror or exc}")
             return None

@@ -109,11 +109,13 @@ def plain_facts(head: bytes, name: str, scan_embedded: bool = False) -> FileFact
     return _OTHER_ELF if elf else _PLAIN
 
 
-def read_facts(fh, name: str, scan_embedded: bool = False, host_code: bool = True) -> FileFacts:
+def read_facts(fh, name: str, scan_embedded: bool = False, host_code: bool = True,
+               head: bytes | None = None) -> FileFacts:
     """Every fact of one open artifact file (seekable binary handle) that a later stage
     needs; format errors are recorded in the facts, OSError propagates. host_code=False
-    leaves a host ELF's device code (its data sections) for _with_host_code."""
-    head = fh.read(HEAD_SIZE)
+    leaves a host ELF's device code (its data sections) for _with_host_code. head: the
+    file's first HEAD_SIZE bytes, when the caller has read them (every reader here seeks)."""
+    head = fh.read(HEAD_SIZE) if head is None else head
     plain = plain_facts(head, name, scan_embedded)
     if plain is not None:
         return plain
