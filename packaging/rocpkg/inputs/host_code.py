@@ -12,6 +12,7 @@ returned.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 
@@ -52,6 +53,14 @@ class HostSearch:
             read = _on_threads(arguments)
             waiter = lambda: read  # noqa: E731
         self.started.append(([source for source, _ in batch], waiter))
+
+    def abandon(self) -> None:
+        """Wait for the batches started, their answers (and a failure of theirs) unused:
+        the caller reports its own error; start no more."""
+        started, self.started, self.queued = self.started, [], []
+        for _sources, waiter in started:
+            with contextlib.suppress(Exception):
+                waiter()
 
     def finish(self, facts: dict):
         """Start what is left; the call that waits for every file (see the class)."""
