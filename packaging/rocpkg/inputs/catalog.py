@@ -18,6 +18,7 @@ plan, build and verify never reopen an artifact to learn something about it.
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
 import os
@@ -100,17 +101,24 @@ class Catalog:
         """Wait for the search of the host ELFs' data sections (rocpkg.inputs.host_code) and add
         what it found to their facts; its problems raise RocpkgInputError. make_plan calls
         it before it returns: a plan's facts are complete."""
-        problems = self.wait()
+        pending, self.pending = self.pending, None
+        problems = pending() if pending is not None else []
         if problems:
             raise RocpkgInputError(*problems)
 
-    def wait(self) -> list[tuple[str, str]]:
-        """Wait for the search (see settle) and return its problems. Also what a caller
-        that fails first does: no search is left running on the workers when they are
-        stopped (a worker stopped while it hands back an answer can leave the pool unable
-        to shut down)."""
-        pending, self.pending = self.pending, None
-        return pending() if pending is not None else []
+    @contextlib.contextmanager
+    def settled(self):
+        """settle() after the block; a block that fails waits for the search all the same
+        (its own error is the one raised): no search is left running on the workers when
+        they are stopped (a worker stopped while it hands back an answer can leave the
+        pool unable to shut down)."""
+        try:
+            yield self
+        except Exception:
+            with contextlib.suppress(Exception):
+                self.settle()
+            raise
+        self.settle()
 
     def facts_of(self, source: str) -> FileFacts:
         """The facts of one artifact file (empty facts for a path the catalog never saw)."""
@@ -215,7 +223,7 @@ def scan(root: str | os.PathLike, families: dict[str, list[str]] | None = None, 
     search = HostSearch(embedded_objects, starmap_async)
     catalog, problems = _index(root, families or kt.FAMILIES, search.add)
     if problems:
-        search.abandon()    # what the walk started is waited for (Catalog.wait), nothing more
+        search.abandon()    # what the walk started is waited for (Catalog.settled), nothing more
         raise RocpkgInputError(*problems)
     catalog.pending = search.finish(catalog.facts)
     if starmap_async is None:

@@ -9,7 +9,6 @@ in its facts.
 from __future__ import annotations
 
 import collections
-import contextlib
 import dataclasses
 import re
 from dataclasses import dataclass, field
@@ -68,13 +67,8 @@ def make_plan(config: Config, catalog: Catalog, *, version: str | None = None, r
     (rocpkg.inputs.host_code), which ran while the package set was made, is in its facts."""
     settings = release_settings(config, version, release)
     builder = _PlanBuilder(config, catalog, settings, targets or settings.get("targets"))
-    try:
+    with catalog.settled():     # the search waited for, even when the plan fails
         plan = builder.build(formats)
-    except Exception:
-        with contextlib.suppress(Exception):    # the plan's own error is the one reported
-            catalog.wait()      # no search left running on the workers (Catalog.wait)
-        raise
-    catalog.settle()
     return plan
 
 
