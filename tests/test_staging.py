@@ -156,7 +156,7 @@ def test_a_host_library_replaced_while_the_workers_search_it_is_refused(artifact
     families = load_config(None).settings["families"]
     with Workers(2) as workers:
         catalog = scan(str(artifacts), families, embedded_objects=False,
-                       starmap_async=_after_replacing(library, workers))
+                       starmap_async=_after_replacing(library, workers, artifacts.parent / "walked-library"))
         with pytest.raises(RocpkgInputError) as refused:
             make_plan(load_config(None), catalog)
     assert any(str(library) == where and "was replaced" in what for where, what in refused.value.problems)
@@ -279,12 +279,16 @@ def test_a_sparse_host_elf_is_searched_through_its_holes(tmp_path):
     assert search.findings(path) == host_device_code(path, embedded_objects=False) != []
 
 
-def _after_replacing(library: Path, workers):
-    """starmap_async that swaps `library` for a copy (a new inode) before the search starts."""
+def _after_replacing(library: Path, workers, keep: Path):
+    """starmap_async that swaps `library` for a copy (a new inode) when the search of its
+    batch starts, once. The original stays linked at `keep` (outside the artifacts), so the copy cannot be given
+    the inode number the walk recorded (a file system reuses a freed one)."""
     def start(function, arguments):
-        copy = library.with_name(library.name + ".new")
-        shutil.copy2(library, copy)
-        os.replace(copy, library)
+        if any(args[0] == str(library) for args in arguments) and not keep.exists():
+            os.link(library, keep)
+            copy = library.with_name(library.name + ".new")
+            shutil.copy2(library, copy)
+            os.replace(copy, library)
         return workers.starmap_async(function, arguments)
     return start
 
