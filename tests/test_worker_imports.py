@@ -21,7 +21,7 @@ def loaded():
                                                     "rocpkg.store.releases")}
 
 with Workers(2, formats=FORMATS) as workers:
-    print(json.dumps(workers.pool.apply(loaded)))
+    print(json.dumps(workers.pool.submit(loaded).result()))
 """
 
 

@@ -1,4 +1,5 @@
-"""Errors the CLI turns into `error: <where>: <what>` lines and exit status 2."""
+"""Errors the CLI turns into `error: ...` lines: bad input (exit status 2), a lost worker
+(exit status 1)."""
 from __future__ import annotations
 
 
@@ -12,3 +13,8 @@ class RocpkgInputError(Exception):
             raise TypeError("RocpkgInputError takes one or more (where, what) pairs")
         self.problems = [(str(where), str(what)) for where, what in problems]
         super().__init__("; ".join(f"{w}: {m}" for w, m in self.problems))
+
+
+class RocpkgWorkerLost(Exception):
+    """A worker process of the build ended while it held work (a signal, the out-of-memory
+    killer, a crash): not bad input, and nothing that worker was writing was published."""

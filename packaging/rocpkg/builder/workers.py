@@ -1,18 +1,23 @@
 """The build's worker processes: forked once, with the writers and their templates
 loaded, they search the host ELFs while the plan is made, run the archive checks, then
-write the packages."""
+write the packages. A worker that ends while it holds work (killed by a signal or the
+out-of-memory killer, crashed) ends the build with RocpkgWorkerLost, never a wait for an
+answer that cannot come."""
 from __future__ import annotations
 
+import contextlib
 import importlib
+import os
 import queue
 import signal
 import sys
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from multiprocessing import get_context
-from multiprocessing.pool import Pool
 
 from rocpkg import model as m
+from rocpkg.errors import RocpkgWorkerLost
 from rocpkg.formats.registry import DEFAULT as DEFAULT_FORMATS, get as get_format
-
 
 
 class Workers:
@@ -21,7 +26,12 @@ class Workers:
     asked for. `rocpkg build` forks them first thing, so that they load the writers while
     it makes the plan; given the specs, the writers and their templates are loaded before
     the fork (no worker loads them again). They ignore Ctrl-C: the parent stops them (what
-    they finished is kept by its state file, the rest is redone)."""
+    they finished is kept by its state file, the rest is redone).
+
+    They are a ProcessPoolExecutor, whose manager thread watches each worker's exit: a
+    worker gone while work is pending fails every pending call at once (raised here as
+    RocpkgWorkerLost), where multiprocessing's Pool would start a new worker and leave the
+    lost task's answer waited for forever."""
 
     # The pool's threads in this process hand each task to a worker and take each answer
     # back, and each needs the GIL for it; a thread waiting for the GIL while the main
@@ -38,8 +48,11 @@ class Workers:
         if self.size > 1:
             if self.specs is not None:
                 _load_writers(self.specs)
-            self.pool = _Pool(self.size, initializer=_start_worker, initargs=(self.specs is not None, self.formats),
-                              context=get_context("fork"))
+            self.pool = ProcessPoolExecutor(self.size, mp_context=get_context("fork"), initializer=_start_worker,
+                                            initargs=(self.specs is not None, self.formats, os.getpid()))
+            # a pool of forked workers forks them all at its first call, before its own
+            # threads start: now, so that they load the writers while the plan is made
+            self.pool.submit(int)
             # set after the fork: the workers keep the default
             self._switch_interval = sys.getswitchinterval()
             sys.setswitchinterval(min(self._switch_interval, self.SWITCH_INTERVAL))
@@ -50,8 +63,8 @@ class Workers:
             if exc_type is not None:
                 self.stop()
             elif self.pool is not None:
-                self.pool.close()
-                self.pool.join()
+                self.pool.shutdown(wait=True)
+                self.pool = None
         finally:
             if self._switch_interval is not None:
                 sys.setswitchinterval(self._switch_interval)
@@ -59,50 +72,58 @@ class Workers:
 
     def stop(self) -> None:
         """End the workers now, whatever they are writing (no temporary appears after)."""
-        if self.pool is not None:
-            self.pool.terminate()
-            self.pool.join()
-            self.pool = None
+        if self.pool is None:
+            return
+        pool, self.pool = self.pool, None
+        # the executor's own table of its processes, read before any shutdown (which drops
+        # it): there is no public way to end running workers before Python 3.14
+        # (ProcessPoolExecutor.terminate_workers). They ignore only SIGINT; the executor's
+        # manager thread sees them end, fails what was pending and is joined here.
+        for process in list((getattr(pool, "_processes", None) or {}).values()):
+            with contextlib.suppress(OSError, ValueError):
+                process.terminate()
+        pool.shutdown(wait=True, cancel_futures=True)
 
     def starmap_async(self, function, arguments: list[tuple]):
         """Start function(*args) for each args on the workers; returns the call that
         waits for the results (in order). Without workers the work is done here, now."""
         if self.pool is None or len(arguments) < 2:
             return starmap_here(function, arguments)
-        return self.pool.starmap_async(function, arguments).get
+        with _lost():
+            futures = [self.pool.submit(function, *args) for args in arguments]
+
+        def results() -> list:
+            with _lost():
+                return [future.result() for future in futures]
+        return results
 
     def unordered(self, function, tasks: list):
         """function(task) for each task on the workers, results as they finish (as
         Pool.imap_unordered), all queued now, in order. A task's exception is raised where
         its result would be."""
         finished: queue.SimpleQueue = queue.SimpleQueue()
-
-        def submit(task) -> None:
-            self.pool.apply_async(function, (task,), callback=lambda answer: finished.put((True, answer)),
-                                  error_callback=lambda exc: finished.put((False, exc)))
+        with _lost():
+            futures = [self.pool.submit(function, task) for task in tasks]
+        for future in futures:
+            future.add_done_callback(finished.put)
 
         def answers():
-            for _ in tasks:
-                ok, answer = finished.get()
-                if not ok:
-                    raise answer
+            for _ in futures:
+                with _lost():
+                    answer = finished.get().result()
                 yield answer
-
-        for task in tasks:
-            submit(task)
         return answers()
 
 
-class _Pool(Pool):
-    """multiprocessing's Pool, but its worker-handler thread is not woken by every answer.
-    Pool waits on the answers' pipe too (Pool._get_sentinels): an answer makes the pipe
-    readable until the result-handler thread has read it, and the worker handler spins
-    through its loop (a waitpid for each worker) meanwhile. This one wakes when a worker
-    exits (the workers' sentinels) and when the pool's state or its last task changes (the
-    change notifier), all it acts on: what multiprocessing's own ThreadPool waits on."""
-
-    def _get_sentinels(self):
-        return [self._change_notifier._reader]
+@contextlib.contextmanager
+def _lost():
+    """A worker that ended while work was pending, said as RocpkgWorkerLost."""
+    try:
+        yield
+    except BrokenProcessPool:
+        raise RocpkgWorkerLost("a worker process of the build ended while it held work (killed by a signal "
+                               "or the out-of-memory killer, or crashed); nothing it was writing was "
+                               "published: run the build again") from None
 
 
 def starmap_here(function, arguments: list[tuple]):
@@ -111,12 +132,14 @@ def starmap_here(function, arguments: list[tuple]):
     return lambda: results
 
 
-def _start_worker(writers_loaded: bool, formats=DEFAULT_FORMATS) -> None:
-    """Ignore Ctrl-C (the parent stops the workers); keep zstd's frame buffers
+def _start_worker(writers_loaded: bool, formats=DEFAULT_FORMATS, parent: int | None = None) -> None:
+    """End with the parent (_end_with); ignore Ctrl-C (the parent stops the workers); keep zstd's frame buffers
     (rocpkg.formats.compression); load what the tasks run, unless the parent did before forking:
     the writers of `formats` only. An .rpm build's workers do not import the .deb writer,
     python-debian and charset_normalizer before their first write; a format's writer is
     still imported when a task needs it."""
+    if parent is not None:
+        _end_with(parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     from rocpkg.formats import compression
 
@@ -128,6 +151,22 @@ def _start_worker(writers_loaded: bool, formats=DEFAULT_FORMATS) -> None:
 
         for fmt in formats:
             importlib.import_module(get_format(fmt).writer_module)
+
+
+def _end_with(parent: int) -> None:
+    """Have the kernel kill this worker when `parent` (the build's process, which forked it)
+    ends, on Linux (PR_SET_PDEATHSIG): a build killed outright (SIGKILL, the out-of-memory
+    killer) leaves no worker behind waiting for a task forever, holding its caller's
+    output pipes open. What the worker was writing stays in OUT's staging area, which the
+    next command that changes OUT sweeps."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:     # the parent ended before the request was made
+        os._exit(1)
 
 
 def _load_writers(specs: list[m.PackageSpec]) -> None:

@@ -2,7 +2,8 @@
 
 Each subcommand is a `_cmd_<name>(args) -> int` handler registered in `build_parser()`.
 Library code raises RocpkgInputError (or kpack.errors.KpackFormatError) for bad input;
-main() turns those into `error: <where>: <what>` lines and exit status 2.
+main() turns those into `error: <where>: <what>` lines and exit status 2; a build worker
+that ended while it held work (RocpkgWorkerLost) into one line and exit status 1.
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from rocpkg.cli.signing import add_signing_options
 from rocpkg.cli.common import (Activity, add_plan_options, add_subset_options, add_verbosity_options, counted, formats, human_bytes,
                                load_config_of, load_plan, print_error, print_json, print_problems, selected_packages,
                                shortened, split_list, verbosity, warn_if_unsigned)
-from rocpkg.errors import RocpkgInputError
+from rocpkg.errors import RocpkgInputError, RocpkgWorkerLost
 from rocpkg.formats.preflight import printable
 
 EPILOG = ("Exit status: 0 done, 2 bad input (one `error: <where>: <what>` line per problem), 1 a failure "
@@ -325,6 +326,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print_error("", "interrupted")
         return 130
+    except RocpkgWorkerLost as exc:
+        print_error("", str(exc))
+        return 1
     except Exception as exc:  # kpack format errors are input errors too
         from kpack.errors import KpackFormatError
 

@@ -110,8 +110,8 @@ class Catalog:
     def settled(self):
         """settle() after the block; a block that fails waits for the search all the same
         (its own error is the one raised): no search is left running on the workers when
-        they are stopped (a worker stopped while it hands back an answer can leave the
-        pool unable to shut down)."""
+        they are stopped, and what is reported is the block's error, not a stopped
+        search's."""
         try:
             yield self
         except Exception:

@@ -1,0 +1,103 @@
+"""A build worker that ends while the build still needs it (the out-of-memory killer, a
+signal, a crash) ends the build with one error line and exit status 1, never a wait for an
+answer that cannot come; nothing half-written is left, and the next build finishes the
+release. Each run is a child process with a time limit: a wait forever fails the test."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+from cli_run import ROCPKG, rocpkg
+
+LIMIT = 120  # seconds: far more than any of these runs takes
+
+# Workers(2) running tasks of which one kills its own worker; prints what was raised.
+IN_PROCESS = """
+import os, signal, sys
+from rocpkg.builder.workers import Workers
+
+def task(n):
+    if n == 3:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return n
+
+with Workers(2) as workers:
+    try:
+        if sys.argv[1] == "unordered":
+            print(sorted(workers.unordered(task, list(range(8)))))
+        else:
+            print(workers.starmap_async(task, [(n,) for n in range(8)])())
+    except Exception as exc:
+        print(type(exc).__name__, exc)
+"""
+
+# `rocpkg build` whose workers each kill themselves at the start of their third package:
+# rocpkg.builder.packing.build_one (what the workers run, looked up by name) is wrapped
+# before the workers are forked.
+KILLING_BUILD = """
+import os, signal, sys
+from rocpkg.builder import packing
+from rocpkg.cli.main import main
+
+parent, real, started = os.getpid(), packing.build_one, []
+
+def build_one(task):
+    started.append(task)
+    if os.getpid() != parent and len(started) == 3:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return real(task)
+
+build_one.__module__, build_one.__qualname__ = real.__module__, real.__qualname__
+packing.build_one = build_one
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize("call", ["unordered", "starmap_async"])
+def test_a_worker_killed_during_a_task_is_said_not_waited_for(call):
+    done = subprocess.run([sys.executable, "-c", IN_PROCESS, call], capture_output=True, text=True, timeout=LIMIT)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("RocpkgWorkerLost a worker process of the build ended"), done.stdout
+
+
+def test_a_build_whose_worker_is_killed_ends_with_one_error_and_the_next_build_finishes(small_release, tmp_path):
+    out = tmp_path / "out"
+    killed = subprocess.run([sys.executable, "-c", KILLING_BUILD, "build", "-a", str(small_release), "-o", str(out),
+                             "--formats", "deb,rpm", "-j", "2"], capture_output=True, text=True, timeout=LIMIT)
+
+    assert killed.returncode == 1, killed.stdout + killed.stderr
+    assert "Traceback" not in killed.stderr
+    errors = [line for line in killed.stderr.splitlines() if line.startswith("error:")]
+    assert errors == ["error: a worker process of the build ended while it held work (killed by a signal or the "
+                      "out-of-memory killer, or crashed); nothing it was writing was published: run the build "
+                      "again"], killed.stderr
+    assert not (out / ".rocpkg" / "staging").exists()
+    leftovers = [name for _, _, files in os.walk(out) for name in files if ".tmp" in name or name.startswith(".")]
+    assert leftovers == []
+
+    again = rocpkg("build", "-a", small_release, "-o", out, "--formats", "deb,rpm", "-j", "2", timeout=LIMIT)
+    assert again.returncode == 0, again.stderr
+    verified = rocpkg("verify", out, timeout=LIMIT)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+
+
+def test_a_build_interrupted_with_ctrl_c_stops_its_workers(small_release, tmp_path):
+    """SIGINT reaches the parent alone (the workers ignore it); it stops them and exits 130."""
+    out = tmp_path / "out"
+    build = subprocess.Popen(ROCPKG + ["build", "-a", str(small_release), "-o", str(out), "--formats", "deb,rpm",
+                                       "-j", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    children = f"/proc/{build.pid}/task/{build.pid}/children"
+    while build.poll() is None and not (os.path.exists(children) and open(children).read().split()):
+        pass
+    workers = open(children).read().split() if build.poll() is None else []
+    build.send_signal(signal.SIGINT)
+    _, stderr = build.communicate(timeout=LIMIT)
+    if not workers:
+        pytest.skip("the build ended before its workers were seen")
+    assert build.returncode in (0, 130), stderr
+    assert "Traceback" not in stderr
+    assert not any(os.path.exists(f"/proc/{pid}") and open(f"/proc/{pid}/stat").read().split()[2] != "Z"
+                   for pid in workers)
