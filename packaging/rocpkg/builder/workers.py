@@ -51,8 +51,18 @@ class Workers:
             self.pool = ProcessPoolExecutor(self.size, mp_context=get_context("fork"), initializer=_start_worker,
                                             initargs=(self.specs is not None, self.formats, os.getpid()))
             # a pool of forked workers forks them all at its first call, before its own
-            # threads start: now, so that they load the writers while the plan is made
-            self.pool.submit(int)
+            # threads start: now, so that they load the writers while the plan is made.
+            # Ctrl-C waits until the forks are done (one landing in the interpreter's
+            # after-fork hooks is printed as ignored and lost) and then stops the workers.
+            blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+            try:
+                try:
+                    self.pool.submit(int)
+                finally:
+                    signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+            except BaseException:
+                self.stop()
+                raise
             # set after the fork: the workers keep the default
             self._switch_interval = sys.getswitchinterval()
             sys.setswitchinterval(min(self._switch_interval, self.SWITCH_INTERVAL))
@@ -141,6 +151,7 @@ def _start_worker(writers_loaded: bool, formats=DEFAULT_FORMATS, parent: int | N
     if parent is not None:
         _end_with(parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})   # forked while the parent held it back
     from rocpkg.formats import compression
 
     compression.keep_frame_buffers()
