@@ -15,7 +15,7 @@ from rocpkg.inputs.config import relation_names
 from rocpkg.plan.graphs import closures, dependency_edges, provided_names
 from kpack.targets import device_isas
 from rocpkg.verify.libraries import check_libraries
-from rocpkg.verify.view import RELATION_FIELDS, Closure, ReleaseView, VerifyReport, key_order, payload, target_order
+from rocpkg.verify.view import REQUIRING_RELATIONS, Closure, ReleaseView, VerifyReport, key_order, payload, target_order
 
 
 class Checker:
@@ -312,7 +312,7 @@ class Checker:
         provided = {relation_names(p)[0] for s in self.specs.values() for p in s.provides} | set(self.specs)
         externals = self.externals
         for name, spec in sorted(self.specs.items()):
-            for attr in RELATION_FIELDS:
+            for attr in REQUIRING_RELATIONS:
                 for rel in getattr(spec, attr):
                     names = relation_names(rel)
                     if any(n in provided for n in names):

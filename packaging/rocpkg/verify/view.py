@@ -18,7 +18,8 @@ PLAN_CHECKS = ("archive-missing", "variant-missing", "archive-target", "kernel-m
                "empty-device", "target-depends", "meta-kernels", "meta-foreign-target", "file-conflict",
                "relation", "unreadable", "device-code-in-host", "misfiled-device-code", "runpath",
                "missing-library")
-RELATION_FIELDS = ("depends", "pre_depends", "recommends", "suggests")
+# the relations that must be met: each names a package of the repository or an external one
+REQUIRING_RELATIONS = ("depends", "pre_depends", "recommends", "suggests")
 EM_AMDGPU = 224
 
 
