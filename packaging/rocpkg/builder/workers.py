@@ -143,9 +143,9 @@ def starmap_here(function, arguments: list[tuple]):
 
 
 def _start_worker(writers_loaded: bool, formats=DEFAULT_FORMATS, parent: int | None = None) -> None:
-    """End with the parent (_end_with); ignore Ctrl-C (the parent stops the workers); keep zstd's frame buffers
-    (rocpkg.formats.compression); load what the tasks run, unless the parent did before forking:
-    the writers of `formats` only. An .rpm build's workers do not import the .deb writer,
+    """End with the parent (_end_with); ignore Ctrl-C (the parent stops the workers); keep
+    zstd's frame buffers (rocpkg.formats.compression); load what the tasks run, unless the
+    parent did before forking: the writers of `formats` only. An .rpm build's workers do not import the .deb writer,
     python-debian and charset_normalizer before their first write; a format's writer is
     still imported when a task needs it."""
     if parent is not None:
