@@ -14,10 +14,12 @@ from cli_run import ROCPKG, rocpkg
 
 LIMIT = 120  # seconds: far more than any of these runs takes
 
-# Workers(2) running tasks of which one kills its own worker; prints what was raised.
+# Workers(2), or verify's and repo's spread() on 2 processes, running tasks of which one
+# kills its own worker; prints what was raised.
 IN_PROCESS = """
 import os, signal, sys
 from rocpkg.builder.workers import Workers
+from rocpkg.formats.parallel import spread
 
 def task(n):
     if n == 3:
@@ -28,6 +30,8 @@ with Workers(2) as workers:
     try:
         if sys.argv[1] == "unordered":
             print(sorted(workers.unordered(task, list(range(8)))))
+        elif sys.argv[1] == "spread":
+            print(list(spread(task, [(n,) for n in range(8)], 2)))
         else:
             print(workers.starmap_async(task, [(n,) for n in range(8)])())
     except Exception as exc:
@@ -56,11 +60,11 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
-@pytest.mark.parametrize("call", ["unordered", "starmap_async"])
+@pytest.mark.parametrize("call", ["unordered", "starmap_async", "spread"])
 def test_a_worker_killed_during_a_task_is_said_not_waited_for(call):
     done = subprocess.run([sys.executable, "-c", IN_PROCESS, call], capture_output=True, text=True, timeout=LIMIT)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith("RocpkgWorkerLost a worker process of the build ended"), done.stdout
+    assert done.stdout.startswith("RocpkgWorkerLost a worker process ended while it held work"), done.stdout
 
 
 def test_a_build_whose_worker_is_killed_ends_with_one_error_and_the_next_build_finishes(small_release, tmp_path):
@@ -71,9 +75,8 @@ def test_a_build_whose_worker_is_killed_ends_with_one_error_and_the_next_build_f
     assert killed.returncode == 1, killed.stdout + killed.stderr
     assert "Traceback" not in killed.stderr
     errors = [line for line in killed.stderr.splitlines() if line.startswith("error:")]
-    assert errors == ["error: a worker process of the build ended while it held work (killed by a signal or the "
-                      "out-of-memory killer, or crashed); nothing it was writing was published: run the build "
-                      "again"], killed.stderr
+    assert errors == ["error: a worker process ended while it held work (killed by a signal or the out-of-memory "
+                      "killer, or crashed); nothing it was writing was published: run the build again"], killed.stderr
     assert not (out / ".rocpkg" / "staging").exists()
     leftovers = [name for _, _, files in os.walk(out) for name in files if ".tmp" in name or name.startswith(".")]
     assert leftovers == []

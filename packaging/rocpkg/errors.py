@@ -16,5 +16,5 @@ class RocpkgInputError(Exception):
 
 
 class RocpkgWorkerLost(Exception):
-    """A worker process of the build ended while it held work (a signal, the out-of-memory
-    killer, a crash): not bad input, and nothing that worker was writing was published."""
+    """A worker process (the build's, verify's, repo's) ended while it held work (a signal,
+    the out-of-memory killer, a crash): not bad input; the message says what to do next."""

@@ -1,8 +1,8 @@
 """The build's worker processes: forked once, with the writers and their templates
 loaded, they search the host ELFs while the plan is made, run the archive checks, then
 write the packages. A worker that ends while it holds work (killed by a signal or the
-out-of-memory killer, crashed) ends the build with RocpkgWorkerLost, never a wait for an
-answer that cannot come."""
+out-of-memory killer, crashed) ends the build with RocpkgWorkerLost
+(formats.parallel.worker_lost), never a wait for an answer that cannot come."""
 from __future__ import annotations
 
 import contextlib
@@ -12,11 +12,10 @@ import queue
 import signal
 import sys
 from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from multiprocessing import get_context
 
 from rocpkg import model as m
-from rocpkg.errors import RocpkgWorkerLost
+from rocpkg.formats.parallel import worker_lost
 from rocpkg.formats.registry import DEFAULT as DEFAULT_FORMATS, get as get_format
 
 
@@ -125,15 +124,9 @@ class Workers:
         return answers()
 
 
-@contextlib.contextmanager
 def _lost():
     """A worker that ended while work was pending, said as RocpkgWorkerLost."""
-    try:
-        yield
-    except BrokenProcessPool:
-        raise RocpkgWorkerLost("a worker process of the build ended while it held work (killed by a signal "
-                               "or the out-of-memory killer, or crashed); nothing it was writing was "
-                               "published: run the build again") from None
+    return worker_lost("nothing it was writing was published: run the build again")
 
 
 def starmap_here(function, arguments: list[tuple]):

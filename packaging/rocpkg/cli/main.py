@@ -2,7 +2,7 @@
 
 Each subcommand is a `_cmd_<name>(args) -> int` handler registered in `build_parser()`.
 Library code raises RocpkgInputError (or kpack.errors.KpackFormatError) for bad input;
-main() turns those into `error: <where>: <what>` lines and exit status 2; a build worker
+main() turns those into `error: <where>: <what>` lines and exit status 2; a worker process
 that ended while it held work (RocpkgWorkerLost) into one line and exit status 1.
 """
 from __future__ import annotations

@@ -6,12 +6,16 @@ the number of processes.
 The function and its items travel to the workers by pickling (module-level functions,
 plain data); the workers are forked, so they start with what this process imported.
 Each worker holds one item at a time: memory grows with the number of processes, never
-with the items' sizes. With one job (or one item) the loop runs here, in this process."""
+with the items' sizes. With one job (or one item) the loop runs here, in this process.
+A worker that ends while it holds an item (a signal, the out-of-memory killer, a crash)
+fails the call with RocpkgWorkerLost (worker_lost), never a wait for its answer."""
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import Callable, Iterable, Iterator, TypeVar
 
+from rocpkg.errors import RocpkgWorkerLost
 from rocpkg.formats.compression import usable_cores
 
 T = TypeVar("T")
@@ -46,10 +50,25 @@ def spread(function: Callable[..., R], items: Iterable[tuple], jobs: int | None,
             futures[i] = pool.submit(function, *items[i])
         try:
             for future in (futures if ordered else as_completed(futures)):
-                yield future.result()
+                with worker_lost("run the command again"):
+                    answer = future.result()
+                yield answer
         finally:
             for future in futures:
                 future.cancel()
+
+
+@contextlib.contextmanager
+def worker_lost(then: str):
+    """A ProcessPoolExecutor's worker that ended while work was pending (BrokenProcessPool),
+    raised as RocpkgWorkerLost, its message ending with `then` (what the user does next)."""
+    from concurrent.futures.process import BrokenProcessPool
+
+    try:
+        yield
+    except BrokenProcessPool:
+        raise RocpkgWorkerLost("a worker process ended while it held work (killed by a signal or the "
+                               f"out-of-memory killer, or crashed); {then}") from None
 
 
 def file_size(path: str) -> int:
