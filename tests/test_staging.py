@@ -281,8 +281,9 @@ def test_a_sparse_host_elf_is_searched_through_its_holes(tmp_path):
 
 def _after_replacing(library: Path, workers, keep: Path):
     """starmap_async that swaps `library` for a copy (a new inode) when the search of its
-    batch starts, once. The original stays linked at `keep` (outside the artifacts), so the copy cannot be given
-    the inode number the walk recorded (a file system reuses a freed one)."""
+    batch starts, once. The original stays linked at `keep` (outside the artifacts), so the
+    copy cannot be given the inode number the walk recorded (a file system reuses a freed
+    one)."""
     def start(function, arguments):
         if any(args[0] == str(library) for args in arguments) and not keep.exists():
             os.link(library, keep)

@@ -4,10 +4,12 @@ answer that cannot come; nothing half-written is left, and the next build finish
 release. Each run is a child process with a time limit: a wait forever fails the test."""
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 from cli_run import ROCPKG, rocpkg
@@ -97,8 +99,8 @@ def test_a_build_interrupted_with_ctrl_c_stops_its_workers(tmp_path, when):
 
     artifacts, out = tmp_path / "artifacts", tmp_path / "out"
     make_sample_artifacts(artifacts, load_config(None), targets=["gfx942", "gfx1100"], size_mb=128)
-    build = subprocess.Popen(ROCPKG + ["build", "-a", str(artifacts), "-o", str(out), "--formats", "deb,rpm", "-j", "2"],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    build = subprocess.Popen(ROCPKG + ["build", "-a", str(artifacts), "-o", str(out), "--formats", "deb,rpm",
+                                       "-j", "2"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     children = f"/proc/{build.pid}/task/{build.pid}/children"
     lines = []
@@ -112,14 +114,53 @@ def test_a_build_interrupted_with_ctrl_c_stops_its_workers(tmp_path, when):
                 break
     workers = _listed(children)
     build.send_signal(signal.SIGINT)
-    stderr = "".join(lines) + build.stderr.read()
-    build.wait(timeout=LIMIT)
+    _, rest = build.communicate(timeout=LIMIT)
+    stderr = "".join(lines) + rest
 
     assert len(workers) == 2, stderr
     assert build.returncode == 130, stderr
     assert "error: interrupted" in stderr and "Traceback" not in stderr and "Exception ignored" not in stderr
-    assert not any(os.path.exists(f"/proc/{pid}") and open(f"/proc/{pid}/stat").read().split()[2] != "Z"
-                   for pid in workers)
+    assert _ended(workers)
+
+
+def test_a_build_killed_outright_leaves_no_worker_behind(small_release, tmp_path):
+    """SIGKILL of the build's process (the out-of-memory killer's way) ends its workers too:
+    none is left waiting for a task forever, holding the caller's output pipes open."""
+    build = subprocess.Popen(ROCPKG + ["build", "-a", str(small_release), "-o", str(tmp_path / "out"), "-j", "2"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    children = f"/proc/{build.pid}/task/{build.pid}/children"
+    while build.poll() is None and len(_listed(children)) < 2:
+        pass
+    workers = _listed(children)
+    build.kill()
+    build.wait(timeout=LIMIT)
+    ended = _ended(workers)
+    for pid in [] if ended else workers:     # not left behind by a failing run either
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(int(pid), signal.SIGKILL)
+
+    assert len(workers) == 2
+    assert ended
+
+
+def _ended(pids: list[str], within: float = 10.0) -> bool:
+    """Whether every process of `pids` has ended (gone, or a zombie), waiting up to `within`
+    seconds: one whose descriptors are closed may still be on its way out."""
+    deadline = time.monotonic() + within
+    while True:
+        alive = [pid for pid in pids if _state(pid) not in ("", "Z")]
+        if not alive or time.monotonic() > deadline:
+            return not alive
+        time.sleep(0.05)
+
+
+def _state(pid: str) -> str:
+    """A process's state letter from /proc ("" once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return ""
 
 
 def _listed(children: str) -> list[str]:

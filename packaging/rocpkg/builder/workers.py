@@ -5,17 +5,11 @@ out-of-memory killer, crashed) ends the build with RocpkgWorkerLost
 (formats.parallel.worker_lost), never a wait for an answer that cannot come."""
 from __future__ import annotations
 
-import contextlib
 import importlib
-import os
-import queue
-import signal
 import sys
-from concurrent.futures import ProcessPoolExecutor
-from multiprocessing import get_context
 
 from rocpkg import model as m
-from rocpkg.formats.parallel import worker_lost
+from rocpkg.formats.parallel import forked_pool, stop_pool, worker_lost
 from rocpkg.formats.registry import DEFAULT as DEFAULT_FORMATS, get as get_format
 
 
@@ -27,10 +21,10 @@ class Workers:
     the fork (no worker loads them again). They ignore Ctrl-C: the parent stops them (what
     they finished is kept by its state file, the rest is redone).
 
-    They are a ProcessPoolExecutor, whose manager thread watches each worker's exit: a
-    worker gone while work is pending fails every pending call at once (raised here as
-    RocpkgWorkerLost), where multiprocessing's Pool would start a new worker and leave the
-    lost task's answer waited for forever."""
+    They are a forked_pool (rocpkg.formats.parallel: a ProcessPoolExecutor), whose manager
+    thread watches each worker's exit: a worker gone while work is pending fails every
+    pending call at once (raised here as RocpkgWorkerLost), where multiprocessing's Pool
+    would start a new worker and leave the lost task's answer waited for forever."""
 
     # The pool's threads in this process hand each task to a worker and take each answer
     # back, and each needs the GIL for it; a thread waiting for the GIL while the main
@@ -47,21 +41,8 @@ class Workers:
         if self.size > 1:
             if self.specs is not None:
                 _load_writers(self.specs)
-            self.pool = ProcessPoolExecutor(self.size, mp_context=get_context("fork"), initializer=_start_worker,
-                                            initargs=(self.specs is not None, self.formats, os.getpid()))
-            # a pool of forked workers forks them all at its first call, before its own
-            # threads start: now, so that they load the writers while the plan is made.
-            # Ctrl-C waits until the forks are done (one landing in the interpreter's
-            # after-fork hooks is printed as ignored and lost) and then stops the workers.
-            blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-            try:
-                try:
-                    self.pool.submit(int)
-                finally:
-                    signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
-            except BaseException:
-                self.stop()
-                raise
+            # forked now, so that they load the writers while the plan is made
+            self.pool = forked_pool(self.size, _start_worker, (self.specs is not None, self.formats))
             # set after the fork: the workers keep the default
             self._switch_interval = sys.getswitchinterval()
             sys.setswitchinterval(min(self._switch_interval, self.SWITCH_INTERVAL))
@@ -84,14 +65,7 @@ class Workers:
         if self.pool is None:
             return
         pool, self.pool = self.pool, None
-        # the executor's own table of its processes, read before any shutdown (which drops
-        # it): there is no public way to end running workers before Python 3.14
-        # (ProcessPoolExecutor.terminate_workers). They ignore only SIGINT; the executor's
-        # manager thread sees them end, fails what was pending and is joined here.
-        for process in list((getattr(pool, "_processes", None) or {}).values()):
-            with contextlib.suppress(OSError, ValueError):
-                process.terminate()
-        pool.shutdown(wait=True, cancel_futures=True)
+        stop_pool(pool)
 
     def starmap_async(self, function, arguments: list[tuple]):
         """Start function(*args) for each args on the workers; returns the call that
@@ -110,16 +84,15 @@ class Workers:
         """function(task) for each task on the workers, results as they finish (as
         Pool.imap_unordered), all queued now, in order. A task's exception is raised where
         its result would be."""
-        finished: queue.SimpleQueue = queue.SimpleQueue()
+        from concurrent.futures import as_completed
+
         with _lost():
             futures = [self.pool.submit(function, task) for task in tasks]
-        for future in futures:
-            future.add_done_callback(finished.put)
 
         def answers():
-            for _ in futures:
+            for future in as_completed(futures):
                 with _lost():
-                    answer = finished.get().result()
+                    answer = future.result()
                 yield answer
         return answers()
 
@@ -135,16 +108,12 @@ def starmap_here(function, arguments: list[tuple]):
     return lambda: results
 
 
-def _start_worker(writers_loaded: bool, formats=DEFAULT_FORMATS, parent: int | None = None) -> None:
-    """End with the parent (_end_with); ignore Ctrl-C (the parent stops the workers); keep
-    zstd's frame buffers (rocpkg.formats.compression); load what the tasks run, unless the
-    parent did before forking: the writers of `formats` only. An .rpm build's workers do not import the .deb writer,
-    python-debian and charset_normalizer before their first write; a format's writer is
-    still imported when a task needs it."""
-    if parent is not None:
-        _end_with(parent)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})   # forked while the parent held it back
+def _start_worker(writers_loaded: bool, formats=DEFAULT_FORMATS) -> None:
+    """After forked_pool's own start (Ctrl-C left to the parent, the worker ending with
+    it): keep zstd's frame buffers (rocpkg.formats.compression); load what the tasks run,
+    unless the parent did before forking: the writers of `formats` only. An .rpm build's
+    workers do not import the .deb writer, python-debian and charset_normalizer before
+    their first write; a format's writer is still imported when a task needs it."""
     from rocpkg.formats import compression
 
     compression.keep_frame_buffers()
@@ -155,22 +124,6 @@ def _start_worker(writers_loaded: bool, formats=DEFAULT_FORMATS, parent: int | N
 
         for fmt in formats:
             importlib.import_module(get_format(fmt).writer_module)
-
-
-def _end_with(parent: int) -> None:
-    """Have the kernel kill this worker when `parent` (the build's process, which forked it)
-    ends, on Linux (PR_SET_PDEATHSIG): a build killed outright (SIGKILL, the out-of-memory
-    killer) leaves no worker behind waiting for a task forever, holding its caller's
-    output pipes open. What the worker was writing stays in OUT's staging area, which the
-    next command that changes OUT sweeps."""
-    try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        return
-    if os.getppid() != parent:     # the parent ended before the request was made
-        os._exit(1)
 
 
 def _load_writers(specs: list[m.PackageSpec]) -> None:
